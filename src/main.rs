@@ -1,3 +1,79 @@
-fn main() {
-    println!("Hello, world!");
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpumon::cli::{Cli, Command};
+use gpumon::config::{Config, LogFormat};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Config = cli.command {
+        print!("{}", gpumon::config::example());
+        return ExitCode::SUCCESS;
+    }
+    let config = match cli.resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpumon: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&config);
+    let result = match cli.command {
+        Command::Daemon(_) => run_daemon(config),
+        Command::Status(s) => {
+            gpumon::status::fetch(&config, s.direct).and_then(|(snap, origin)| {
+                if s.json {
+                    println!("{}", serde_json::to_string_pretty(&snap)?);
+                } else {
+                    print!("{}", gpumon::status::table(&snap, &origin));
+                }
+                Ok(())
+            })
+        }
+        Command::Config => Ok(()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpumon: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_daemon(config: Config) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on {}: {e}; pick another --listen address",
+                    config.listen
+                )
+            })?;
+        let shutdown = CancellationToken::new();
+        gpumon::daemon::cancel_on_signals(shutdown.clone())?;
+        let source = Box::new(gpumon::sources::nvml::NvmlSource::new(
+            config.nvml_lib.clone(),
+        ));
+        gpumon::daemon::run(config, listener, source, shutdown).await
+    })
+}
+
+fn init_tracing(config: &Config) {
+    // Validated in Config::validate, so the fallback is never taken.
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
 }

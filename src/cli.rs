@@ -1,0 +1,110 @@
+//! Command line: `gpumon <command>`. Flags also read `GPUMON_*` variables; both override the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{parse_duration, Config, ConfigError, LogFormat};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpumon",
+    version,
+    about = "Live GPU memory monitor for machines that train models"
+)]
+pub struct Cli {
+    /// Config file (TOML). Default: /etc/gpumon/gpumon.toml when it exists.
+    #[arg(long, global = true, env = "GPUMON_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Log output format.
+    #[arg(long, global = true, env = "GPUMON_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. "info" or "gpumon=debug".
+    #[arg(long, global = true, env = "GPUMON_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Poll NVML, accept trainer stats, serve /metrics and the JSON API.
+    Daemon(DaemonArgs),
+    /// Print GPUs and their processes once, from a running daemon or straight from NVML.
+    Status(StatusArgs),
+    /// Print a commented example config file.
+    Config,
+}
+
+/// Settings shared by the commands that run or find a daemon.
+#[derive(Debug, Default, Args)]
+pub struct Overrides {
+    /// HTTP listen address of the daemon.
+    #[arg(long, env = "GPUMON_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// NVML library path or name.
+    #[arg(long, env = "GPUMON_NVML_LIB", value_name = "PATH")]
+    pub nvml_lib: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    #[command(flatten)]
+    pub common: Overrides,
+    /// Trainer ingest socket path.
+    #[arg(long, env = "GPUMON_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// NVML poll interval, e.g. 1s or 500ms.
+    #[arg(long, env = "GPUMON_INTERVAL", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub common: Overrides,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Read NVML directly even if a daemon is running.
+    #[arg(long)]
+    pub direct: bool,
+}
+
+impl Cli {
+    /// The effective config for this invocation: file, then environment and flags on top.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let mut c = Config::load(self.config.as_deref())?;
+        if let Some(v) = self.log_format {
+            c.log_format = v;
+        }
+        if let Some(v) = &self.log_level {
+            c.log_level = v.clone();
+        }
+        let common = match &self.command {
+            Command::Daemon(d) => {
+                if let Some(v) = &d.socket {
+                    c.socket = Some(v.clone());
+                }
+                if let Some(v) = d.interval {
+                    c.interval = v;
+                }
+                Some(&d.common)
+            }
+            Command::Status(s) => Some(&s.common),
+            Command::Config => None,
+        };
+        if let Some(o) = common {
+            if let Some(v) = o.listen {
+                c.listen = v;
+            }
+            if let Some(v) = &o.nvml_lib {
+                c.nvml_lib = v.clone();
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}

@@ -1,0 +1,207 @@
+//! Configuration: defaults < TOML file < `GPUMON_*` environment < flags.
+//!
+//! The file is strict (unknown keys are errors that name the key) because a typo in a monitoring
+//! config otherwise fails silently, and you find out when the alert you configured never fires.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Where the daemon looks for its config when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpumon/gpumon.toml";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP address for /metrics, the JSON API and health checks.
+    pub listen: SocketAddr,
+    /// Ingest socket path; unset means the protocol's default rules.
+    pub socket: Option<PathBuf>,
+    /// NVML library to load at run time.
+    pub nvml_lib: String,
+    /// How often NVML is polled.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub interval: Duration,
+    pub log_format: LogFormat,
+    /// tracing filter, e.g. "info" or "gpumon=debug".
+    pub log_level: String,
+    pub history: HistoryConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Points kept per GPU (one per poll): 3600 is an hour at 1 s.
+    pub gpu_points: usize,
+    /// Points kept per GPU process: 300 is five minutes at 1 s.
+    pub process_points: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9477)),
+            socket: None,
+            nvml_lib: "libnvidia-ml.so.1".into(),
+            interval: Duration::from_secs(1),
+            log_format: LogFormat::Text,
+            log_level: "info".into(),
+            history: HistoryConfig::default(),
+        }
+    }
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            gpu_points: 3600,
+            process_points: 300,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {key} = {value:?}: {reason}")]
+    Invalid {
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Loads the file at `path`, or the default path when it exists, or the defaults.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let (path, required) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&text, &path),
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let ms = self.interval.as_millis();
+        if !(10..=3_600_000).contains(&ms) {
+            return Err(ConfigError::Invalid {
+                key: "interval",
+                value: humantime::format_duration(self.interval).to_string(),
+                reason: "use a poll interval between 10ms and 1h, e.g. \"1s\"".into(),
+            });
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            return Err(ConfigError::Invalid {
+                key: "log_level",
+                value: self.log_level.clone(),
+                reason: format!("{e}; use a level like \"info\" or a filter like \"gpumon=debug\""),
+            });
+        }
+        for (key, n) in [
+            ("history.gpu_points", self.history.gpu_points),
+            ("history.process_points", self.history.process_points),
+        ] {
+            if !(1..=1_000_000).contains(&n) {
+                return Err(ConfigError::Invalid {
+                    key,
+                    value: n.to_string(),
+                    reason: "keep between 1 and 1000000 points".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses "1s", "500ms", "2m" as clap and serde both need it.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration ({e}); write it like \"1s\" or \"500ms\""))
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+fn ser_duration<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*v).to_string())
+}
+
+/// The commented example config that `gpumon config` prints and the repo ships as
+/// `gpumon.example.toml`. Values come from `Config::default()`, so they cannot drift.
+pub fn example() -> String {
+    let d = Config::default();
+    format!(
+        r#"# gpumon configuration. Precedence: this file < GPUMON_* environment < command-line flags.
+# Default location: {DEFAULT_CONFIG_PATH}. Unknown keys are an error.
+
+# HTTP address for /metrics, /api/v1/snapshot, /healthz and /readyz.  (GPUMON_LISTEN, --listen)
+listen = "{listen}"
+
+# Trainer ingest socket. Unset: /run/gpumon/ingest.sock as root, else
+# $XDG_RUNTIME_DIR/gpumon/ingest.sock.  (GPUMON_SOCKET, --socket)
+# socket = "/run/gpumon/ingest.sock"
+
+# The NVML library, loaded at run time; a path or a name the dynamic loader finds.
+# (GPUMON_NVML_LIB, --nvml-lib)
+nvml_lib = "{nvml_lib}"
+
+# How often NVML is polled; a scrape never calls NVML itself.  (GPUMON_INTERVAL, --interval)
+interval = "{interval}"
+
+# Log output: "text" or "json".  (GPUMON_LOG_FORMAT, --log-format)
+log_format = "{log_format}"
+
+# Log filter, e.g. "info" or "gpumon=debug".  (GPUMON_LOG_LEVEL, --log-level)
+log_level = "{log_level}"
+
+[history]
+# Points kept per GPU, one per poll ({gpu_points} = an hour at 1s).
+gpu_points = {gpu_points}
+# Points kept per GPU process ({process_points} = five minutes at 1s).
+process_points = {process_points}
+"#,
+        listen = d.listen,
+        nvml_lib = d.nvml_lib,
+        interval = humantime::format_duration(d.interval),
+        log_format = match d.log_format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        },
+        log_level = d.log_level,
+        gpu_points = d.history.gpu_points,
+        process_points = d.history.process_points,
+    )
+}
+
+#[cfg(test)]
+mod tests;

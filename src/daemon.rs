@@ -1,0 +1,69 @@
+//! `gpumon daemon`: wires the poller, the store and the HTTP server, and drains them all on
+//! shutdown. Takes an already-bound listener (the mini-redis shape), so tests bind port 0.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::outputs::http::{router, AppState};
+use crate::outputs::prometheus::Exporter;
+use crate::sources::GpuSource;
+use crate::store::{HistoryLimits, Store};
+
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    source: Box<dyn GpuSource>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let store = Store::new(
+        HistoryLimits {
+            gpu_points: config.history.gpu_points,
+            process_points: config.history.process_points,
+        },
+        config.interval.as_secs_f64(),
+        config.nvml_lib.clone(),
+    )
+    .shared();
+
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let poll_store = store.clone();
+    let interval = config.interval;
+    let poller = std::thread::Builder::new()
+        .name("gpumon-nvml".into())
+        .spawn(move || crate::poller::run(source, poll_store, interval, stop_rx))?;
+
+    let state = AppState {
+        exporter: Arc::new(Exporter::new(store.clone())?),
+        store,
+        hostname: crate::snapshot::hostname().into(),
+    };
+    tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
+    let server = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let result = server.await;
+
+    drop(stop_tx);
+    tokio::task::spawn_blocking(move || poller.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the NVML poller thread panicked"))?;
+    tracing::info!("gpumon daemon stopped");
+    Ok(result?)
+}
+
+/// Cancels `token` on SIGINT or SIGTERM.
+pub fn cancel_on_signals(token: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        token.cancel();
+    });
+    Ok(())
+}

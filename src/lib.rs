@@ -1,0 +1,17 @@
+//! gpumon: a live GPU memory monitor for machines that train models.
+//!
+//! Data flows one way: `sources` (NVML, polled by `poller` on its own thread) → `store`
+//! (bounded history) → `outputs` (/metrics, JSON API). `daemon` wires them; `cli` and `config`
+//! decide how; `status` is the one-shot reader.
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod model;
+pub mod outputs;
+pub mod poller;
+pub mod snapshot;
+pub mod sources;
+pub mod status;
+pub mod store;
+pub mod units;

@@ -1,0 +1,113 @@
+//! What one collection of the node looks like. `None` means "NVML has no value" (not supported,
+//! not available); it is never folded into 0, because 0 bytes and "unknown" mean different things.
+
+use serde::{Deserialize, Serialize};
+
+/// Unix time in seconds.
+pub type Timestamp = f64;
+
+/// Static identity of a GPU: fetched once per NVML session, it does not change while the GPU lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuIdentity {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub pci_bus_id: String,
+}
+
+/// NVML's v2 memory view: `used` excludes what the driver and firmware reserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryInfo {
+    pub total: u64,
+    pub used: u64,
+    pub free: u64,
+    pub reserved: u64,
+}
+
+/// Health of one GPU in the last collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuState {
+    Ok,
+    /// Fell off the bus (NVML_ERROR_GPU_IS_LOST): needs a reset or reboot.
+    Lost,
+    /// Any other failure reading the GPU this round.
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuReading {
+    pub identity: GpuIdentity,
+    pub state: GpuState,
+    /// Why the GPU is not `Ok`, in words.
+    pub error: Option<String>,
+    pub memory: Option<MemoryInfo>,
+    /// SM busy fraction 0..1.
+    pub utilization: Option<f64>,
+    pub temperature_celsius: Option<f64>,
+    pub power_watts: Option<f64>,
+    pub mig_mode: bool,
+    pub mig_devices: Vec<MigReading>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigReading {
+    pub uuid: String,
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+    pub memory: Option<MemoryInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessKind {
+    Compute,
+    Graphics,
+    /// Listed by both the compute and the graphics query.
+    ComputeGraphics,
+}
+
+/// What /proc says about a process; every field may be missing (the pid may be in another
+/// namespace we cannot see, or gone).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub name: Option<String>,
+    pub user: Option<String>,
+    pub uid: Option<u32>,
+    /// Container id (12 hex digits) or pod/job name from the cgroup path; None outside containers.
+    pub container: Option<String>,
+    pub cgroup: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessReading {
+    /// NVML index of the physical GPU (the parent, for MIG).
+    pub gpu: u32,
+    pub uuid: String,
+    pub pid: u32,
+    pub kind: ProcessKind,
+    /// None when NVML reports NVML_VALUE_NOT_AVAILABLE.
+    pub used_memory_bytes: Option<u64>,
+    /// UUID of the MIG device the process runs on, when MIG is on.
+    pub mig_uuid: Option<String>,
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+    #[serde(flatten)]
+    pub info: ProcInfo,
+}
+
+/// Outcome of one NVML collection over the whole node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeReading {
+    pub ts: Timestamp,
+    pub driver_version: Option<String>,
+    pub gpus: Vec<GpuReading>,
+    pub processes: Vec<ProcessReading>,
+}
+
+pub fn now() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

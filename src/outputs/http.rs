@@ -1,0 +1,103 @@
+//! The HTTP side: /metrics, /api/v1/snapshot, /healthz, /readyz.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::prometheus::Exporter;
+use crate::snapshot::Snapshot;
+use crate::store::SharedStore;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: SharedStore,
+    pub exporter: Arc<Exporter>,
+    pub hostname: Arc<str>,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/snapshot", get(snapshot))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn index() -> &'static str {
+    "gpumon: see /metrics, /api/v1/snapshot, /healthz, /readyz\n"
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let body = s.exporter.render();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct SnapshotQuery {
+    /// Seconds of GPU memory history to include.
+    #[serde(default)]
+    history: Option<f64>,
+}
+
+async fn snapshot(
+    State(s): State<AppState>,
+    query: Result<Query<SnapshotQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let history = match query {
+        Ok(Query(q)) => q.history.unwrap_or(0.0),
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("{e}; use ?history=SECONDS, e.g. ?history=300\n"),
+            )
+                .into_response()
+        }
+    };
+    if !history.is_finite() || history < 0.0 {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("history={history} is not a number of seconds >= 0\n"),
+        )
+            .into_response();
+    }
+    let snap = match s.store.read() {
+        Ok(store) => Snapshot::build(&store, &s.hostname, history),
+        Err(_) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response()
+        }
+    };
+    Json(snap).into_response()
+}
+
+/// Ready once the first collection attempt has finished, whatever its outcome: from then on
+/// /metrics says something true (including `gpumon_nvml_up 0`).
+async fn readyz(State(s): State<AppState>) -> Response {
+    let polled = s
+        .store
+        .read()
+        .map(|st| st.nvml.last_poll_ts.is_some())
+        .unwrap_or(false);
+    if polled {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first NVML poll\n",
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,330 @@
+//! /metrics. A custom collector turns the store into metric families at scrape time (the
+//! node_exporter "const metrics" pattern): series exist only for what the latest collection saw,
+//! so ended processes vanish with no bookkeeping, and a scrape never calls NVML.
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::{Encoder, Registry, TextEncoder};
+
+use crate::model::{GpuState, NodeReading};
+use crate::store::{SharedStore, Store};
+
+/// Builds one metric family; label names are given once, values per series.
+struct Family {
+    mf: MetricFamily,
+    labels: &'static [&'static str],
+}
+
+impl Family {
+    fn new(name: &str, help: &str, kind: MetricType, labels: &'static [&'static str]) -> Self {
+        let mut mf = MetricFamily::default();
+        mf.set_name(name.to_string());
+        mf.set_help(help.to_string());
+        mf.set_field_type(kind);
+        Self { mf, labels }
+    }
+
+    fn gauge(name: &str, help: &str, labels: &'static [&'static str]) -> Self {
+        Self::new(name, help, MetricType::GAUGE, labels)
+    }
+
+    fn add(&mut self, values: &[&str], value: f64) {
+        let mut m = Metric::default();
+        let pairs = self
+            .labels
+            .iter()
+            .zip(values)
+            .map(|(n, v)| {
+                let mut lp = LabelPair::default();
+                lp.set_name(n.to_string());
+                lp.set_value(v.to_string());
+                lp
+            })
+            .collect();
+        m.set_label(pairs);
+        match self.mf.get_field_type() {
+            MetricType::COUNTER => {
+                let mut c = prometheus::proto::Counter::default();
+                c.set_value(value);
+                m.set_counter(c);
+            }
+            _ => {
+                let mut g = Gauge::default();
+                g.set_value(value);
+                m.set_gauge(g);
+            }
+        }
+        self.mf.mut_metric().push(m);
+    }
+
+    fn finish(self, out: &mut Vec<MetricFamily>) {
+        // An empty family would print HELP/TYPE with no samples; leave it out instead.
+        if !self.mf.get_metric().is_empty() {
+            out.push(self.mf);
+        }
+    }
+}
+
+const GPU: &[&str] = &["gpu", "uuid"];
+const PROC: &[&str] = &["gpu", "uuid", "pid", "process", "container"];
+
+/// Families from the NVML side of the store.
+pub fn gpu_families(store: &Store) -> Vec<MetricFamily> {
+    let mut out = Vec::with_capacity(24);
+    let n = &store.nvml;
+    let mut f = Family::gauge(
+        "gpumon_nvml_up",
+        "1 when the last NVML poll succeeded.",
+        &[],
+    );
+    f.add(&[], if n.up { 1.0 } else { 0.0 });
+    f.finish(&mut out);
+    let mut f = Family::gauge(
+        "gpumon_nvml_poll_duration_seconds",
+        "Duration of the last NVML poll in seconds.",
+        &[],
+    );
+    f.add(&[], n.last_poll_duration_seconds);
+    f.finish(&mut out);
+    let mut f = Family::new(
+        "gpumon_nvml_polls_total",
+        "NVML polls attempted since start.",
+        MetricType::COUNTER,
+        &[],
+    );
+    f.add(&[], n.polls_total as f64);
+    f.finish(&mut out);
+    let mut f = Family::new(
+        "gpumon_nvml_poll_errors_total",
+        "NVML polls that could not read the node at all.",
+        MetricType::COUNTER,
+        &[],
+    );
+    f.add(&[], n.poll_errors_total as f64);
+    f.finish(&mut out);
+    if let Some(r) = store.latest() {
+        gpu_series(r, &mut out);
+        process_series(r, &mut out);
+    }
+    out
+}
+
+fn gpu_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
+    let driver = r.driver_version.as_deref().unwrap_or("");
+    let mut info = Family::gauge(
+        "gpumon_gpu_info",
+        "GPU identity; always 1.",
+        &["gpu", "uuid", "name", "pci_bus_id", "driver_version"],
+    );
+    let mut up = Family::gauge(
+        "gpumon_gpu_up",
+        "1 when the GPU answered the last poll, 0 when it is lost or failing.",
+        GPU,
+    );
+    let mut total = Family::gauge(
+        "gpumon_gpu_memory_total_bytes",
+        "Total GPU memory in bytes (NVML).",
+        GPU,
+    );
+    let mut used = Family::gauge(
+        "gpumon_gpu_memory_used_bytes",
+        "Used GPU memory in bytes (NVML v2, excludes reserved).",
+        GPU,
+    );
+    let mut free = Family::gauge(
+        "gpumon_gpu_memory_free_bytes",
+        "Free GPU memory in bytes (NVML).",
+        GPU,
+    );
+    let mut reserved = Family::gauge(
+        "gpumon_gpu_memory_reserved_bytes",
+        "GPU memory reserved by the driver and firmware in bytes (NVML v2).",
+        GPU,
+    );
+    let mut util = Family::gauge(
+        "gpumon_gpu_utilization_ratio",
+        "Fraction of the last sample period in which a kernel ran (0..1).",
+        GPU,
+    );
+    let mut temp = Family::gauge(
+        "gpumon_gpu_temperature_celsius",
+        "GPU core temperature in degrees Celsius.",
+        GPU,
+    );
+    let mut power = Family::gauge(
+        "gpumon_gpu_power_watts",
+        "GPU board power draw in watts.",
+        GPU,
+    );
+    let mig_labels: &'static [&'static str] = &[
+        "gpu",
+        "uuid",
+        "mig_uuid",
+        "gpu_instance",
+        "compute_instance",
+    ];
+    let mut mig_total = Family::gauge(
+        "gpumon_mig_memory_total_bytes",
+        "Memory of a MIG device in bytes.",
+        mig_labels,
+    );
+    let mut mig_used = Family::gauge(
+        "gpumon_mig_memory_used_bytes",
+        "Used memory of a MIG device in bytes.",
+        mig_labels,
+    );
+    let mut idx = itoa::Buffer::new();
+    for g in &r.gpus {
+        let id = &g.identity;
+        let gpu = idx.format(id.index).to_string();
+        let l = [gpu.as_str(), id.uuid.as_str()];
+        info.add(&[&gpu, &id.uuid, &id.name, &id.pci_bus_id, driver], 1.0);
+        up.add(&l, if g.state == GpuState::Ok { 1.0 } else { 0.0 });
+        if let Some(m) = g.memory {
+            total.add(&l, m.total as f64);
+            used.add(&l, m.used as f64);
+            free.add(&l, m.free as f64);
+            reserved.add(&l, m.reserved as f64);
+        }
+        if let Some(v) = g.utilization {
+            util.add(&l, v);
+        }
+        if let Some(v) = g.temperature_celsius {
+            temp.add(&l, v);
+        }
+        if let Some(v) = g.power_watts {
+            power.add(&l, v);
+        }
+        for m in &g.mig_devices {
+            let gi = m.gpu_instance_id.map(|v| v.to_string()).unwrap_or_default();
+            let ci = m
+                .compute_instance_id
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            let ml = [gpu.as_str(), id.uuid.as_str(), m.uuid.as_str(), &gi, &ci];
+            if let Some(mem) = m.memory {
+                mig_total.add(&ml, mem.total as f64);
+                mig_used.add(&ml, mem.used as f64);
+            }
+        }
+    }
+    for f in [
+        info, up, total, used, free, reserved, util, temp, power, mig_total, mig_used,
+    ] {
+        f.finish(out);
+    }
+}
+
+fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
+    let mut used = Family::gauge(
+        "gpumon_process_memory_used_bytes",
+        "GPU memory used by a process in bytes (NVML); absent when NVML reports it as not available.",
+        PROC,
+    );
+    let mut info = Family::gauge(
+        "gpumon_process_info",
+        "GPU process identity; always 1.",
+        &[
+            "gpu",
+            "uuid",
+            "pid",
+            "process",
+            "container",
+            "user",
+            "kind",
+            "mig_uuid",
+        ],
+    );
+    let mut gbuf = itoa::Buffer::new();
+    let mut pbuf = itoa::Buffer::new();
+    for p in &r.processes {
+        let gpu = gbuf.format(p.gpu);
+        let pid = pbuf.format(p.pid);
+        let name = p.info.name.as_deref().unwrap_or("");
+        let container = p.info.container.as_deref().unwrap_or("");
+        if let Some(b) = p.used_memory_bytes {
+            used.add(&[gpu, &p.uuid, pid, name, container], b as f64);
+        }
+        let kind = match p.kind {
+            crate::model::ProcessKind::Compute => "compute",
+            crate::model::ProcessKind::Graphics => "graphics",
+            crate::model::ProcessKind::ComputeGraphics => "compute+graphics",
+        };
+        let user = p.info.user.as_deref().unwrap_or("");
+        let mig = p.mig_uuid.as_deref().unwrap_or("");
+        info.add(&[gpu, &p.uuid, pid, name, container, user, kind, mig], 1.0);
+    }
+    used.finish(out);
+    info.finish(out);
+}
+
+/// Reads the store at scrape time.
+struct StoreCollector {
+    store: SharedStore,
+    descs: Vec<Desc>,
+}
+
+impl Collector for StoreCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        match self.store.read() {
+            Ok(store) => gpu_families(&store),
+            // A poisoned lock means a writer panicked mid-update; serve nothing rather than
+            // half-written numbers. The daemon's own series still render.
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// The daemon's registry: the store collector plus its own counters.
+pub struct Exporter {
+    registry: Registry,
+}
+
+impl Exporter {
+    pub fn new(store: SharedStore) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let desc = Desc::new(
+            "gpumon_gpu_info".into(),
+            "GPU identity; always 1.".into(),
+            vec![],
+            Default::default(),
+        )?;
+        registry.register(Box::new(StoreCollector {
+            store,
+            descs: vec![desc],
+        }))?;
+        let build = prometheus::GaugeVec::new(
+            prometheus::Opts::new("gpumon_build_info", "gpumon build; always 1."),
+            &["version", "revision"],
+        )?;
+        build
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("GPUMON_REVISION")])
+            .set(1.0);
+        registry.register(Box::new(build))?;
+        Ok(Self { registry })
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn render(&self) -> String {
+        let mut buf = Vec::with_capacity(64 * 1024);
+        // Encoding into a Vec cannot fail on I/O; an error here would be a malformed family,
+        // which the collector never builds.
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
+            tracing::error!("encoding /metrics failed");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+use super::*;
+use crate::model::*;
+use crate::store::{HistoryLimits, Store};
+
+fn reading() -> NodeReading {
+    let gpu = |index: u32, state| GpuReading {
+        identity: GpuIdentity {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: format!("00000000:{index:02X}:00.0"),
+        },
+        state,
+        error: None,
+        memory: (state == GpuState::Ok).then_some(MemoryInfo {
+            total: 1000,
+            used: 300,
+            free: 600,
+            reserved: 100,
+        }),
+        utilization: Some(0.5),
+        temperature_celsius: None,
+        power_watts: Some(120.5),
+        mig_mode: false,
+        mig_devices: vec![],
+    };
+    let process = |pid, used| ProcessReading {
+        gpu: 0,
+        uuid: "GPU-0".into(),
+        pid,
+        kind: ProcessKind::Compute,
+        used_memory_bytes: used,
+        mig_uuid: None,
+        gpu_instance_id: None,
+        compute_instance_id: None,
+        info: ProcInfo {
+            name: Some("python".into()),
+            ..ProcInfo::default()
+        },
+    };
+    NodeReading {
+        ts: 1.0,
+        driver_version: Some("550.54.15".into()),
+        gpus: vec![gpu(0, GpuState::Ok), gpu(1, GpuState::Lost)],
+        processes: vec![process(10, Some(200)), process(11, None)],
+    }
+}
+
+fn render(store: Store) -> String {
+    Exporter::new(store.shared()).unwrap().render()
+}
+
+fn new_store() -> Store {
+    Store::new(
+        HistoryLimits {
+            gpu_points: 4,
+            process_points: 4,
+        },
+        1.0,
+        "lib".into(),
+    )
+}
+
+#[test]
+fn renders_gpu_and_process_series_with_contract_labels() {
+    let mut store = new_store();
+    store.apply(reading(), 0.002);
+    let text = render(store);
+    for line in [
+        "gpumon_nvml_up 1",
+        "gpumon_nvml_poll_duration_seconds 0.002",
+        r#"gpumon_gpu_memory_used_bytes{gpu="0",uuid="GPU-0"} 300"#,
+        r#"gpumon_gpu_memory_reserved_bytes{gpu="0",uuid="GPU-0"} 100"#,
+        r#"gpumon_gpu_utilization_ratio{gpu="0",uuid="GPU-0"} 0.5"#,
+        r#"gpumon_gpu_power_watts{gpu="0",uuid="GPU-0"} 120.5"#,
+        r#"gpumon_gpu_up{gpu="1",uuid="GPU-1"} 0"#,
+        r#"gpumon_gpu_info{gpu="0",uuid="GPU-0",name="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:00:00.0",driver_version="550.54.15"} 1"#,
+        r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="10",process="python",container=""} 200"#,
+        "# TYPE gpumon_nvml_polls_total counter",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.contains("gpumon_build_info{"), "{text}");
+    // Not available is absent, never 0; unsupported temperature renders no family at all.
+    assert!(
+        !text.contains(r#"pid="11",process="python",uuid="GPU-0"} 0"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"pid="11""#),
+        "process 11 keeps its info series"
+    );
+    assert!(!text.contains("gpumon_gpu_temperature_celsius"), "{text}");
+    // The lost GPU has no memory series.
+    assert!(
+        !text.contains(r#"gpumon_gpu_memory_used_bytes{gpu="1""#),
+        "{text}"
+    );
+}
+
+#[test]
+fn nvml_down_renders_only_health() {
+    let mut store = new_store();
+    store.apply(reading(), 0.0);
+    store.apply_failure(2.0, "gone".into(), 0.0);
+    let text = render(store);
+    assert!(text.contains("gpumon_nvml_up 0"), "{text}");
+    assert!(text.contains("gpumon_nvml_poll_errors_total 1"), "{text}");
+    assert!(!text.contains("gpumon_gpu_memory"), "{text}");
+    assert!(!text.contains("gpumon_process_memory"), "{text}");
+}

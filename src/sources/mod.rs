@@ -1,0 +1,24 @@
+//! Where GPU readings come from. The daemon's poller owns one `GpuSource` and calls it on its own
+//! thread; nothing else touches NVML.
+
+pub mod nvml;
+pub mod procinfo;
+
+use crate::model::NodeReading;
+
+/// One collector, one method (the node_exporter shape).
+pub trait GpuSource: Send {
+    /// Reads every GPU and process once. `Err` means nothing could be read at all (library missing,
+    /// init failed); trouble with one GPU is reported inside the reading instead.
+    fn collect(&mut self) -> Result<NodeReading, SourceError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot load the NVML library {path:?}: {reason}. Install the NVIDIA driver, or point --nvml-lib (GPUMON_NVML_LIB) at libnvidia-ml.so.1")]
+    LibraryMissing { path: String, reason: String },
+    #[error("NVML init failed using {path:?}: {reason}")]
+    InitFailed { path: String, reason: String },
+    #[error("NVML query failed: {0}")]
+    Query(String),
+}

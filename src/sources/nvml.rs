@@ -1,0 +1,320 @@
+//! The real source: NVML through nvml-wrapper, loaded at run time with `dlopen` (never linked, so
+//! the binary runs on machines without the driver and says why).
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::{Device, Nvml};
+
+use super::procinfo::ProcCache;
+use super::{GpuSource, SourceError};
+use crate::model::*;
+
+/// NVML's value for "MIG enabled" in `nvmlDeviceGetMigMode`.
+const MIG_ENABLED: u32 = 1;
+
+pub struct NvmlSource {
+    lib_path: String,
+    nvml: Option<Nvml>,
+    driver_version: Option<String>,
+    /// Identity by index, so a GPU that is lost keeps its name and UUID in reports.
+    identities: HashMap<u32, GpuIdentity>,
+    procs: ProcCache,
+}
+
+impl NvmlSource {
+    pub fn new(lib_path: impl Into<String>) -> Self {
+        Self {
+            lib_path: lib_path.into(),
+            nvml: None,
+            driver_version: None,
+            identities: HashMap::new(),
+            procs: ProcCache::new(),
+        }
+    }
+
+    fn init(&mut self) -> Result<(), SourceError> {
+        let path = self.lib_path.clone();
+        let nvml = Nvml::builder()
+            .lib_path(OsStr::new(&path))
+            .init()
+            .map_err(|e| match e {
+                NvmlError::LibloadingError(err) => SourceError::LibraryMissing {
+                    path: path.clone(),
+                    reason: err.to_string(),
+                },
+                other => SourceError::InitFailed {
+                    path: path.clone(),
+                    reason: describe(&other),
+                },
+            })?;
+        self.driver_version = nvml.sys_driver_version().ok();
+        self.identities.clear();
+        self.nvml = Some(nvml);
+        Ok(())
+    }
+}
+
+impl GpuSource for NvmlSource {
+    fn collect(&mut self) -> Result<NodeReading, SourceError> {
+        if self.nvml.is_none() {
+            self.init()?;
+        }
+        let Some(nvml) = self.nvml.as_ref() else {
+            return Err(SourceError::Query("NVML not initialised".into()));
+        };
+        let count = match nvml.device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                // The library itself is unusable (driver unloaded, ...): start over next time.
+                self.nvml = None;
+                return Err(SourceError::Query(describe(&e)));
+            }
+        };
+        let mut reading = NodeReading {
+            ts: now(),
+            driver_version: self.driver_version.clone(),
+            gpus: Vec::with_capacity(count as usize),
+            processes: Vec::new(),
+        };
+        for index in 0..count {
+            let mut gpu = GpuCollector {
+                nvml,
+                identities: &mut self.identities,
+                procs: &mut self.procs,
+            };
+            gpu.read(index, &mut reading);
+        }
+        let alive: HashSet<u32> = reading.processes.iter().map(|p| p.pid).collect();
+        self.procs.retain(&alive);
+        Ok(reading)
+    }
+}
+
+struct GpuCollector<'a> {
+    nvml: &'a Nvml,
+    identities: &'a mut HashMap<u32, GpuIdentity>,
+    procs: &'a mut ProcCache,
+}
+
+impl GpuCollector<'_> {
+    fn read(&mut self, index: u32, out: &mut NodeReading) {
+        let device = match self.nvml.device_by_index(index) {
+            Ok(d) => d,
+            Err(e) => return out.gpus.push(self.failed(index, &e)),
+        };
+        let identity = match self.identity(index, &device) {
+            Ok(id) => id,
+            Err(e) => return out.gpus.push(self.failed(index, &e)),
+        };
+        let memory = match device.memory_info() {
+            Ok(m) => Some(MemoryInfo {
+                total: m.total,
+                used: m.used,
+                free: m.free,
+                reserved: m.reserved,
+            }),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => return out.gpus.push(self.failed(index, &e)),
+        };
+        let mut gpu = GpuReading {
+            identity,
+            state: GpuState::Ok,
+            error: None,
+            memory,
+            utilization: optional(device.utilization_rates()).map(|u| u.gpu as f64 / 100.0),
+            temperature_celsius: optional(device.temperature(TemperatureSensor::Gpu))
+                .map(f64::from),
+            power_watts: optional(device.power_usage()).map(|mw| mw as f64 / 1000.0),
+            mig_mode: optional(device.mig_mode()).is_some_and(|m| m.current == MIG_ENABLED),
+            mig_devices: Vec::new(),
+        };
+        let result = if gpu.mig_mode {
+            self.read_mig(&device, &mut gpu, out)
+        } else {
+            self.read_processes(&device, &gpu.identity, None, out)
+        };
+        if let Err(e) = result {
+            gpu.state = state_of(&e);
+            gpu.error = Some(format!("listing processes: {}", describe(&e)));
+        }
+        out.gpus.push(gpu);
+    }
+
+    fn identity(&mut self, index: u32, device: &Device) -> Result<GpuIdentity, NvmlError> {
+        if let Some(id) = self.identities.get(&index) {
+            return Ok(id.clone());
+        }
+        let id = GpuIdentity {
+            index,
+            uuid: device.uuid()?,
+            name: device.name()?,
+            pci_bus_id: device.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        };
+        self.identities.insert(index, id.clone());
+        Ok(id)
+    }
+
+    /// A GPU that could not be read: reported with whatever identity we knew, so the operator
+    /// sees which board it was.
+    fn failed(&self, index: u32, e: &NvmlError) -> GpuReading {
+        let identity = self.identities.get(&index).cloned().unwrap_or(GpuIdentity {
+            index,
+            uuid: format!("unknown-gpu-{index}"),
+            name: String::new(),
+            pci_bus_id: String::new(),
+        });
+        GpuReading {
+            identity,
+            state: state_of(e),
+            error: Some(describe(e)),
+            memory: None,
+            utilization: None,
+            temperature_celsius: None,
+            power_watts: None,
+            mig_mode: false,
+            mig_devices: Vec::new(),
+        }
+    }
+
+    fn read_mig(
+        &mut self,
+        device: &Device,
+        gpu: &mut GpuReading,
+        out: &mut NodeReading,
+    ) -> Result<(), NvmlError> {
+        let slots = device.mig_device_count()?;
+        for slot in 0..slots {
+            let mig = match device.mig_device_by_index(slot) {
+                Ok(m) => m,
+                Err(NvmlError::NotFound) => continue,
+                Err(e) => return Err(e),
+            };
+            let uuid = mig.uuid()?;
+            let reading = MigReading {
+                gpu_instance_id: instance_id(self.nvml, &mig, InstanceKind::Gpu),
+                compute_instance_id: instance_id(self.nvml, &mig, InstanceKind::Compute),
+                memory: optional(mig.memory_info()).map(|m| MemoryInfo {
+                    total: m.total,
+                    used: m.used,
+                    free: m.free,
+                    reserved: m.reserved,
+                }),
+                uuid,
+            };
+            self.read_processes(&mig, &gpu.identity, Some(&reading), out)?;
+            gpu.mig_devices.push(reading);
+        }
+        Ok(())
+    }
+
+    fn read_processes(
+        &mut self,
+        device: &Device,
+        gpu: &GpuIdentity,
+        mig: Option<&MigReading>,
+        out: &mut NodeReading,
+    ) -> Result<(), NvmlError> {
+        let compute = list_or_empty(device.running_compute_processes())?;
+        let graphics = list_or_empty(device.running_graphics_processes())?;
+        let start = out.processes.len();
+        for (info, kind) in compute
+            .iter()
+            .map(|p| (p, ProcessKind::Compute))
+            .chain(graphics.iter().map(|p| (p, ProcessKind::Graphics)))
+        {
+            // A process with both contexts is listed twice with the same usage: keep one row.
+            if let Some(seen) = out.processes[start..]
+                .iter_mut()
+                .find(|p| p.pid == info.pid)
+            {
+                if seen.kind != kind {
+                    seen.kind = ProcessKind::ComputeGraphics;
+                }
+                continue;
+            }
+            let nvml = self.nvml;
+            let pid = info.pid;
+            let proc_info = self.procs.get(pid, || {
+                nvml.sys_process_name(pid, 64)
+                    .ok()
+                    .filter(|n| !n.is_empty())
+            });
+            out.processes.push(ProcessReading {
+                gpu: gpu.index,
+                uuid: gpu.uuid.clone(),
+                pid,
+                kind,
+                used_memory_bytes: used_bytes(info),
+                mig_uuid: mig.map(|m| m.uuid.clone()),
+                gpu_instance_id: info.gpu_instance_id.or(mig.and_then(|m| m.gpu_instance_id)),
+                compute_instance_id: info
+                    .compute_instance_id
+                    .or(mig.and_then(|m| m.compute_instance_id)),
+                info: proc_info,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn used_bytes(p: &ProcessInfo) -> Option<u64> {
+    match p.used_gpu_memory {
+        UsedGpuMemory::Used(b) => Some(b),
+        UsedGpuMemory::Unavailable => None,
+    }
+}
+
+/// "Not supported" is an answer (the value is absent), not a failure.
+fn optional<T>(r: Result<T, NvmlError>) -> Option<T> {
+    r.ok()
+}
+
+fn list_or_empty(r: Result<Vec<ProcessInfo>, NvmlError>) -> Result<Vec<ProcessInfo>, NvmlError> {
+    match r {
+        Err(NvmlError::NotSupported) => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+fn state_of(e: &NvmlError) -> GpuState {
+    match e {
+        NvmlError::GpuLost => GpuState::Lost,
+        _ => GpuState::Error,
+    }
+}
+
+fn describe(e: &NvmlError) -> String {
+    match e {
+        NvmlError::GpuLost => {
+            "GPU has fallen off the bus (NVML_ERROR_GPU_IS_LOST); it needs a reset or a reboot"
+                .into()
+        }
+        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".into(),
+        NvmlError::NoPermission => "no permission to talk to the NVIDIA driver".into(),
+        other => other.to_string(),
+    }
+}
+
+enum InstanceKind {
+    Gpu,
+    Compute,
+}
+
+/// nvml-wrapper has no safe wrapper for the MIG instance ids, so call the symbol it loaded.
+fn instance_id(nvml: &Nvml, device: &Device, kind: InstanceKind) -> Option<u32> {
+    let lib = nvml.lib();
+    let sym = match kind {
+        InstanceKind::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?,
+        InstanceKind::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?,
+    };
+    let mut id: u32 = 0;
+    // SAFETY: the handle comes from this live `Nvml`, and the out-pointer is a valid u32 for
+    // the duration of the call, as nvml.h requires.
+    let rc = unsafe { sym(device.handle(), &mut id) };
+    (rc == 0).then_some(id)
+}

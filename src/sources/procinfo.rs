@@ -1,0 +1,236 @@
+//! Who a GPU process is, from /proc: name, user, and the container or job it runs in.
+//!
+//! Looked up once per pid and cached, failed look-ups included (a pid in another PID namespace
+//! fails every time; retrying each second would be wasted syscalls). The cache is pruned to the
+//! pids of the latest collection, so it stays bounded and a reused pid is looked up afresh once
+//! the old process has left NVML's list.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::PathBuf;
+
+use crate::model::ProcInfo;
+
+pub struct ProcCache {
+    root: PathBuf,
+    entries: HashMap<u32, ProcInfo>,
+    users: Option<HashMap<u32, String>>,
+}
+
+impl ProcCache {
+    pub fn new() -> Self {
+        Self::with_root("/proc".into())
+    }
+
+    /// `root` replaces /proc, for tests.
+    pub fn with_root(root: PathBuf) -> Self {
+        Self {
+            root,
+            entries: HashMap::new(),
+            users: None,
+        }
+    }
+
+    /// Info for `pid`; `fallback_name` (e.g. NVML's own idea of the name) is used when /proc
+    /// has none.
+    pub fn get(&mut self, pid: u32, fallback_name: impl FnOnce() -> Option<String>) -> ProcInfo {
+        if let Some(info) = self.entries.get(&pid) {
+            return info.clone();
+        }
+        let mut info = self.lookup(pid);
+        if info.name.is_none() {
+            info.name = fallback_name();
+        }
+        self.entries.insert(pid, info.clone());
+        info
+    }
+
+    /// Forgets pids that are no longer running on any GPU.
+    pub fn retain(&mut self, alive: &HashSet<u32>) {
+        self.entries.retain(|pid, _| alive.contains(pid));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn lookup(&mut self, pid: u32) -> ProcInfo {
+        let dir = self.root.join(pid.to_string());
+        let name = fs::read_to_string(dir.join("comm"))
+            .ok()
+            .map(|s| s.trim_end().to_string())
+            .filter(|s| !s.is_empty());
+        let uid = fs::read_to_string(dir.join("status"))
+            .ok()
+            .and_then(|s| parse_uid(&s));
+        let user = uid.and_then(|u| self.user_name(u));
+        let cgroup = fs::read_to_string(dir.join("cgroup"))
+            .ok()
+            .and_then(|s| main_cgroup(&s));
+        let container = cgroup.as_deref().and_then(container_from_cgroup);
+        ProcInfo {
+            name,
+            user,
+            uid,
+            container,
+            cgroup,
+        }
+    }
+
+    fn user_name(&mut self, uid: u32) -> Option<String> {
+        let users = self.users.get_or_insert_with(|| {
+            fs::read_to_string("/etc/passwd")
+                .map(|s| parse_passwd(&s))
+                .unwrap_or_default()
+        });
+        Some(users.get(&uid).cloned().unwrap_or_else(|| uid.to_string()))
+    }
+}
+
+impl Default for ProcCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The real uid from the `Uid:` line of /proc/PID/status.
+fn parse_uid(status: &str) -> Option<u32> {
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn parse_passwd(passwd: &str) -> HashMap<u32, String> {
+    passwd
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let uid = f.nth(1)?.parse().ok()?;
+            Some((uid, name.to_string()))
+        })
+        .collect()
+}
+
+/// The cgroup path that names the process's container: the v2 unified line (`0::/...`), else the
+/// v1 line with the most path components (the controllers often disagree; the deepest is the
+/// most specific).
+fn main_cgroup(cgroup: &str) -> Option<String> {
+    let mut best: Option<&str> = None;
+    for line in cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (id, _ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if id == "0" {
+            best = Some(path);
+            break;
+        }
+        if best.is_none_or(|b| path.matches('/').count() > b.matches('/').count()) {
+            best = Some(path);
+        }
+    }
+    best.filter(|p| *p != "/").map(str::to_string)
+}
+
+/// Container id (first 12 hex digits, as docker shows it), else Kubernetes pod uid, else Slurm
+/// job, from a cgroup path. Runtimes spell these differently:
+/// `/docker/<id>`, `/system.slice/docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>`,
+/// `libpod-<id>.scope`, `/kubepods/burstable/pod<uid>/<id>`, `/slurm/uid_1000/job_42/step_0`.
+pub fn container_from_cgroup(path: &str) -> Option<String> {
+    for segment in path.rsplit('/') {
+        let stem = segment.strip_suffix(".scope").unwrap_or(segment);
+        let id = stem.rsplit(['-', ':']).next().unwrap_or(stem);
+        if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Some(id[..12].to_string());
+        }
+    }
+    for segment in path.split('/') {
+        let seg = segment.strip_suffix(".slice").unwrap_or(segment);
+        if let Some(pod) = seg.rsplit('-').next().and_then(|s| s.strip_prefix("pod")) {
+            if pod.len() >= 32 {
+                return Some(format!("pod{}", pod.replace('_', "-")));
+            }
+        }
+        if let Some(job) = segment.strip_prefix("job_") {
+            return Some(format!("slurm-job-{job}"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "3f4e1b2c9d8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e";
+
+    #[test]
+    fn container_ids_from_each_runtime() {
+        let cases = [
+            format!("/docker/{ID}"),
+            format!("/system.slice/docker-{ID}.scope"),
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-{ID}.scope"),
+            format!("/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/{ID}"),
+            format!("/machine.slice/libpod-{ID}.scope/container"),
+            format!("/crio-{ID}"),
+        ];
+        for c in &cases {
+            assert_eq!(container_from_cgroup(c).as_deref(), Some(&ID[..12]), "{c}");
+        }
+    }
+
+    #[test]
+    fn pods_and_slurm_jobs_without_container_id() {
+        assert_eq!(
+            container_from_cgroup(
+                "/kubepods.slice/kubepods-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+            )
+            .as_deref(),
+            Some("pod0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+        );
+        assert_eq!(
+            container_from_cgroup("/slurm/uid_1000/job_4242/step_0/task_0").as_deref(),
+            Some("slurm-job-4242")
+        );
+        assert_eq!(
+            container_from_cgroup("/user.slice/user-1000.slice/session-3.scope"),
+            None
+        );
+    }
+
+    #[test]
+    fn v2_line_wins_and_root_is_no_cgroup() {
+        let v1v2 = "12:memory:/docker/abc\n0::/system.slice/ssh.service\n";
+        assert_eq!(
+            main_cgroup(v1v2).as_deref(),
+            Some("/system.slice/ssh.service")
+        );
+        assert_eq!(main_cgroup("0::/\n"), None);
+    }
+
+    #[test]
+    fn reads_a_fake_proc_tree_and_caches_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("77");
+        fs::create_dir(&p).unwrap();
+        fs::write(p.join("comm"), "python\n").unwrap();
+        fs::write(p.join("status"), "Name:\tpython\nUid:\t0\t0\t0\t0\n").unwrap();
+        fs::write(p.join("cgroup"), format!("0::/docker/{ID}\n")).unwrap();
+        let mut cache = ProcCache::with_root(dir.path().into());
+        let info = cache.get(77, || None);
+        assert_eq!(info.name.as_deref(), Some("python"));
+        assert_eq!(info.uid, Some(0));
+        assert_eq!(info.user.as_deref(), Some("root"));
+        assert_eq!(info.container.as_deref(), Some(&ID[..12]));
+
+        let missing = cache.get(78, || Some("from-nvml".into()));
+        assert_eq!(missing.name.as_deref(), Some("from-nvml"));
+        // Cached: the fallback is not consulted again.
+        let again = cache.get(78, || panic!("looked up twice"));
+        assert_eq!(again, missing);
+        cache.retain(&HashSet::from([77]));
+        assert_eq!(cache.len(), 1);
+    }
+}

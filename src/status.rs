@@ -1,0 +1,137 @@
+//! `gpumon status`: one look at the node, from the running daemon when there is one, else
+//! straight from NVML (so it works before the daemon is installed).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::model::GpuState;
+use crate::snapshot::Snapshot;
+use crate::sources::nvml::NvmlSource;
+use crate::sources::GpuSource;
+use crate::store::{HistoryLimits, Store};
+use crate::units::{bytes, opt};
+
+/// Where the data came from, said in the table's first line.
+pub enum Origin {
+    Daemon(String),
+    Direct { reason: String },
+}
+
+pub fn fetch(config: &Config, direct: bool) -> anyhow::Result<(Snapshot, Origin)> {
+    let url = format!("http://{}/api/v1/snapshot", config.listen);
+    if !direct {
+        match from_daemon(&url) {
+            Ok(s) => return Ok((s, Origin::Daemon(url))),
+            Err(e) => tracing::debug!(%url, error = %e, "no daemon; reading NVML directly"),
+        }
+    }
+    let mut source = NvmlSource::new(config.nvml_lib.clone());
+    let mut store = Store::new(
+        HistoryLimits {
+            gpu_points: 1,
+            process_points: 1,
+        },
+        1.0,
+        config.nvml_lib.clone(),
+    );
+    let reading = source.collect()?;
+    store.apply(reading, 0.0);
+    let reason = if direct {
+        "--direct".to_string()
+    } else {
+        format!("no daemon answered at {url}")
+    };
+    Ok((
+        Snapshot::build(&store, &crate::snapshot::hostname(), 0.0),
+        Origin::Direct { reason },
+    ))
+}
+
+fn from_daemon(url: &str) -> anyhow::Result<Snapshot> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .new_agent();
+    Ok(agent.get(url).call()?.body_mut().read_json::<Snapshot>()?)
+}
+
+pub fn table(snap: &Snapshot, origin: &Origin) -> String {
+    let mut out = String::new();
+    let src = match origin {
+        Origin::Daemon(url) => format!("daemon {url}"),
+        Origin::Direct { reason } => format!("NVML directly ({reason})"),
+    };
+    let driver = snap.nvml.driver_version.as_deref().unwrap_or("n/a");
+    let _ = writeln!(out, "{}  driver {driver}  from {src}", snap.hostname);
+    if !snap.nvml.up {
+        let why = snap.nvml.error.as_deref().unwrap_or("no poll yet");
+        let _ = writeln!(out, "NVML is down: {why}");
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<4} {:<26} {:>10} {:>10} {:>10} {:>10} {:>5} {:>6} {:>7}  STATE",
+        "GPU", "NAME", "USED", "RESERVED", "FREE", "TOTAL", "UTIL", "TEMP", "POWER"
+    );
+    for g in &snap.gpus {
+        let r = &g.reading;
+        let m = r.memory;
+        let state = match r.state {
+            GpuState::Ok if r.mig_mode => "ok (MIG)".to_string(),
+            GpuState::Ok => "ok".to_string(),
+            GpuState::Lost => format!("LOST: {}", r.error.as_deref().unwrap_or("")),
+            GpuState::Error => format!("ERROR: {}", r.error.as_deref().unwrap_or("")),
+        };
+        let _ = writeln!(
+            out,
+            "{:<4} {:<26} {:>10} {:>10} {:>10} {:>10} {:>5} {:>6} {:>7}  {state}",
+            r.identity.index,
+            truncate(&r.identity.name, 26),
+            opt(m.map(|m| m.used), bytes),
+            opt(m.map(|m| m.reserved), bytes),
+            opt(m.map(|m| m.free), bytes),
+            opt(m.map(|m| m.total), bytes),
+            opt(r.utilization, |u| format!("{:.0}%", u * 100.0)),
+            opt(r.temperature_celsius, |t| format!("{t:.0}C")),
+            opt(r.power_watts, |w| format!("{w:.0}W")),
+        );
+    }
+    if snap.processes.is_empty() {
+        let _ = writeln!(out, "\nno GPU processes");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<4} {:>8} {:<12} {:<14} {:<16} {:<9} {:>10}",
+        "GPU", "PID", "USER", "CONTAINER", "PROCESS", "KIND", "USED"
+    );
+    for p in &snap.processes {
+        let kind = match p.kind {
+            crate::model::ProcessKind::Compute => "compute",
+            crate::model::ProcessKind::Graphics => "graphics",
+            crate::model::ProcessKind::ComputeGraphics => "comp+gfx",
+        };
+        let _ = writeln!(
+            out,
+            "{:<4} {:>8} {:<12} {:<14} {:<16} {:<9} {:>10}",
+            p.gpu,
+            p.pid,
+            truncate(p.info.user.as_deref().unwrap_or("n/a"), 12),
+            truncate(p.info.container.as_deref().unwrap_or("-"), 14),
+            truncate(p.info.name.as_deref().unwrap_or("n/a"), 16),
+            kind,
+            opt(p.used_memory_bytes, bytes),
+        );
+    }
+    out
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max - 1).collect();
+        t.push('~');
+        t
+    }
+}
