@@ -47,6 +47,9 @@ pub struct Overrides {
     /// NVML library path or name.
     #[arg(long, env = "GPUMON_NVML_LIB", value_name = "PATH")]
     pub nvml_lib: Option<String>,
+    /// Where the host's /proc is mounted.
+    #[arg(long, env = "GPUMON_PROCFS", value_name = "PATH")]
+    pub procfs: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +105,9 @@ impl Cli {
             }
             if let Some(v) = &o.nvml_lib {
                 c.nvml_lib = v.clone();
+            }
+            if let Some(v) = &o.procfs {
+                c.procfs = v.clone();
             }
         }
         c.validate()?;

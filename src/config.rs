@@ -21,6 +21,8 @@ pub struct Config {
     pub socket: Option<PathBuf>,
     /// NVML library to load at run time.
     pub nvml_lib: String,
+    /// Where the host's /proc is mounted (e.g. /host/proc when gpumon runs in a container).
+    pub procfs: PathBuf,
     /// How often NVML is polled.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub interval: Duration,
@@ -52,6 +54,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9477)),
             socket: None,
             nvml_lib: "libnvidia-ml.so.1".into(),
+            procfs: "/proc".into(),
             interval: Duration::from_secs(1),
             log_format: LogFormat::Text,
             log_level: "info".into(),
@@ -175,6 +178,10 @@ listen = "{listen}"
 # (GPUMON_NVML_LIB, --nvml-lib)
 nvml_lib = "{nvml_lib}"
 
+# The host's /proc, read for process names, users and containers. In a container, mount the
+# host's /proc (e.g. at /host/proc) and point this at it.  (GPUMON_PROCFS, --procfs)
+procfs = "{procfs}"
+
 # How often NVML is polled; a scrape never calls NVML itself.  (GPUMON_INTERVAL, --interval)
 interval = "{interval}"
 
@@ -192,6 +199,7 @@ process_points = {process_points}
 "#,
         listen = d.listen,
         nvml_lib = d.nvml_lib,
+        procfs = d.procfs.display(),
         interval = humantime::format_duration(d.interval),
         log_format = match d.log_format {
             LogFormat::Text => "text",

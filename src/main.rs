@@ -60,6 +60,7 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
         gpumon::daemon::cancel_on_signals(shutdown.clone())?;
         let source = Box::new(gpumon::sources::nvml::NvmlSource::new(
             config.nvml_lib.clone(),
+            config.procfs.clone(),
         ));
         gpumon::daemon::run(config, listener, source, shutdown).await
     })

@@ -37,6 +37,7 @@ pub enum GpuState {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuReading {
+    #[serde(flatten)]
     pub identity: GpuIdentity,
     pub state: GpuState,
     /// Why the GPU is not `Ok`, in words.

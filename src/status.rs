@@ -26,7 +26,7 @@ pub fn fetch(config: &Config, direct: bool) -> anyhow::Result<(Snapshot, Origin)
             Err(e) => tracing::debug!(%url, error = %e, "no daemon; reading NVML directly"),
         }
     }
-    let mut source = NvmlSource::new(config.nvml_lib.clone());
+    let mut source = NvmlSource::new(config.nvml_lib.clone(), config.procfs.clone());
     let mut store = Store::new(
         HistoryLimits {
             gpu_points: 1,

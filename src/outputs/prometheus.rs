@@ -2,9 +2,10 @@
 //! node_exporter "const metrics" pattern): series exist only for what the latest collection saw,
 //! so ended processes vanish with no bookkeeping, and a scrape never calls NVML.
 
-use prometheus::core::{Collector, Desc};
+use std::sync::{Arc, Mutex};
+
 use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::{Registry, TextEncoder};
 
 use crate::model::{GpuState, NodeReading};
 use crate::store::{SharedStore, Store};
@@ -258,45 +259,20 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
     info.finish(out);
 }
 
-/// Reads the store at scrape time.
-struct StoreCollector {
-    store: SharedStore,
-    descs: Vec<Desc>,
-}
-
-impl Collector for StoreCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        match self.store.read() {
-            Ok(store) => gpu_families(&store),
-            // A poisoned lock means a writer panicked mid-update; serve nothing rather than
-            // half-written numbers. The daemon's own series still render.
-            Err(_) => Vec::new(),
-        }
-    }
-}
-
-/// The daemon's registry: the store collector plus its own counters.
+/// The daemon's registry (its own counters) plus the NVML families of the latest collection.
+///
+/// Those families change only when the poller collects, so they are encoded once per collection
+/// (at the first scrape after it) and later scrapes copy the cached text. The daemon's own
+/// counters are encoded on every scrape.
 pub struct Exporter {
     registry: Registry,
+    store: SharedStore,
+    cache: Mutex<Option<(u64, Arc<str>)>>,
 }
 
 impl Exporter {
     pub fn new(store: SharedStore) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let desc = Desc::new(
-            "gpumon_gpu_info".into(),
-            "GPU identity; always 1.".into(),
-            vec![],
-            Default::default(),
-        )?;
-        registry.register(Box::new(StoreCollector {
-            store,
-            descs: vec![desc],
-        }))?;
         let build = prometheus::GaugeVec::new(
             prometheus::Opts::new("gpumon_build_info", "gpumon build; always 1."),
             &["version", "revision"],
@@ -305,7 +281,11 @@ impl Exporter {
             .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("GPUMON_REVISION")])
             .set(1.0);
         registry.register(Box::new(build))?;
-        Ok(Self { registry })
+        Ok(Self {
+            registry,
+            store,
+            cache: Mutex::new(None),
+        })
     }
 
     pub fn registry(&self) -> &Registry {
@@ -313,17 +293,40 @@ impl Exporter {
     }
 
     pub fn render(&self) -> String {
-        let mut buf = Vec::with_capacity(64 * 1024);
-        // Encoding into a Vec cannot fail on I/O; an error here would be a malformed family,
-        // which the collector never builds.
-        if TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .is_err()
-        {
-            tracing::error!("encoding /metrics failed");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        let gpu_text = self.gpu_text();
+        let mut out = String::with_capacity(gpu_text.len() + 4096);
+        out.push_str(&gpu_text);
+        out.push_str(&encode(&self.registry.gather()));
+        out
     }
+
+    /// The NVML families as text, from the cache when no collection happened since.
+    fn gpu_text(&self) -> Arc<str> {
+        let Ok(store) = self.store.read() else {
+            // A writer panicked mid-update: serve nothing rather than half-written numbers.
+            return Arc::from("");
+        };
+        let generation = store.generation();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((g, text)) = cache.as_ref() {
+            if *g == generation {
+                return text.clone();
+            }
+        }
+        let text: Arc<str> = Arc::from(encode(&gpu_families(&store)));
+        *cache = Some((generation, text.clone()));
+        text
+    }
+}
+
+pub fn encode(families: &[MetricFamily]) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail on I/O; an error would mean a malformed family, which
+    // `Family` never builds.
+    if let Err(e) = TextEncoder::new().encode_utf8(families, &mut out) {
+        tracing::error!(error = %e, "encoding metrics failed");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
+use std::path::PathBuf;
 
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -27,13 +28,14 @@ pub struct NvmlSource {
 }
 
 impl NvmlSource {
-    pub fn new(lib_path: impl Into<String>) -> Self {
+    /// `procfs` is where the host's /proc is mounted.
+    pub fn new(lib_path: impl Into<String>, procfs: PathBuf) -> Self {
         Self {
             lib_path: lib_path.into(),
             nvml: None,
             driver_version: None,
             identities: HashMap::new(),
-            procs: ProcCache::new(),
+            procs: ProcCache::with_root(procfs),
         }
     }
 

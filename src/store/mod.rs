@@ -45,6 +45,8 @@ pub struct Store {
     limits: HistoryLimits,
     interval: f64,
     pub nvml: NvmlStatus,
+    /// Bumped by every collection, so outputs can cache what they derive from one.
+    generation: u64,
     latest: Option<NodeReading>,
     gpu_series: HashMap<String, Series<GpuPoint>>,
     process_series: HashMap<(u32, u32), Series<u64>>,
@@ -61,6 +63,7 @@ impl Store {
                 library,
                 ..NvmlStatus::default()
             },
+            generation: 0,
             latest: None,
             gpu_series: HashMap::new(),
             process_series: HashMap::new(),
@@ -69,6 +72,10 @@ impl Store {
 
     pub fn shared(self) -> SharedStore {
         Arc::new(RwLock::new(self))
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn latest(&self) -> Option<&NodeReading> {
@@ -140,6 +147,7 @@ impl Store {
     }
 
     fn note_poll(&mut self, ts: Timestamp, duration: f64) {
+        self.generation += 1;
         self.nvml.polls_total += 1;
         self.nvml.last_poll_ts = Some(ts);
         self.nvml.last_poll_duration_seconds = duration;

@@ -1,0 +1,296 @@
+//! The daemon under trouble: no library, failed init, a GPU lost mid-run, MIG, missing values,
+//! process churn; plus `gpumon status` and config precedence on the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn missing_library_keeps_serving_and_says_why() {
+    let d = Daemon::start(DaemonOpts {
+        nvml_lib: Some("/nonexistent/libnvidia-ml.so.1".into()),
+        ..DaemonOpts::default()
+    });
+    let m = d.metrics();
+    assert_eq!(sample(&m, "gpumon_nvml_up"), Some(0.0), "{m}");
+    assert!(m.contains("gpumon_build_info{"));
+    assert!(!m.contains("gpumon_gpu_memory"));
+    promtool_check(&m);
+    assert_eq!(d.get("/healthz").0, 200);
+    let snap = d.snapshot();
+    let err = snap["nvml"]["error"].as_str().unwrap();
+    assert!(
+        err.contains("/nonexistent/libnvidia-ml.so.1") && err.contains("--nvml-lib"),
+        "{err}"
+    );
+    assert!(d.log_contains("NVML unavailable"));
+    // Backoff: after ~1.5 s at a 100 ms interval, far fewer than 15 attempts were made.
+    std::thread::sleep(Duration::from_millis(1500));
+    let polls = sample(&d.metrics(), "gpumon_nvml_poll_errors_total").unwrap();
+    assert!(
+        (2.0..=6.0).contains(&polls),
+        "backoff not applied: {polls} attempts"
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn init_failure_is_reported_and_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(
+        &path,
+        "init_error = \"no_permission\"\n[[gpu]]\nmemory_total = 1000\n",
+    )
+    .unwrap();
+    let d = Daemon::start(DaemonOpts {
+        scenario: Some(&path),
+        ..DaemonOpts::default()
+    });
+    assert_eq!(sample(&d.metrics(), "gpumon_nvml_up"), Some(0.0));
+    let err = d.snapshot()["nvml"]["error"].as_str().unwrap().to_string();
+    assert!(
+        err.contains("init failed") && err.contains("permission"),
+        "{err}"
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn lost_gpu_is_reported_and_the_others_go_on() {
+    let d = Daemon::with_scenario("gpu_lost");
+    d.wait_for(Duration::from_secs(10), "GPU 1 lost", || {
+        d.metrics()
+            .lines()
+            .any(|l| l.starts_with("gpumon_gpu_up{gpu=\"1\"") && l.ends_with(" 0"))
+    });
+    let m = d.metrics();
+    assert_eq!(sample(&m, "gpumon_nvml_up"), Some(1.0));
+    assert!(m
+        .lines()
+        .any(|l| l.starts_with("gpumon_gpu_up{gpu=\"0\"") && l.ends_with(" 1")));
+    assert!(m.contains("gpumon_gpu_memory_used_bytes{gpu=\"0\""));
+    assert!(!m.contains("gpumon_gpu_memory_used_bytes{gpu=\"1\""));
+    let snap = d.snapshot();
+    assert_eq!(snap["gpus"][1]["state"], "lost");
+    assert!(snap["gpus"][1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("fallen off the bus"));
+    // The lost GPU keeps the identity it had before it was lost.
+    assert!(snap["gpus"][1]["uuid"]
+        .as_str()
+        .unwrap()
+        .starts_with("GPU-"));
+    assert!(d.log_contains("GPU cannot be read"));
+    promtool_check(&m);
+    assert!(d.stop().success());
+}
+
+#[test]
+fn mig_devices_and_their_processes() {
+    let d = Daemon::with_scenario("mig");
+    let m = d.metrics();
+    assert!(
+        count_series(&m, "gpumon_mig_memory_total_bytes") >= 3,
+        "{m}"
+    );
+    let snap = d.snapshot();
+    let mig_gpu = snap["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["mig_mode"] == true)
+        .unwrap();
+    let migs = mig_gpu["mig_devices"].as_array().unwrap();
+    assert!(migs.len() >= 3);
+    assert!(migs
+        .iter()
+        .all(|m| m["uuid"].as_str().unwrap().starts_with("MIG-")));
+    let on_mig: Vec<_> = snap["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["mig_uuid"].is_string())
+        .collect();
+    assert!(!on_mig.is_empty(), "{snap}");
+    for p in on_mig {
+        assert!(p["gpu_instance_id"].is_u64(), "{p}");
+        assert!(migs.iter().any(|m| m["uuid"] == p["mig_uuid"]));
+    }
+    promtool_check(&m);
+}
+
+#[test]
+fn not_available_stays_absent() {
+    let d = Daemon::with_scenario("not_available");
+    let m = d.metrics();
+    let snap = d.snapshot();
+    let na: Vec<_> = snap["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["used_memory_bytes"].is_null())
+        .collect();
+    assert!(!na.is_empty(), "scenario has n/a processes: {snap}");
+    for p in na {
+        let pid = p["pid"].as_u64().unwrap();
+        let has = |name: &str| {
+            m.lines()
+                .any(|l| l.starts_with(name) && l.contains(&format!("pid=\"{pid}\"")))
+        };
+        assert!(
+            !has("gpumon_process_memory_used_bytes{"),
+            "n/a must be absent, not 0"
+        );
+        assert!(has("gpumon_process_info{"));
+    }
+    assert!(!m.contains("gpumon_gpu_temperature_celsius{"), "{m}");
+    let status = Command::new(BIN)
+        .args(["--config", empty_config().path().to_str().unwrap()])
+        .args(["status", "--listen", &d.addr.to_string()])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(status.stdout).unwrap();
+    assert!(table.contains("n/a"), "{table}");
+    assert!(
+        table.contains(&format!("daemon http://{}", d.addr)),
+        "{table}"
+    );
+}
+
+#[test]
+fn process_churn_leaves_no_stale_series() {
+    let d = Daemon::with_scenario("churn");
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..20 {
+        let snap = d.snapshot();
+        let live: Vec<u64> = snap["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pid"].as_u64().unwrap())
+            .collect();
+        seen.extend(live.iter().copied());
+        let m = d.metrics();
+        let series = count_series(&m, "gpumon_process_memory_used_bytes");
+        // Never more series than a churn window holds, however many pids have come and gone.
+        assert!(series <= 64, "{series} process series");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert!(
+        seen.len() > 64,
+        "churn scenario should cycle many pids, saw {}",
+        seen.len()
+    );
+}
+
+#[test]
+fn status_reads_nvml_directly_when_no_daemon_runs() {
+    let out = Command::new(BIN)
+        .args(["--config", empty_config().path().to_str().unwrap()])
+        .args(["status", "--listen", "127.0.0.1:1", "--nvml-lib"])
+        .arg(fake_lib())
+        .env("FAKE_NVML_SCENARIO", scenario("two_gpus"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.contains("NVML directly (no daemon answered at http://127.0.0.1:1"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("0 ") || l.starts_with("1 "))
+            .count()
+            >= 2,
+        "{table}"
+    );
+
+    let json = Command::new(BIN)
+        .args(["--config", empty_config().path().to_str().unwrap()])
+        .args(["status", "--json", "--direct", "--nvml-lib"])
+        .arg(fake_lib())
+        .env("FAKE_NVML_SCENARIO", scenario("two_gpus"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 2);
+
+    let failed = Command::new(BIN)
+        .args(["--config", empty_config().path().to_str().unwrap()])
+        .args(["status", "--direct", "--nvml-lib", "/nonexistent.so"])
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("/nonexistent.so"));
+}
+
+#[test]
+fn config_precedence_is_file_then_env_then_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpumon.toml");
+    std::fs::write(&file, "interval = \"5s\"\nnvml_lib = \"/from/file.so\"\n").unwrap();
+    let run = |env: &[(&str, &str)], flags: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--config", file.to_str().unwrap(), "--log-format", "json"])
+            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .env_remove("GPUMON_INTERVAL")
+            .env_remove("GPUMON_NVML_LIB")
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+        let line = lines
+            .find(|l| l.as_ref().unwrap().contains("gpumon daemon serving"))
+            .unwrap()
+            .unwrap();
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        assert!(child.wait().unwrap().success());
+        line
+    };
+    let l = run(&[], &[]);
+    assert!(l.contains("5s") && l.contains("/from/file.so"), "{l}");
+    let l = run(&[("GPUMON_INTERVAL", "2s")], &[]);
+    assert!(l.contains("2s") && l.contains("/from/file.so"), "{l}");
+    let l = run(
+        &[("GPUMON_INTERVAL", "2s")],
+        &["--interval", "300ms", "--nvml-lib", "/from/flag.so"],
+    );
+    assert!(l.contains("300ms") && l.contains("/from/flag.so"), "{l}");
+
+    std::fs::write(&file, "intervall = \"5s\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["--config", file.to_str().unwrap(), "daemon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("intervall") && err.contains("gpumon.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_command_prints_the_shipped_example() {
+    let out = Command::new(BIN).arg("config").output().unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gpumon.example.toml"))
+            .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), shipped);
+}
