@@ -68,6 +68,16 @@ pub enum ProcessKind {
     ComputeGraphics,
 }
 
+impl ProcessKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessKind::Compute => "compute",
+            ProcessKind::Graphics => "graphics",
+            ProcessKind::ComputeGraphics => "compute+graphics",
+        }
+    }
+}
+
 /// What /proc says about a process; every field may be missing (the pid may be in another
 /// namespace we cannot see, or gone).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

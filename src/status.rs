@@ -102,24 +102,19 @@ pub fn table(snap: &Snapshot, origin: &Origin) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{:<4} {:>8} {:<12} {:<14} {:<16} {:<9} {:>10}",
+        "\n{:<4} {:>8} {:<12} {:<14} {:<16} {:<16} {:>10}",
         "GPU", "PID", "USER", "CONTAINER", "PROCESS", "KIND", "USED"
     );
     for p in &snap.processes {
-        let kind = match p.kind {
-            crate::model::ProcessKind::Compute => "compute",
-            crate::model::ProcessKind::Graphics => "graphics",
-            crate::model::ProcessKind::ComputeGraphics => "comp+gfx",
-        };
         let _ = writeln!(
             out,
-            "{:<4} {:>8} {:<12} {:<14} {:<16} {:<9} {:>10}",
+            "{:<4} {:>8} {:<12} {:<14} {:<16} {:<16} {:>10}",
             p.gpu,
             p.pid,
             truncate(p.info.user.as_deref().unwrap_or("n/a"), 12),
             truncate(p.info.container.as_deref().unwrap_or("-"), 14),
             truncate(p.info.name.as_deref().unwrap_or("n/a"), 16),
-            kind,
+            p.kind.as_str(),
             opt(p.used_memory_bytes, bytes),
         );
     }

@@ -246,11 +246,7 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
         if let Some(b) = p.used_memory_bytes {
             used.add(&[gpu, &p.uuid, pid, name, container], b as f64);
         }
-        let kind = match p.kind {
-            crate::model::ProcessKind::Compute => "compute",
-            crate::model::ProcessKind::Graphics => "graphics",
-            crate::model::ProcessKind::ComputeGraphics => "compute+graphics",
-        };
+        let kind = p.kind.as_str();
         let user = p.info.user.as_deref().unwrap_or("");
         let mig = p.mig_uuid.as_deref().unwrap_or("");
         info.add(&[gpu, &p.uuid, pid, name, container, user, kind, mig], 1.0);

@@ -114,12 +114,7 @@ impl GpuCollector<'_> {
             Err(e) => return out.gpus.push(self.failed(index, &e)),
         };
         let memory = match device.memory_info() {
-            Ok(m) => Some(MemoryInfo {
-                total: m.total,
-                used: m.used,
-                free: m.free,
-                reserved: m.reserved,
-            }),
+            Ok(m) => Some(memory(m)),
             Err(NvmlError::NotSupported) => None,
             Err(e) => return out.gpus.push(self.failed(index, &e)),
         };
@@ -200,12 +195,7 @@ impl GpuCollector<'_> {
             let reading = MigReading {
                 gpu_instance_id: instance_id(self.nvml, &mig, InstanceKind::Gpu),
                 compute_instance_id: instance_id(self.nvml, &mig, InstanceKind::Compute),
-                memory: optional(mig.memory_info()).map(|m| MemoryInfo {
-                    total: m.total,
-                    used: m.used,
-                    free: m.free,
-                    reserved: m.reserved,
-                }),
+                memory: optional(mig.memory_info()).map(memory),
                 uuid,
             };
             self.read_processes(&mig, &gpu.identity, Some(&reading), out)?;
@@ -261,6 +251,15 @@ impl GpuCollector<'_> {
             });
         }
         Ok(())
+    }
+}
+
+fn memory(m: nvml_wrapper::struct_wrappers::device::MemoryInfo) -> MemoryInfo {
+    MemoryInfo {
+        total: m.total,
+        used: m.used,
+        free: m.free,
+        reserved: m.reserved,
     }
 }
 
