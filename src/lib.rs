@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod ingest;
 pub mod model;
 pub mod outputs;
 pub mod poller;

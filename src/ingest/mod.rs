@@ -1,0 +1,4 @@
+//! Trainer ingest: the Unix-socket protocol that instrumented trainers push allocator stats
+//! over (docs/protocol.md).
+
+pub mod protocol;

@@ -1,0 +1,439 @@
+//! The ingest protocol's wire format (docs/protocol.md): one JSON object per line in, `welcome`
+//! or `error` lines out. Parsing is typed and borrows from the line, because the daemon must
+//! keep up with hundreds of thousands of samples a second; stats keys it does not know are
+//! skipped without allocating.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The protocol version this daemon speaks.
+pub const VERSION: u64 = 1;
+/// Longest accepted line, newline excluded.
+pub const MAX_LINE: usize = 65_536;
+/// Longest accepted label-like string (job, phase, kind, ...).
+const MAX_LABEL: usize = 128;
+/// Longest accepted free text (event detail, paths).
+const MAX_TEXT: usize = 4096;
+/// Largest byte count taken as real: 1 PiB. Beyond that the value is corrupt, not memory.
+const MAX_BYTES: u64 = 1 << 50;
+
+/// Error codes of the protocol's `error` reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    BadJson,
+    LineTooLong,
+    NoHello,
+    DuplicateHello,
+    UnsupportedVersion,
+    UnknownType,
+    BadField,
+    RateLimited,
+    TooManyConnections,
+}
+
+impl Code {
+    pub const ALL: [Code; 9] = [
+        Code::BadJson,
+        Code::LineTooLong,
+        Code::NoHello,
+        Code::DuplicateHello,
+        Code::UnsupportedVersion,
+        Code::UnknownType,
+        Code::BadField,
+        Code::RateLimited,
+        Code::TooManyConnections,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::BadJson => "bad_json",
+            Code::LineTooLong => "line_too_long",
+            Code::NoHello => "no_hello",
+            Code::DuplicateHello => "duplicate_hello",
+            Code::UnsupportedVersion => "unsupported_version",
+            Code::UnknownType => "unknown_type",
+            Code::BadField => "bad_field",
+            Code::RateLimited => "rate_limited",
+            Code::TooManyConnections => "too_many_connections",
+        }
+    }
+}
+
+/// A rejected line: the code and a message that names the bad value and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub code: Code,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+/// The allocator counters and gauges the daemon uses, from `torch.cuda.memory_stats()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub allocated: Option<u64>,
+    pub allocated_peak: Option<u64>,
+    pub reserved: Option<u64>,
+    pub active: Option<u64>,
+    pub inactive_split: Option<u64>,
+    pub requested: Option<u64>,
+    pub alloc_retries: Option<u64>,
+    pub ooms: Option<u64>,
+    pub sync_all_streams: Option<u64>,
+    pub device_alloc: Option<u64>,
+    pub device_free: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hello {
+    pub v: u64,
+    pub ns_pid: Option<u64>,
+    pub job: Option<String>,
+    pub rank: Option<u64>,
+    pub world_size: Option<u64>,
+    pub cuda_device: Option<u64>,
+    pub gpu_uuid: Option<String>,
+    pub client: Option<String>,
+    pub torch: Option<String>,
+    pub allocator: Option<String>,
+    pub expandable_segments: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub ts: f64,
+    pub step: Option<u64>,
+    /// "train" when absent.
+    pub phase: String,
+    pub stats: Stats,
+    pub device_free: Option<u64>,
+    pub device_total: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub ts: f64,
+    pub kind: String,
+    pub alloc_bytes: Option<u64>,
+    pub device_free: Option<u64>,
+    pub phase: Option<String>,
+    pub detail: Option<String>,
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Hello(Hello),
+    Sample(Sample),
+    Event(Event),
+    Bye { ts: Option<f64> },
+}
+
+/// Every field of every message type, all optional; the `type` decides which apply.
+#[derive(Deserialize)]
+struct Raw<'a> {
+    #[serde(rename = "type", borrow)]
+    msg_type: Option<Cow<'a, str>>,
+    /// An event's kind (oom, phase, mark, snapshot).
+    #[serde(borrow)]
+    kind: Option<Cow<'a, str>>,
+    v: Option<u64>,
+    pid: Option<u64>,
+    #[serde(borrow)]
+    job: Option<Cow<'a, str>>,
+    rank: Option<u64>,
+    world_size: Option<u64>,
+    cuda_device: Option<u64>,
+    #[serde(borrow)]
+    gpu_uuid: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    client: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    torch: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    allocator: Option<Cow<'a, str>>,
+    expandable_segments: Option<bool>,
+    ts: Option<f64>,
+    step: Option<u64>,
+    #[serde(borrow)]
+    phase: Option<Cow<'a, str>>,
+    stats: Option<RawStats>,
+    device_free: Option<u64>,
+    device_total: Option<u64>,
+    alloc_bytes: Option<u64>,
+    #[serde(borrow)]
+    detail: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    path: Option<Cow<'a, str>>,
+}
+
+/// `stats` with the known keys picked out; a known key with a bad value is remembered so the
+/// error can name it.
+#[derive(Default)]
+struct RawStats {
+    stats: Stats,
+    bad: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for RawStats {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(StatsVisitor)
+    }
+}
+
+struct StatsVisitor;
+
+impl<'de> Visitor<'de> for StatsVisitor {
+    type Value = RawStats;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of torch.cuda.memory_stats() keys")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawStats, A::Error> {
+        let mut out = RawStats::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let s = &mut out.stats;
+            let slot = match key.as_ref() {
+                "allocated_bytes.all.current" => &mut s.allocated,
+                "allocated_bytes.all.peak" => &mut s.allocated_peak,
+                "reserved_bytes.all.current" => &mut s.reserved,
+                "active_bytes.all.current" => &mut s.active,
+                "inactive_split_bytes.all.current" => &mut s.inactive_split,
+                "requested_bytes.all.current" => &mut s.requested,
+                "num_alloc_retries" => &mut s.alloc_retries,
+                "num_ooms" => &mut s.ooms,
+                "num_sync_all_streams" => &mut s.sync_all_streams,
+                "num_device_alloc" => &mut s.device_alloc,
+                "num_device_free" => &mut s.device_free,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            match map.next_value::<serde_json::Value>()? {
+                serde_json::Value::Number(n) => match n.as_u64().filter(|v| *v <= MAX_BYTES) {
+                    Some(v) => *slot = Some(v),
+                    None => {
+                        out.bad
+                            .get_or_insert_with(|| format!("stats[{key:?}] = {n}"));
+                    }
+                },
+                serde_json::Value::Null => {}
+                other => {
+                    out.bad
+                        .get_or_insert_with(|| format!("stats[{key:?}] = {other}"));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Parses one line (without its newline).
+pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
+    if line.len() > MAX_LINE {
+        return Err(Rejection::new(
+            Code::LineTooLong,
+            format!("line of {} bytes exceeds {MAX_LINE}", line.len()),
+        ));
+    }
+    let text = std::str::from_utf8(line).map_err(|e| {
+        Rejection::new(
+            Code::BadJson,
+            format!("line is not UTF-8 ({e}); send UTF-8 JSON, one object per line"),
+        )
+    })?;
+    let raw: Raw = serde_json::from_str(text).map_err(|e| {
+        use serde_json::error::Category;
+        let code = match e.classify() {
+            Category::Data => Code::BadField,
+            _ => Code::BadJson,
+        };
+        Rejection::new(code, format!("{e}; send one JSON object per line"))
+    })?;
+    let msg_type = raw.msg_type.clone().ok_or_else(|| {
+        Rejection::new(
+            Code::BadField,
+            "missing \"type\"; every message needs one of hello, sample, event, bye",
+        )
+    })?;
+    match msg_type.as_ref() {
+        "hello" => hello(raw).map(Message::Hello),
+        "sample" => sample(raw).map(Message::Sample),
+        "event" => event(raw).map(Message::Event),
+        "bye" => Ok(Message::Bye {
+            ts: raw.ts.map(|t| ts("ts", t)).transpose()?,
+        }),
+        other => Err(Rejection::new(
+            Code::UnknownType,
+            format!(
+                "unknown type {:?}; this daemon speaks hello, sample, event, bye",
+                clip(other)
+            ),
+        )),
+    }
+}
+
+fn hello(r: Raw) -> Result<Hello, Rejection> {
+    let v = r
+        .v
+        .ok_or_else(|| Rejection::new(Code::BadField, "hello needs \"v\" (protocol version, 1)"))?;
+    if v != VERSION {
+        return Err(Rejection::new(
+            Code::UnsupportedVersion,
+            format!("protocol version {v} is not supported; this daemon speaks v{VERSION}: upgrade the daemon or pin the client"),
+        ));
+    }
+    Ok(Hello {
+        v,
+        ns_pid: r.pid,
+        job: label("job", r.job)?,
+        rank: r.rank,
+        world_size: r.world_size,
+        cuda_device: r.cuda_device,
+        gpu_uuid: label("gpu_uuid", r.gpu_uuid)?,
+        client: label("client", r.client)?,
+        torch: label("torch", r.torch)?,
+        allocator: label("allocator", r.allocator)?,
+        expandable_segments: r.expandable_segments,
+    })
+}
+
+fn sample(r: Raw) -> Result<Sample, Rejection> {
+    let stats = match r.stats {
+        Some(RawStats { bad: Some(bad), .. }) => {
+            return Err(Rejection::new(
+                Code::BadField,
+                format!(
+                    "{bad}: stats values must be byte counts or counters, integers from 0 to 2^50"
+                ),
+            ))
+        }
+        Some(s) => s.stats,
+        None => Stats::default(),
+    };
+    Ok(Sample {
+        ts: ts("ts", required("sample", "ts", r.ts)?)?,
+        step: r.step,
+        phase: label("phase", r.phase)?.unwrap_or_else(|| "train".into()),
+        stats,
+        device_free: bytes("device_free", r.device_free)?,
+        device_total: bytes("device_total", r.device_total)?,
+    })
+}
+
+fn event(r: Raw) -> Result<Event, Rejection> {
+    Ok(Event {
+        ts: ts("ts", required("event", "ts", r.ts)?)?,
+        kind: label("kind", r.kind)?.ok_or_else(|| {
+            Rejection::new(
+                Code::BadField,
+                "event needs \"kind\" (oom, phase, mark, snapshot)",
+            )
+        })?,
+        alloc_bytes: bytes("alloc_bytes", r.alloc_bytes)?,
+        device_free: bytes("device_free", r.device_free)?,
+        phase: label("phase", r.phase)?,
+        detail: text("detail", r.detail)?,
+        path: text("path", r.path)?,
+    })
+}
+
+fn required<T>(msg: &str, field: &str, v: Option<T>) -> Result<T, Rejection> {
+    v.ok_or_else(|| Rejection::new(Code::BadField, format!("{msg} needs \"{field}\"")))
+}
+
+/// A Unix timestamp: finite and after 2000 and before 2100, else the client's clock or encoder
+/// is broken and the sample would poison rate and ETA computations.
+fn ts(field: &str, t: f64) -> Result<f64, Rejection> {
+    if t.is_finite() && (946_684_800.0..4_102_444_800.0).contains(&t) {
+        Ok(t)
+    } else {
+        Err(Rejection::new(
+            Code::BadField,
+            format!("{field} = {t} is not a Unix time in seconds (send time.time())"),
+        ))
+    }
+}
+
+fn bytes(field: &str, v: Option<u64>) -> Result<Option<u64>, Rejection> {
+    match v {
+        Some(b) if b > MAX_BYTES => Err(Rejection::new(
+            Code::BadField,
+            format!("{field} = {b} is not a plausible byte count (limit 2^50)"),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn label(field: &str, v: Option<Cow<str>>) -> Result<Option<String>, Rejection> {
+    bounded(field, v, MAX_LABEL)
+}
+
+fn text(field: &str, v: Option<Cow<str>>) -> Result<Option<String>, Rejection> {
+    bounded(field, v, MAX_TEXT)
+}
+
+fn bounded(field: &str, v: Option<Cow<str>>, max: usize) -> Result<Option<String>, Rejection> {
+    match v {
+        Some(s) if s.len() > max => Err(Rejection::new(
+            Code::BadField,
+            format!("{field} is {} bytes long; keep it under {max}", s.len()),
+        )),
+        other => Ok(other.map(Cow::into_owned)),
+    }
+}
+
+/// Shortens a client-supplied value before quoting it back in an error.
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Daemon → trainer lines.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply<'a> {
+    Welcome {
+        v: u64,
+        server: &'a str,
+        session: &'a str,
+    },
+    Error {
+        code: Code,
+        line: u64,
+        message: &'a str,
+    },
+}
+
+impl Reply<'_> {
+    /// The reply as one line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec(self).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
