@@ -1,4 +1,5 @@
 //! Trainer ingest: the Unix-socket protocol that instrumented trainers push allocator stats
 //! over (docs/protocol.md).
 
+pub mod lines;
 pub mod protocol;
