@@ -1,0 +1,333 @@
+//! Trainer sessions: what each instrumented trainer has pushed, bounded per session and in
+//! count. A session lives from `hello` until its connection ends; ended sessions are kept a
+//! short while (for the API and the crash record) and then dropped.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::ring::Series;
+use crate::ingest::protocol::{Event, Hello, Sample, Stats};
+use crate::model::Timestamp;
+
+/// Who is on the other end, from SO_PEERCRED (the kernel), never from the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One step-boundary sample, compact: what charts and detectors read.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SessionPoint {
+    pub step: Option<u64>,
+    pub train: bool,
+    pub allocated: Option<u64>,
+    pub allocated_peak: Option<u64>,
+    pub reserved: Option<u64>,
+}
+
+/// A cumulative allocator counter that survives the trainer resetting its stats: a decrease is a
+/// reset, and counting resumes from the new value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    pub total: u64,
+    last_raw: Option<u64>,
+}
+
+impl Counter {
+    pub fn observe(&mut self, raw: Option<u64>) {
+        let Some(raw) = raw else { return };
+        let delta = match self.last_raw {
+            Some(last) if raw >= last => raw - last,
+            // First sight or reset: what the trainer reports now has all happened.
+            _ => raw,
+        };
+        self.total = self.total.saturating_add(delta);
+        self.last_raw = Some(raw);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub ts: Timestamp,
+    pub kind: String,
+    pub detail: Option<String>,
+    pub alloc_bytes: Option<u64>,
+    pub device_free: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// `bye` received.
+    Clean,
+    /// The connection closed without `bye`: the trainer died.
+    Crash,
+}
+
+pub struct Session {
+    pub id: String,
+    pub peer: Peer,
+    pub hello: Hello,
+    pub started: Timestamp,
+    pub last_sample: Option<(Timestamp, Sample)>,
+    pub last_arrival: Option<Timestamp>,
+    pub samples: u64,
+    pub retries: Counter,
+    pub ooms: Counter,
+    pub series: Series<SessionPoint>,
+    pub events: VecDeque<EventRecord>,
+    pub ended: Option<(Timestamp, Ending)>,
+}
+
+/// Limits that keep the session store bounded whatever clients send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    pub points: usize,
+    pub events: usize,
+    /// Ended sessions kept for the API; the oldest go first.
+    pub ended_kept: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            points: 3600,
+            events: 64,
+            ended_kept: 64,
+        }
+    }
+}
+
+pub struct Sessions {
+    limits: SessionLimits,
+    next_id: u64,
+    /// By numeric id, so iteration is in start order.
+    live: BTreeMap<u64, Session>,
+    ended: VecDeque<Session>,
+}
+
+impl Sessions {
+    pub fn new(limits: SessionLimits) -> Self {
+        Self {
+            limits,
+            next_id: 1,
+            live: BTreeMap::new(),
+            ended: VecDeque::new(),
+        }
+    }
+
+    /// Opens a session and returns its key and its id string (`s-17`).
+    pub fn open(&mut self, peer: Peer, hello: Hello, now: Timestamp) -> (u64, String) {
+        let key = self.next_id;
+        self.next_id += 1;
+        let id = format!("s-{key}");
+        self.live.insert(
+            key,
+            Session {
+                id: id.clone(),
+                peer,
+                hello,
+                started: now,
+                last_sample: None,
+                last_arrival: None,
+                samples: 0,
+                retries: Counter::default(),
+                ooms: Counter::default(),
+                series: Series::new(self.limits.points),
+                events: VecDeque::new(),
+                ended: None,
+            },
+        );
+        (key, id)
+    }
+
+    pub fn sample(&mut self, key: u64, s: Sample, now: Timestamp) {
+        let Some(sess) = self.live.get_mut(&key) else {
+            return;
+        };
+        sess.retries.observe(s.stats.alloc_retries);
+        sess.ooms.observe(s.stats.ooms);
+        let point = point(&s.stats, s.step, s.phase == "train");
+        // Samples arrive at step boundaries, not on a clock: no gap detection here.
+        sess.series.push(s.ts, Some(point), f64::INFINITY);
+        sess.samples += 1;
+        sess.last_arrival = Some(now);
+        sess.last_sample = Some((s.ts, s));
+    }
+
+    pub fn event(&mut self, key: u64, e: Event) {
+        let limit = self.limits.events;
+        if let Some(sess) = self.live.get_mut(&key) {
+            push_event(
+                sess,
+                limit,
+                EventRecord {
+                    ts: e.ts,
+                    kind: e.kind,
+                    detail: e.detail.or(e.path).or(e.phase),
+                    alloc_bytes: e.alloc_bytes,
+                    device_free: e.device_free,
+                },
+            );
+        }
+    }
+
+    pub fn close(&mut self, key: u64, ending: Ending, now: Timestamp) {
+        let Some(mut sess) = self.live.remove(&key) else {
+            return;
+        };
+        if ending == Ending::Crash {
+            let detail =
+                Some("connection closed without bye: the trainer exited or was killed".into());
+            push_event(
+                &mut sess,
+                self.limits.events,
+                EventRecord {
+                    ts: now,
+                    kind: "crash".into(),
+                    detail,
+                    alloc_bytes: None,
+                    device_free: None,
+                },
+            );
+        }
+        sess.ended = Some((now, ending));
+        if self.ended.len() == self.limits.ended_kept {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(sess);
+    }
+
+    pub fn live(&self) -> impl Iterator<Item = &Session> {
+        self.live.values()
+    }
+
+    pub fn ended(&self) -> impl Iterator<Item = &Session> {
+        self.ended.iter()
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+}
+
+fn point(st: &Stats, step: Option<u64>, train: bool) -> SessionPoint {
+    SessionPoint {
+        step,
+        train,
+        allocated: st.allocated,
+        allocated_peak: st.allocated_peak,
+        reserved: st.reserved,
+    }
+}
+
+fn push_event(sess: &mut Session, limit: usize, e: EventRecord) {
+    if sess.events.len() == limit {
+        sess.events.pop_front();
+    }
+    sess.events.push_back(e);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        Hello {
+            v: 1,
+            ns_pid: Some(1),
+            job: Some("j".into()),
+            rank: Some(0),
+            world_size: None,
+            cuda_device: Some(0),
+            gpu_uuid: Some("GPU-1".into()),
+            client: None,
+            torch: None,
+            allocator: None,
+            expandable_segments: None,
+        }
+    }
+
+    fn sample(ts: f64, retries: u64) -> Sample {
+        Sample {
+            ts,
+            step: Some(ts as u64),
+            phase: "train".into(),
+            stats: Stats {
+                allocated: Some(100),
+                alloc_retries: Some(retries),
+                ..Stats::default()
+            },
+            device_free: None,
+            device_total: None,
+        }
+    }
+
+    const PEER: Peer = Peer {
+        pid: 10,
+        uid: 0,
+        gid: 0,
+    };
+
+    #[test]
+    fn counters_survive_resets() {
+        let mut c = Counter::default();
+        for raw in [3, 5, 5, 1, 4] {
+            c.observe(Some(raw));
+        }
+        // 3, +2, +0, reset to 1 (+1), +3
+        assert_eq!(c.total, 9);
+    }
+
+    #[test]
+    fn sessions_are_bounded_in_points_events_and_ended_count() {
+        let limits = SessionLimits {
+            points: 5,
+            events: 3,
+            ended_kept: 2,
+        };
+        let mut s = Sessions::new(limits);
+        for round in 0..10 {
+            let (key, id) = s.open(PEER, hello(), 0.0);
+            assert_eq!(id, format!("s-{}", round + 1));
+            for i in 0..100 {
+                s.sample(key, sample(i as f64, 0), 0.0);
+                s.event(
+                    key,
+                    Event {
+                        ts: i as f64,
+                        kind: "mark".into(),
+                        alloc_bytes: None,
+                        device_free: None,
+                        phase: None,
+                        detail: Some("x".into()),
+                        path: None,
+                    },
+                );
+            }
+            let sess = s.live().next().unwrap();
+            assert_eq!(sess.series.len(), 5);
+            assert_eq!(sess.events.len(), 3);
+            s.close(key, Ending::Crash, 1.0);
+        }
+        assert_eq!(s.live_count(), 0);
+        assert_eq!(s.ended().count(), 2);
+        let last = s.ended().last().unwrap();
+        assert_eq!(last.ended, Some((1.0, Ending::Crash)));
+        assert_eq!(last.events.back().unwrap().kind, "crash");
+    }
+
+    #[test]
+    fn a_clean_bye_records_no_crash() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let (key, _) = s.open(PEER, hello(), 0.0);
+        s.sample(key, sample(1.0, 2), 1.0);
+        s.close(key, Ending::Clean, 2.0);
+        let sess = s.ended().next().unwrap();
+        assert!(sess.events.is_empty());
+        assert_eq!(sess.retries.total, 2);
+    }
+}
