@@ -1,5 +1,6 @@
 //! Trainer ingest: the Unix-socket protocol that instrumented trainers push allocator stats
 //! over (docs/protocol.md).
 
+pub mod conn;
 pub mod lines;
 pub mod protocol;

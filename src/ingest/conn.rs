@@ -1,0 +1,181 @@
+//! One connection's protocol state: hello first and once, then samples and events, then bye.
+//! Pure logic over the session store, so every rule is unit-tested without sockets.
+
+use super::protocol::{self, Code, Message, Rejection, Reply};
+use crate::model::Timestamp;
+use crate::store::sessions::{Ending, Peer, Sessions};
+
+const SERVER: &str = concat!("gpumon/", env!("CARGO_PKG_VERSION"));
+
+pub struct Conn {
+    peer: Peer,
+    /// Session key once hello was accepted.
+    session: Option<u64>,
+    line: u64,
+    said_bye: bool,
+}
+
+/// What the caller should do after a line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Accepted,
+    /// Send this line back (welcome or error); `rejected` carries the code to count.
+    Reply {
+        line: Vec<u8>,
+        rejected: Option<Code>,
+    },
+    /// Bye received: the session ended cleanly; the connection may close.
+    Bye,
+}
+
+impl Conn {
+    pub fn new(peer: Peer) -> Self {
+        Self {
+            peer,
+            session: None,
+            line: 0,
+            said_bye: false,
+        }
+    }
+
+    pub fn line_number(&self) -> u64 {
+        self.line
+    }
+
+    /// A rejection found before parsing (over-long line, rate limit).
+    pub fn reject(&mut self, r: Rejection) -> Outcome {
+        self.line += 1;
+        self.error(r)
+    }
+
+    fn error(&self, r: Rejection) -> Outcome {
+        Outcome::Reply {
+            line: Reply::Error {
+                code: r.code,
+                line: self.line,
+                message: &r.message,
+            }
+            .to_line(),
+            rejected: Some(r.code),
+        }
+    }
+
+    pub fn handle(&mut self, raw: &[u8], sessions: &mut Sessions, now: Timestamp) -> Outcome {
+        self.line += 1;
+        let msg = match protocol::parse(raw) {
+            Ok(m) => m,
+            Err(r) => return self.error(r),
+        };
+        match (msg, self.session) {
+            (Message::Hello(h), None) => {
+                let (key, id) = sessions.open(self.peer, h, now);
+                self.session = Some(key);
+                Outcome::Reply {
+                    line: Reply::Welcome {
+                        v: protocol::VERSION,
+                        server: SERVER,
+                        session: &id,
+                    }
+                    .to_line(),
+                    rejected: None,
+                }
+            }
+            (Message::Hello(_), Some(_)) => self.error(Rejection::new(
+                Code::DuplicateHello,
+                "hello was already accepted on this connection; open a new connection for another device",
+            )),
+            (_, None) => self.error(Rejection::new(
+                Code::NoHello,
+                "send hello first: {\"type\":\"hello\",\"v\":1,...}",
+            )),
+            (Message::Sample(s), Some(key)) => {
+                sessions.sample(key, s, now);
+                Outcome::Accepted
+            }
+            (Message::Event(e), Some(key)) => {
+                sessions.event(key, e);
+                Outcome::Accepted
+            }
+            (Message::Bye { .. }, Some(key)) => {
+                sessions.close(key, Ending::Clean, now);
+                self.session = None;
+                self.said_bye = true;
+                Outcome::Bye
+            }
+        }
+    }
+
+    /// The connection ended: without bye, the session is recorded as a crash.
+    pub fn close(self, sessions: &mut Sessions, now: Timestamp) {
+        if let Some(key) = self.session {
+            sessions.close(key, Ending::Crash, now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sessions::SessionLimits;
+
+    const PEER: Peer = Peer {
+        pid: 77,
+        uid: 1000,
+        gid: 1000,
+    };
+    const HELLO: &[u8] = br#"{"type":"hello","v":1,"pid":5,"job":"j","gpu_uuid":"GPU-1"}"#;
+    const SAMPLE: &[u8] =
+        br#"{"type":"sample","ts":1763700000,"step":1,"stats":{"allocated_bytes.all.current":10}}"#;
+
+    fn reply_of(o: Outcome) -> (String, Option<Code>) {
+        match o {
+            Outcome::Reply { line, rejected } => (String::from_utf8(line).unwrap(), rejected),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn hello_then_samples_then_bye() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let mut c = Conn::new(PEER);
+        let (welcome, rej) = reply_of(c.handle(HELLO, &mut s, 1.0));
+        assert_eq!(rej, None);
+        assert!(welcome.contains(r#""type":"welcome""#) && welcome.contains(r#""session":"s-1""#));
+        assert_eq!(c.handle(SAMPLE, &mut s, 2.0), Outcome::Accepted);
+        let sess = s.live().next().unwrap();
+        assert_eq!(sess.peer.pid, 77);
+        assert_eq!(sess.hello.ns_pid, Some(5));
+        assert_eq!(sess.samples, 1);
+        assert_eq!(c.handle(br#"{"type":"bye"}"#, &mut s, 3.0), Outcome::Bye);
+        c.close(&mut s, 4.0);
+        assert_eq!(s.ended().next().unwrap().ended, Some((3.0, Ending::Clean)));
+    }
+
+    #[test]
+    fn sample_before_hello_and_second_hello_are_refused_but_the_connection_goes_on() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let mut c = Conn::new(PEER);
+        let (e, code) = reply_of(c.handle(SAMPLE, &mut s, 1.0));
+        assert_eq!(code, Some(Code::NoHello));
+        assert!(e.contains(r#""line":1"#));
+        reply_of(c.handle(HELLO, &mut s, 1.0));
+        let (_, code) = reply_of(c.handle(HELLO, &mut s, 1.0));
+        assert_eq!(code, Some(Code::DuplicateHello));
+        let (e, code) = reply_of(c.handle(b"garbage", &mut s, 1.0));
+        assert_eq!(code, Some(Code::BadJson));
+        assert!(e.contains(r#""line":4"#));
+        assert_eq!(c.handle(SAMPLE, &mut s, 2.0), Outcome::Accepted);
+        assert_eq!(s.live_count(), 1);
+    }
+
+    #[test]
+    fn close_without_bye_is_a_crash() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let mut c = Conn::new(PEER);
+        reply_of(c.handle(HELLO, &mut s, 1.0));
+        c.close(&mut s, 9.0);
+        let ended = s.ended().next().unwrap();
+        assert_eq!(ended.ended, Some((9.0, Ending::Crash)));
+        assert_eq!(ended.events.back().unwrap().kind, "crash");
+    }
+}
