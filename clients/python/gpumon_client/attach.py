@@ -1,0 +1,221 @@
+"""attach(): zero-touch instrumentation of a PyTorch trainer through global torch hooks."""
+
+import atexit
+import logging
+import sys
+import threading
+from typing import Any, Iterable, Optional, Set
+
+from . import _env, protocol
+from .client import Client
+from .stats import StatsSource, TorchStatsSource
+
+log = logging.getLogger("gpumon_client")
+
+_lock = threading.Lock()
+_state: Optional["Attachment"] = None
+_oom_observer_installed = False
+_atexit_registered = False
+
+
+class Attachment:
+    """What attach() returns. `client` is None when attaching was a no-op (disabled, no torch/CUDA)."""
+
+    def __init__(self, client: Optional[Client] = None, every: int = 1) -> None:
+        self.client = client
+        self.every = max(1, int(every))
+        self.step = 0
+        self._stepped: Set[int] = set()
+        self._hook_handle: Any = None
+        self._torch: Any = None
+        self._oom_pending = False
+
+    @property
+    def active(self) -> bool:
+        return self.client is not None and _state is self
+
+    def on_optimizer_step(self, optimizer: Any) -> None:
+        # One training step can step several optimizers (GANs, per-module optimizers). A step
+        # ends when an optimizer that already stepped steps again, so each training step yields
+        # one sample, taken after its first optimizer.step().
+        key = id(optimizer)
+        stepped = self._stepped
+        if stepped and key not in stepped:
+            stepped.add(key)
+            return
+        stepped.clear()
+        stepped.add(key)
+        self.step += 1
+        client = self.client
+        if client is None or getattr(client, "explicit_steps", False):
+            return  # a Reporter or trainer callback labels steps itself; it is the better source
+        if self._oom_pending:
+            self._oom_pending = False
+            _install_oom_observer(self._torch, now=True)
+        if self.step % self.every == 0:
+            client.sample(step=self.step)
+
+    def detach(self, timeout: float = 0.5) -> None:
+        """Removes the hook and ends the session with bye."""
+        global _state
+        with _lock:
+            if _state is self:
+                _state = None
+        handle, self._hook_handle = self._hook_handle, None
+        if handle is not None:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+        if self.client is not None:
+            self.client.close(timeout=timeout)
+
+
+def attach(
+    job: Optional[str] = None,
+    *,
+    source: Optional[StatsSource] = None,
+    socket: Optional[str] = None,
+    device: Optional[int] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    every: int = 1,
+    oom: bool = True,
+    stats_keys: Optional[Iterable[str]] = protocol.KNOWN_STATS_KEYS,
+    max_buffer: int = 1024,
+) -> Attachment:
+    """Instruments the process: a sample per optimizer step and an `oom` event on CUDA OOM.
+
+    Safe to call more than once (later calls return the first attachment) and never raises.
+    Returns a no-op Attachment when GPUMON_DISABLE=1, or torch or CUDA is unavailable.
+    """
+    global _state, _atexit_registered
+    if _env.disabled():
+        return Attachment()
+    with _lock:
+        if _state is not None:
+            return _state
+        try:
+            torch = _import_torch()
+            if torch is None:
+                log.info("gpumon: torch is not importable; attach() does nothing")
+                return Attachment()
+            if source is None:
+                if not TorchStatsSource.available():
+                    log.info("gpumon: CUDA is not available; attach() does nothing")
+                    return Attachment()
+                source = TorchStatsSource(device)
+            client = Client(
+                job,
+                source=source,
+                socket=socket,
+                rank=rank,
+                world_size=world_size,
+                stats_keys=stats_keys,
+                max_buffer=max_buffer,
+            )
+            state = Attachment(client, every=every)
+            state._torch = torch
+            register = getattr(getattr(getattr(torch, "optim", None), "optimizer", None), "register_optimizer_step_post_hook", None)
+            if register is None:
+                log.warning("gpumon: this torch has no optimizer step hooks (needs >= 2.0); use Reporter")
+            else:
+                state._hook_handle = register(_optimizer_hook)
+            if oom:
+                state._oom_pending = not _install_oom_observer(torch)
+            _state = state
+            if not _atexit_registered:
+                atexit.register(_at_exit)
+                _atexit_registered = True
+            return state
+        except Exception as exc:
+            log.warning("gpumon: attach failed (training continues without it): %r", exc)
+            return Attachment()
+
+
+def detach(timeout: float = 0.5) -> None:
+    """Undoes attach(), sending bye."""
+    state = _state
+    if state is not None:
+        state.detach(timeout=timeout)
+
+
+def current() -> Optional[Attachment]:
+    return _state
+
+
+def _import_torch() -> Any:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch
+    try:
+        import torch
+    except Exception:
+        return None
+    return torch
+
+
+def _optimizer_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    state = _state
+    if state is None:
+        return
+    try:
+        state.on_optimizer_step(optimizer)
+    except Exception as exc:
+        if state.client is not None:
+            state.client.transport._internal_error(exc)
+
+
+def _oom_observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+    # Called by the caching allocator when an allocation fails, before torch raises OutOfMemoryError.
+    state = _state
+    if state is None or state.client is None:
+        return
+    try:
+        state.client.oom(alloc, device_free=int(device_free), device=int(device))
+    except Exception:
+        pass
+
+
+def _install_oom_observer(torch: Any, now: bool = False) -> bool:
+    """Attaches the allocator's OOM observer once per process. True when installed or queued.
+
+    The allocator registers the observer only on devices it has initialised, so before CUDA is
+    initialised the call is queued with torch.cuda._lazy_call to run right after lazy init;
+    without that private helper it waits for the first optimizer step (now=True).
+    """
+    global _oom_observer_installed
+    if _oom_observer_installed:
+        return True
+    try:
+        attach_fn = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach_fn is None:
+            return True  # nothing to install on this torch build; do not retry every step
+
+        def install() -> None:
+            global _oom_observer_installed
+            try:
+                if not _oom_observer_installed:
+                    attach_fn(_oom_observer)
+                    _oom_observer_installed = True
+            except Exception as exc:  # must not break the trainer's CUDA init
+                log.debug("gpumon: OOM observer not installed: %r", exc)
+
+        cuda = torch.cuda
+        if now or cuda.is_initialized():
+            install()
+            return True
+        lazy_call = getattr(cuda, "_lazy_call", None)
+        if lazy_call is None:
+            return False
+        lazy_call(install)
+        return True
+    except Exception as exc:
+        log.debug("gpumon: OOM observer not installed: %r", exc)
+        return True
+
+
+def _at_exit() -> None:
+    state = _state
+    if state is not None:
+        state.detach()

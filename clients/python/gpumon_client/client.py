@@ -1,0 +1,176 @@
+"""Client: one device's session with the daemon. Builds messages from a StatsSource and hands them
+to a Transport. Every public method is safe to call from a training loop: it never raises.
+"""
+
+import logging
+import os
+import time
+import weakref
+from typing import Any, Callable, Dict, Iterable, Optional
+
+from . import _env, protocol
+from . import phase as _phase
+from .stats import StatsSource, TorchStatsSource
+from .transport import Transport
+
+log = logging.getLogger("gpumon_client")
+
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+class Client:
+    """A session with the gpumon daemon for one CUDA device.
+
+    job, rank, world_size: labels for the hello (rank/world_size default to $RANK/$WORLD_SIZE,
+    job to $GPUMON_JOB; the daemon names an unlabelled job after the process).
+    source: a StatsSource; defaults to torch.cuda on the current device.
+    socket: a socket path; defaults to $GPUMON_SOCKET, /run/gpumon/ingest.sock, then
+    $XDG_RUNTIME_DIR/gpumon/ingest.sock.
+    stats_keys: memory_stats() keys to send; None sends every key.
+    max_buffer: messages kept while the daemon is down or slow (oldest dropped first).
+    """
+
+    def __init__(
+        self,
+        job: Optional[str] = None,
+        *,
+        source: Optional[StatsSource] = None,
+        socket: Optional[str] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        stats_keys: Optional[Iterable[str]] = protocol.KNOWN_STATS_KEYS,
+        max_buffer: int = 1024,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        pid: Optional[int] = None,
+        jitter: bool = True,
+    ) -> None:
+        self.disabled = _env.disabled()
+        self.job = job or os.environ.get("GPUMON_JOB") or None
+        self.rank = rank if rank is not None else _env.int_env("RANK")
+        self.world_size = world_size if world_size is not None else _env.int_env("WORLD_SIZE")
+        self.source = source if source is not None else TorchStatsSource()
+        self.stats_keys = tuple(stats_keys) if stats_keys is not None else None
+        self._clock = clock
+        self._pid = pid
+        self._hello_msg: Optional[Dict[str, Any]] = None
+        paths = (lambda: [socket]) if socket else None
+        self.transport = Transport(
+            self._hello,
+            paths=paths,
+            max_lines=max_buffer,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            wall=clock,
+            jitter=jitter,
+        )
+        self.closed = False
+        if not self.disabled:
+            _clients.add(self)
+
+    # --- messages --------------------------------------------------------------------------------
+
+    def sample(self, step: Optional[int] = None, phase: Optional[str] = None) -> None:
+        """Reads the allocator and sends one sample. `phase` defaults to the current phase()."""
+        if self.disabled or self.closed:
+            return
+        try:
+            source = self.source
+            stats = source.memory_stats()
+            mem = source.mem_get_info()
+            keys = self.stats_keys
+            msg = {
+                "type": "sample",
+                "ts": self._clock(),
+                "step": step,
+                "phase": phase or _phase.current(),
+                "stats": {k: stats[k] for k in keys if k in stats} if keys is not None else dict(stats),
+            }
+            if step is None:
+                del msg["step"]  # optional for timer samples; omitted rather than null
+            if mem is not None:
+                msg["device_free"] = mem[0]
+                msg["device_total"] = mem[1]
+            self.transport.send(msg)
+        except Exception as exc:
+            self.transport._internal_error(exc)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Sends an event; see the protocol for the fields of each kind."""
+        if self.disabled or self.closed:
+            return
+        try:
+            self.transport.send(protocol.event(self._clock(), kind, **fields))
+        except Exception as exc:
+            self.transport._internal_error(exc)
+
+    def mark(self, detail: str, **fields: Any) -> None:
+        self.event("mark", detail=detail, **fields)
+
+    def snapshot(self, path: str) -> None:
+        """Tells the daemon a memory snapshot was written to `path`."""
+        self.event("snapshot", path=os.fspath(path))
+
+    def oom(self, alloc_bytes: int, device_free: Optional[int] = None, device: Optional[int] = None) -> None:
+        where = "" if device is None else " on device %d" % device
+        detail = "CUDA out of memory%s. Tried to allocate %s" % (where, _human(alloc_bytes))
+        self.event("oom", alloc_bytes=int(alloc_bytes), device_free=device_free, detail=detail)
+
+    def close(self, timeout: float = 0.5) -> None:
+        """Sends bye, waiting at most `timeout` seconds for queued lines to go out."""
+        if self.closed:
+            return
+        self.closed = True
+        _clients.discard(self)
+        if self.disabled:
+            return
+        # A client that never sent anything leaves no session behind: no connection just for bye.
+        touched = self.transport.connects or self.transport.stats()["buffered"]
+        self.transport.close(bye=protocol.bye(self._clock()) if touched else None, timeout=timeout)
+
+    def stats(self) -> Dict[str, Any]:
+        """The connection's health: connected, buffered, dropped, connects, errors, ..."""
+        return self.transport.stats()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _hello(self) -> Dict[str, Any]:
+        # Built at the first connection, not at construction: by then the trainer has picked
+        # its device (set_device after attach() is common). Resent unchanged on reconnects.
+        if self._hello_msg is None or self._hello_msg["pid"] != (self._pid or os.getpid()):
+            try:
+                info = dict(self.source.device_info() or {})
+            except Exception as exc:
+                log.debug("gpumon: device info unavailable: %r", exc)
+                info = {}
+            fields = {k: info.get(k) for k in ("cuda_device", "gpu_uuid", "torch", "allocator", "expandable_segments")}
+            self._hello_msg = protocol.hello(
+                pid=self._pid or os.getpid(),
+                job=self.job,
+                rank=self.rank,
+                world_size=self.world_size,
+                **fields,
+            )
+        return self._hello_msg
+
+
+def _human(n: int) -> str:
+    # The allocator's own wording ("2.00 GiB"), so the detail reads like torch's OOM message.
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return "%d bytes" % n if unit == "bytes" else "%.2f %s" % (value, unit)
+        value /= 1024
+    return "%.2f GiB" % value
+
+
+def _broadcast_phase(name: str) -> None:
+    for client in list(_clients):
+        client.event("phase", phase=name)

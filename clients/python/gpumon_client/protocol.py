@@ -1,0 +1,232 @@
+"""Messages of the gpumon ingest protocol, version 1 (docs/protocol.md), and their wire form.
+
+Everything here is pure: no sockets, no torch. Message builders return dicts; `encode` turns one
+into a newline-terminated UTF-8 line that fits the protocol's 64 KiB limit.
+"""
+
+import json
+import math
+from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional
+
+from ._version import __version__
+
+VERSION = 1
+CLIENT = "gpumon-py/" + __version__
+MAX_LINE = 65536  # bytes, newline included
+
+# The memory_stats() keys the protocol names. Samples carry these by default: the full dict has
+# ~150 keys the daemon would ignore, and each costs serialisation time on every step.
+KNOWN_STATS_KEYS = (
+    "allocated_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "reserved_bytes.all.current",
+    "active_bytes.all.current",
+    "inactive_split_bytes.all.current",
+    "requested_bytes.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+    "num_sync_all_streams",
+    "num_device_alloc",
+    "num_device_free",
+)
+
+EVENT_KINDS = ("oom", "phase", "mark", "snapshot")
+ERROR_CODES = (
+    "bad_json",
+    "line_too_long",
+    "no_hello",
+    "unsupported_version",
+    "unknown_type",
+    "bad_field",
+    "rate_limited",
+)
+
+# Compact separators keep lines short; allow_nan=False because NaN is not JSON.
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _put(msg: Dict[str, Any], key: str, value: Any) -> None:
+    # Optional fields are omitted rather than sent as null: the contract calls them optional.
+    if value is not None:
+        msg[key] = value
+
+
+def hello(
+    pid: int,
+    job: Optional[str] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    cuda_device: Optional[int] = None,
+    gpu_uuid: Optional[str] = None,
+    torch: Optional[str] = None,
+    allocator: Optional[str] = None,
+    expandable_segments: Optional[bool] = None,
+    client: str = CLIENT,
+) -> Dict[str, Any]:
+    msg: Dict[str, Any] = {"type": "hello", "v": VERSION, "pid": pid}
+    _put(msg, "job", job)
+    _put(msg, "rank", rank)
+    _put(msg, "world_size", world_size)
+    _put(msg, "cuda_device", cuda_device)
+    _put(msg, "gpu_uuid", gpu_uuid)
+    _put(msg, "client", client)
+    _put(msg, "torch", torch)
+    _put(msg, "allocator", allocator)
+    _put(msg, "expandable_segments", expandable_segments)
+    return msg
+
+
+def pick_stats(stats: Mapping[str, Any], keys: Optional[Iterable[str]] = KNOWN_STATS_KEYS) -> Dict[str, Any]:
+    """The subset of a memory_stats() dict to send; keys=None sends all of it."""
+    if keys is None:
+        return dict(stats)
+    return {k: stats[k] for k in keys if k in stats}
+
+
+def sample(
+    ts: float,
+    stats: Mapping[str, Any],
+    step: Optional[int] = None,
+    phase: str = "train",
+    device_free: Optional[int] = None,
+    device_total: Optional[int] = None,
+) -> Dict[str, Any]:
+    msg: Dict[str, Any] = {"type": "sample", "ts": ts}
+    _put(msg, "step", step)
+    msg["phase"] = phase
+    msg["stats"] = stats
+    _put(msg, "device_free", device_free)
+    _put(msg, "device_total", device_total)
+    return msg
+
+
+def event(ts: float, kind: str, **fields: Any) -> Dict[str, Any]:
+    msg: Dict[str, Any] = {"type": "event", "ts": ts, "kind": kind}
+    for key, value in fields.items():
+        _put(msg, key, value)
+    return msg
+
+
+def oom_event(ts: float, alloc_bytes: int, device_free: Optional[int], detail: str) -> Dict[str, Any]:
+    return event(ts, "oom", alloc_bytes=alloc_bytes, device_free=device_free, detail=detail)
+
+
+def phase_event(ts: float, phase: str) -> Dict[str, Any]:
+    return event(ts, "phase", phase=phase)
+
+
+def mark_event(ts: float, detail: str, **extra: Any) -> Dict[str, Any]:
+    return event(ts, "mark", detail=detail, **extra)
+
+
+def snapshot_event(ts: float, path: str) -> Dict[str, Any]:
+    return event(ts, "snapshot", path=path)
+
+
+def dropped_mark(ts: float, dropped: int) -> Dict[str, Any]:
+    """How the client reports lines it dropped while the daemon was down or slow.
+
+    A `mark` event is the contract's free-form annotation; `dropped` is an extra field, which
+    the contract allows (unknown fields are ignored), so a daemon can count it without parsing
+    the detail text.
+    """
+    return mark_event(ts, "gpumon-client dropped %d line(s) while the daemon was unreachable" % dropped, dropped=dropped)
+
+
+def bye(ts: float) -> Dict[str, Any]:
+    return {"type": "bye", "ts": ts}
+
+
+def _finite(value: Any) -> Any:
+    # Replaces what JSON cannot carry (NaN, inf, odd types) instead of losing the whole line.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return str(value)
+
+
+def encode(msg: Mapping[str, Any]) -> Optional[bytes]:
+    """One protocol line, or None when the message cannot be made to fit."""
+    try:
+        text = _encoder.encode(msg)
+    except (TypeError, ValueError):
+        text = _encoder.encode(_finite(msg))
+    line = text.encode("utf-8", "replace") + b"\n"
+    if len(line) <= MAX_LINE:
+        return line
+    return _shrink(dict(msg))
+
+
+def _shrink(msg: Dict[str, Any]) -> Optional[bytes]:
+    # Only oversized free text or a stats="all" dict can push a line past the limit.
+    if isinstance(msg.get("stats"), dict):
+        msg["stats"] = pick_stats(msg["stats"])
+    for key in ("detail", "path", "job"):
+        if isinstance(msg.get(key), str) and len(msg[key]) > 1024:
+            msg[key] = msg[key][:1024]
+    line = _encoder.encode(_finite(msg)).encode("utf-8", "replace") + b"\n"
+    return line if len(line) <= MAX_LINE else None
+
+
+class Reply(NamedTuple):
+    """A line from the daemon: `welcome` or `error` (or a type this client does not know)."""
+
+    type: str
+    session: Optional[str] = None
+    server: Optional[str] = None
+    v: Optional[int] = None
+    code: Optional[str] = None
+    line: Optional[int] = None
+    message: Optional[str] = None
+
+
+def parse_reply(raw: bytes) -> Optional[Reply]:
+    """Parses one reply line; None for anything that is not a JSON object with a string type."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        return None
+
+    def typed(key: str, kind: type) -> Any:
+        value = obj.get(key)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    return Reply(
+        type=obj["type"],
+        session=typed("session", str),
+        server=typed("server", str),
+        v=typed("v", int),
+        code=typed("code", str),
+        line=typed("line", int),
+        message=typed("message", str),
+    )
+
+
+def format_gpu_uuid(uuid: Any) -> Optional[str]:
+    """A device UUID as NVML spells it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx").
+
+    torch's `_CUDAuuid` has `.bytes` (16 raw bytes); its str() is the bare hex form without the
+    "GPU-" prefix NVML uses, so both are normalised. MIG instance ids ("MIG-...") pass through.
+    """
+    if uuid is None:
+        return None
+    raw = getattr(uuid, "bytes", None)
+    if isinstance(raw, (bytes, bytearray)) and len(raw) == 16:
+        h = bytes(raw).hex()
+    else:
+        text = str(uuid).strip()
+        if text.startswith("MIG-"):
+            return text
+        if text.startswith("GPU-"):
+            text = text[4:]
+        h = text.replace("-", "").lower()
+        if len(h) != 32 or any(c not in "0123456789abcdef" for c in h):
+            return str(uuid).strip() or None
+    return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])

@@ -1,0 +1,171 @@
+"""A stand-in for the gpumon daemon's ingest socket, for tests of code that uses the client.
+
+It records every line it receives and answers like the protocol says (welcome after hello,
+optionally an error for each later line). It can also be slow (accept, then not read) or be
+stopped and started again on the same path to play a daemon restart.
+"""
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.raw = bytearray()  # exactly the bytes received, for byte-for-byte comparisons
+
+    @property
+    def lines(self) -> List[bytes]:
+        *complete, _ = bytes(self.raw).split(b"\n")
+        return complete
+
+
+class FakeDaemon:
+    """A Unix-socket server at `path`. Use as a context manager or call start()/stop().
+
+    welcome: reply `welcome` to a hello. error_code: reply an `error` with this code to every
+    line after the hello. reading=False: accept connections but read nothing until
+    resume_reading(), which fills the client's socket buffer like a stalled daemon.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        welcome: bool = True,
+        error_code: Optional[str] = None,
+        reading: bool = True,
+        session: str = "s-1",
+    ) -> None:
+        self.path = path
+        self.welcome = welcome
+        self.error_code = error_code
+        self.session = session
+        self.connections: List[_Conn] = []
+        self._reading = threading.Event()
+        if reading:
+            self._reading.set()
+        self._stop = threading.Event()
+        self._listener: Optional[socket.socket] = None
+        self._threads: List[threading.Thread] = []
+        self._mutex = threading.Lock()
+
+    def start(self) -> "FakeDaemon":
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        self._stop.clear()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(64)
+        listener.settimeout(0.02)
+        self._listener = listener
+        self._spawn(self._accept_loop)
+        return self
+
+    def stop(self) -> None:
+        """Closes the listener and every connection (the client sees the daemon go away)."""
+        self._stop.set()
+        self._reading.set()
+        for t in self._threads:
+            t.join(2.0)
+        self._threads = []
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._mutex:
+            for conn in self.connections:
+                try:
+                    conn.sock.close()
+                except OSError:
+                    pass
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    def __enter__(self) -> "FakeDaemon":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def lines(self) -> List[bytes]:
+        with self._mutex:
+            return [line for conn in self.connections for line in conn.lines]
+
+    def messages(self) -> List[Dict[str, Any]]:
+        return [json.loads(line) for line in self.lines]
+
+    def wait_for(self, count: int, timeout: float = 3.0, type: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Waits until `count` messages (of `type`, if given) arrived; returns all messages."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msgs = self.messages()
+            have = len([m for m in msgs if type is None or m.get("type") == type])
+            if have >= count or time.monotonic() > deadline:
+                return msgs
+            time.sleep(0.002)
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while not self._stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            conn = _Conn(sock)
+            with self._mutex:
+                self.connections.append(conn)
+            self._spawn(self._serve, conn)
+
+    def _serve(self, conn: _Conn) -> None:
+        self._reading.wait()
+        conn.sock.settimeout(0.02)
+        pending = b""
+        seen = 0
+        while not self._stop.is_set():
+            try:
+                data = conn.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            with self._mutex:
+                conn.raw += data
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                seen += 1
+                self._reply(conn, line, seen)
+
+    def _reply(self, conn: _Conn, line: bytes, number: int) -> None:
+        try:
+            kind = json.loads(line).get("type")
+        except ValueError:
+            kind = None
+        out: Optional[Dict[str, Any]] = None
+        if kind == "hello" and self.welcome:
+            out = {"type": "welcome", "v": 1, "server": "gpumon-fake/0", "session": self.session}
+        elif kind != "hello" and self.error_code:
+            out = {"type": "error", "code": self.error_code, "line": number, "message": "fake daemon says no"}
+        if out is not None:
+            try:
+                conn.sock.sendall(json.dumps(out).encode() + b"\n")
+            except OSError:
+                pass

@@ -1,0 +1,315 @@
+"""The connection to the daemon: a non-blocking Unix socket, a bounded buffer, capped backoff.
+
+The rule this module exists for: the trainer's step never waits on the daemon. `send` runs on the
+training thread, so it does no blocking syscall, keeps at most `max_lines` messages queued (the
+oldest go first when full), and reconnects only when the backoff timer allows it.
+"""
+
+import collections
+import logging
+import os
+import random
+import select
+import socket
+import threading
+import time
+import weakref
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+
+from . import protocol
+
+log = logging.getLogger("gpumon_client")
+
+DEFAULT_SOCKET = "/run/gpumon/ingest.sock"
+_SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE as an error, never SIGPIPE
+_CHUNK = 65536  # bytes joined per send() while draining a backlog
+_FLUSH_BUDGET = 4 * _CHUNK  # bytes one send() call may write, so draining stays cheap per step
+_READ_EVERY = 32  # sends between non-blocking reads of the daemon's replies
+
+
+def socket_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
+    """Where to look for the daemon, in the protocol's order."""
+    env = os.environ if env is None else env
+    explicit = env.get("GPUMON_SOCKET")
+    if explicit:
+        return [explicit]
+    paths = [DEFAULT_SOCKET]
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime:
+        paths.append(os.path.join(runtime, "gpumon", "ingest.sock"))
+    return paths
+
+
+class Transport:
+    """One connection's worth of state. Thread-safe; no method raises."""
+
+    def __init__(
+        self,
+        hello: Callable[[], Dict[str, Any]],
+        paths: Optional[Callable[[], List[str]]] = None,
+        max_lines: int = 1024,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        jitter: bool = True,
+    ) -> None:
+        self._hello = hello
+        self._paths = paths or socket_candidates
+        self.max_lines = max(1, int(max_lines))
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._monotonic = monotonic
+        self._wall = wall
+        self._rng = random.Random() if jitter else None
+        self._init_state()
+        _live.add(self)
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: Optional[socket.socket] = None
+        self._buf: Deque[Dict[str, Any]] = collections.deque()
+        self._out = b""  # lines committed to the stream; never dropped
+        self._off = 0  # how much of _out the kernel has taken
+        self._delay = self.backoff_initial
+        self._next_attempt = 0.0
+        self._since_read = 0
+        self._rx = b""
+        self._closed = False
+        self.path: Optional[str] = None
+        self.session: Optional[str] = None
+        self.server: Optional[str] = None
+        self.dropped = 0  # lines dropped since start
+        self._unreported = 0  # dropped lines not yet told to the daemon
+        self.connects = 0
+        self.sent_lines = 0
+        self.unencodable = 0
+        self.internal_errors = 0
+        self.errors: Dict[str, int] = {}
+        self.last_error: Optional[str] = None
+
+    # --- public, called from the training thread -------------------------------------------------
+
+    def send(self, msg: Dict[str, Any]) -> None:
+        """Queues a message and pushes what the socket takes now. Never blocks, never raises."""
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                buf = self._buf
+                if len(buf) >= self.max_lines:
+                    buf.popleft()
+                    self.dropped += 1
+                    self._unreported += 1
+                buf.append(msg)
+                if self._sock is None:
+                    if self._monotonic() < self._next_attempt or not self._connect():
+                        return
+                self._flush()
+        except Exception as exc:  # the trainer must never see our failures
+            self._internal_error(exc)
+
+    def close(self, bye: Optional[Dict[str, Any]] = None, timeout: float = 0.5) -> None:
+        """Sends what is queued (and `bye`), waiting at most `timeout` seconds, then closes."""
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                if bye is not None:
+                    self._buf.append(bye)
+                if self._buf or self._out:
+                    self._drain(timeout)
+                self._disconnect(retry=False)
+        except Exception as exc:
+            self._internal_error(exc)
+
+    def stats(self) -> Dict[str, Any]:
+        return {
+            "connected": self._sock is not None,
+            "path": self.path,
+            "session": self.session,
+            "buffered": len(self._buf),
+            "dropped": self.dropped,
+            "connects": self.connects,
+            "sent_lines": self.sent_lines,
+            "errors": dict(self.errors),
+            "last_error": self.last_error,
+            "internal_errors": self.internal_errors,
+        }
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    # --- internals, all called with the lock held ------------------------------------------------
+
+    def _connect(self) -> bool:
+        for path in self._paths():
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(path)
+            except OSError:
+                # Absent, refused, or a full backlog (EAGAIN): all mean "not now".
+                sock.close()
+                continue
+            self._sock = sock
+            self.path = path
+            self.connects += 1
+            self.session = None
+            hello = protocol.encode(self._hello())
+            # A line cut by the last disconnect goes again in full; the daemon drops half lines.
+            start = self._out.rfind(b"\n", 0, self._off) + 1
+            self._out = (hello or b"") + self._out[start:]
+            self._off = 0
+            log.debug("gpumon: connected to %s", path)
+            return True
+        self._schedule_retry()
+        return False
+
+    def _schedule_retry(self) -> None:
+        delay = self._delay
+        if self._rng is not None:
+            delay *= self._rng.uniform(0.8, 1.2)  # spreads the ranks of a job apart
+        self._next_attempt = self._monotonic() + delay
+        self._delay = min(self._delay * 2, self.backoff_max)
+
+    def _disconnect(self, retry: bool = True) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._rx = b""
+        if retry:
+            self._schedule_retry()
+
+    def _fill(self) -> None:
+        lines = []
+        size = 0
+        buf = self._buf
+        while size < _CHUNK:
+            if self._unreported:
+                # Dropped lines came from the head of the buffer, so the mark precedes what is left.
+                line = protocol.encode(protocol.dropped_mark(self._wall(), self._unreported))
+                self._unreported = 0
+            elif buf:
+                line = protocol.encode(buf.popleft())
+            else:
+                break
+            if line is None:
+                self.unencodable += 1
+                continue
+            lines.append(line)
+            size += len(line)
+        self._out = b"".join(lines)
+        self._off = 0
+
+    def _flush(self) -> None:
+        budget = _FLUSH_BUDGET
+        sock = self._sock
+        while sock is not None and budget > 0:
+            if self._off >= len(self._out):
+                self._fill()
+                if not self._out:
+                    break
+            data = self._out if self._off == 0 else self._out[self._off :]
+            try:
+                n = sock.send(data, _SEND_FLAGS)
+            except (BlockingIOError, InterruptedError):
+                break  # the daemon is slow; what is queued waits for the next step
+            except OSError as exc:
+                log.debug("gpumon: connection lost: %s", exc)
+                self._disconnect()
+                return
+            self.sent_lines += data.count(b"\n", 0, n)
+            self._off += n
+            budget -= n
+            if n < len(data):
+                break
+        self._since_read += 1
+        if self._since_read >= _READ_EVERY:
+            self._since_read = 0
+            self._read_replies()
+
+    def _read_replies(self) -> None:
+        # Replies are informational (the protocol says a client stays correct without them); reading
+        # them notices a closed connection sooner and keeps the session id and error counts.
+        sock = self._sock
+        while sock is not None:
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._disconnect()
+                return
+            if not data:
+                self._disconnect()
+                return
+            self._rx += data
+            *lines, self._rx = self._rx.split(b"\n")
+            for line in lines:
+                self._on_reply(line)
+            if len(self._rx) > protocol.MAX_LINE:
+                self._rx = b""
+
+    def _on_reply(self, line: bytes) -> None:
+        reply = protocol.parse_reply(line)
+        if reply is None:
+            return
+        if reply.type == "welcome":
+            self.session = reply.session
+            self.server = reply.server
+            self._delay = self.backoff_initial  # a welcomed connection proves the daemon is healthy
+        elif reply.type == "error":
+            code = reply.code or "unknown"
+            self.errors[code] = self.errors.get(code, 0) + 1
+            self.last_error = "%s: %s" % (code, reply.message or "")
+            log.debug("gpumon: daemon error %s", self.last_error)
+
+    def _drain(self, timeout: float) -> None:
+        deadline = self._monotonic() + max(0.0, timeout)
+        if self._sock is None and not self._connect():
+            return
+        while self._sock is not None and (self._buf or self._unreported or self._off < len(self._out)):
+            remaining = deadline - self._monotonic()
+            if remaining <= 0:
+                return
+            try:
+                select.select([], [self._sock], [], remaining)
+            except (OSError, ValueError):
+                return
+            self._flush()
+        if self._sock is not None:
+            self._read_replies()
+
+    def _internal_error(self, exc: BaseException) -> None:
+        self.internal_errors += 1
+        if self.internal_errors == 1:
+            log.warning("gpumon: client error (ignored, training continues): %r", exc)
+
+    def _after_fork(self) -> None:
+        # The child shares the parent's socket fd; writing to it would interleave lines. The
+        # child starts over with its own connection (and its own hello) if it reports at all.
+        sock = self._sock
+        self._init_state()
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+_live: "weakref.WeakSet[Transport]" = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    for transport in list(_live):
+        transport._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)

@@ -1,0 +1,171 @@
+import json
+import time
+
+from gpumon_client import protocol
+from gpumon_client.testing import FakeDaemon
+from gpumon_client.transport import Transport
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def make(path, **kw):
+    kw.setdefault("jitter", False)
+    return Transport(lambda: protocol.hello(pid=42, job="t"), paths=lambda: [path], **kw)
+
+
+def msg(i):
+    return protocol.sample(float(i), {"num_ooms": 0}, step=i)
+
+
+def test_hello_first_then_lines_in_order(sock_path):
+    with FakeDaemon(sock_path) as d:
+        t = make(sock_path)
+        for i in range(1, 41):
+            t.send(msg(i))
+        msgs = d.wait_for(41)
+        assert msgs[0]["type"] == "hello" and msgs[0]["pid"] == 42
+        assert [m["step"] for m in msgs[1:]] == list(range(1, 41))
+        t.close(bye=protocol.bye(99.0))
+        assert d.wait_for(42)[-1] == {"type": "bye", "ts": 99.0}
+    assert t.session == "s-1"  # the welcome was read
+    assert t.stats()["dropped"] == 0
+
+
+def test_daemon_absent_is_cheap_and_bounded(sock_path):
+    t = make(sock_path, max_lines=10, backoff_initial=60)
+    start = time.perf_counter()
+    for i in range(1000):
+        t.send(msg(i))
+    elapsed = time.perf_counter() - start
+    st = t.stats()
+    assert st["buffered"] == 10 and st["dropped"] == 990 and not st["connected"]
+    assert elapsed < 0.5  # one connect attempt, then the backoff keeps it off the socket
+
+
+def test_backoff_doubles_and_caps(sock_path):
+    clock = Clock()
+    attempts = []
+
+    def paths():
+        attempts.append(clock.t)
+        return [sock_path]
+
+    t = Transport(lambda: protocol.hello(pid=1), paths=paths, backoff_initial=0.1, backoff_max=1.0,
+                  monotonic=clock, jitter=False)
+    for _ in range(2000):
+        t.send(msg(0))
+        clock.t += 0.01
+    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+    expected = [0.1, 0.2, 0.4, 0.8] + [1.0] * (len(gaps) - 4)
+    # Attempts happen at the first send after the timer expires; sends are 0.01 apart.
+    assert len(gaps) > 10
+    assert all(e <= g < e + 0.011 for g, e in zip(gaps, expected)), gaps
+
+
+def test_reconnect_sends_hello_then_drop_mark_then_newest(sock_path):
+    clock = Clock()
+    t = make(sock_path, max_lines=4, backoff_initial=0.5, monotonic=clock)
+    for i in range(1, 7):  # daemon down: 1 and 2 are dropped
+        t.send(msg(i))
+    with FakeDaemon(sock_path) as d:
+        t.send(msg(7))  # backoff not over yet: 3 is dropped, nothing sent
+        assert d.wait_for(1, timeout=0.1) == []
+        clock.t += 10
+        t.send(msg(8))  # connects now; 4 is dropped
+        msgs = d.wait_for(6)
+        assert msgs[0]["type"] == "hello"
+        assert msgs[1]["type"] == "event" and msgs[1]["kind"] == "mark" and msgs[1]["dropped"] == 4
+        assert [m["step"] for m in msgs[2:]] == [5, 6, 7, 8]
+    assert t.stats()["dropped"] == 4
+
+
+def test_daemon_restart_reconnects_without_half_lines(sock_path):
+    clock = Clock()
+    t = make(sock_path, backoff_initial=0.01, monotonic=clock)
+    d = FakeDaemon(sock_path, session="s-a").start()
+    for i in range(1, 4):
+        t.send(msg(i))
+    d.wait_for(4)
+    d.stop()
+    # The client learns of the restart from a failed send or an EOF it reads; either way it
+    # reconnects once the backoff allows and starts the new connection with hello.
+    d2 = FakeDaemon(sock_path, session="s-b").start()
+    try:
+        for i in range(4, 200):
+            t.send(msg(i))
+            clock.t += 0.05
+            time.sleep(0.001)
+        msgs = d2.wait_for(10)
+        assert msgs[0]["type"] == "hello"
+        raw = b"".join(c.raw for c in d2.connections)
+        assert raw.endswith(b"\n") and all(json.loads(x) for x in d2.lines)
+        steps = [m["step"] for m in msgs if m["type"] == "sample"]
+        assert steps == sorted(steps) and steps[-1] == 199
+        assert t.stats()["connects"] == 2
+    finally:
+        d2.stop()
+
+
+def test_slow_daemon_never_blocks_the_sender(sock_path):
+    with FakeDaemon(sock_path, reading=False) as d:
+        t = make(sock_path, max_lines=50)
+        big = {"k%03d" % i: i * 1000003 for i in range(200)}
+        worst = 0.0
+        for i in range(3000):
+            start = time.perf_counter()
+            t.send(protocol.sample(float(i), big, step=i))
+            worst = max(worst, time.perf_counter() - start)
+        st = t.stats()
+        assert st["connected"] and st["buffered"] == 50 and st["dropped"] > 0
+        assert worst < 0.05
+        d.resume_reading()
+        for i in range(3000, 3100):
+            t.send(protocol.sample(float(i), big, step=i))
+            time.sleep(0.001)
+        t.close(bye=protocol.bye(1.0), timeout=2.0)
+        msgs = d.wait_for(1, type="bye")
+        marks = [m for m in msgs if m["type"] == "event" and m["kind"] == "mark"]
+        assert marks and sum(m["dropped"] for m in marks) == t.stats()["dropped"]
+        steps = [m["step"] for m in msgs if m["type"] == "sample"]
+        assert steps == sorted(steps) and steps[-1] == 3099
+        assert len(steps) + t.stats()["dropped"] == 3100
+
+
+def test_close_is_bounded_when_daemon_does_not_read(sock_path):
+    with FakeDaemon(sock_path, reading=False):
+        t = make(sock_path, max_lines=10000)
+        big = {"k%03d" % i: i for i in range(300)}
+        for i in range(2000):
+            t.send(protocol.sample(float(i), big, step=i))
+        start = time.monotonic()
+        t.close(bye=protocol.bye(1.0), timeout=0.2)
+        assert time.monotonic() - start < 1.0
+        t.send(msg(1))  # closed: ignored, no error
+
+
+def test_error_replies_are_counted(sock_path):
+    with FakeDaemon(sock_path, error_code="bad_field") as d:
+        t = make(sock_path)
+        for i in range(100):
+            t.send(msg(i))
+            time.sleep(0.0005)
+        d.wait_for(101)
+        t.close(timeout=1.0)
+    st = t.stats()
+    assert st["errors"].get("bad_field", 0) > 0
+    assert st["last_error"].startswith("bad_field")
+
+
+def test_unencodable_message_is_skipped(sock_path):
+    with FakeDaemon(sock_path) as d:
+        t = make(sock_path)
+        t.send({"type": "event", "ts": 1.0, "kind": "mark", "detail": "x" * 200000, "more": "y" * 200000})
+        t.send(msg(1))
+        msgs = d.wait_for(3)
+        assert msgs[-1]["step"] == 1
