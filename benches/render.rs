@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("encode_after_collection_8gpu_x_128proc", |b| {
         b.iter(|| encode(&gpu_families(&store)))
     });
-    let exporter = Exporter::new(store.shared()).unwrap();
+    let exporter = Exporter::new(store.shared(), Default::default()).unwrap();
     let text = exporter.render();
     assert!(text.lines().count() > 2 * 8 * 128);
     // What every other scrape pays.

@@ -30,6 +30,26 @@ pub struct Config {
     /// tracing filter, e.g. "info" or "gpumon=debug".
     pub log_level: String,
     pub history: HistoryConfig,
+    pub ingest: IngestConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestConfig {
+    /// Open trainer connections at most; one more is refused with `too_many_connections`.
+    pub max_connections: usize,
+    /// Lines per second a connection may send (bursts of twice that); past it the connection
+    /// is closed with `rate_limited`. Trainers send one line per step.
+    pub max_lines_per_second: u32,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_lines_per_second: 1000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +79,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             history: HistoryConfig::default(),
+            ingest: IngestConfig::default(),
         }
     }
 }
@@ -131,6 +152,11 @@ impl Config {
         for (key, n) in [
             ("history.gpu_points", self.history.gpu_points),
             ("history.process_points", self.history.process_points),
+            ("ingest.max_connections", self.ingest.max_connections),
+            (
+                "ingest.max_lines_per_second",
+                self.ingest.max_lines_per_second as usize,
+            ),
         ] {
             if !(1..=1_000_000).contains(&n) {
                 return Err(ConfigError::Invalid {
@@ -196,6 +222,13 @@ log_level = "{log_level}"
 gpu_points = {gpu_points}
 # Points kept per GPU process ({process_points} = five minutes at 1s).
 process_points = {process_points}
+
+[ingest]
+# Open trainer connections at most; past it a connection gets `too_many_connections`.
+max_connections = {max_connections}
+# Lines per second per connection (bursts of twice that); past it the connection is closed
+# with `rate_limited`. A trainer sends one line per optimizer step.
+max_lines_per_second = {max_lines_per_second}
 "#,
         listen = d.listen,
         nvml_lib = d.nvml_lib,
@@ -208,6 +241,8 @@ process_points = {process_points}
         log_level = d.log_level,
         gpu_points = d.history.gpu_points,
         process_points = d.history.process_points,
+        max_connections = d.ingest.max_connections,
+        max_lines_per_second = d.ingest.max_lines_per_second,
     )
 }
 

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::ingest::server::{IngestStats, Limits};
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
 use crate::sources::GpuSource;
@@ -15,6 +16,7 @@ use crate::store::{HistoryLimits, Store};
 pub async fn run(
     config: Config,
     listener: TcpListener,
+    ingest: Option<UnixListener>,
     source: Box<dyn GpuSource>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -35,8 +37,22 @@ pub async fn run(
         .name("gpumon-nvml".into())
         .spawn(move || crate::poller::run(source, poll_store, interval, stop_rx))?;
 
+    let ingest_stats = Arc::new(IngestStats::default());
+    let ingest_task = ingest.map(|l| {
+        let limits = Limits {
+            max_connections: config.ingest.max_connections,
+            max_lines_per_second: config.ingest.max_lines_per_second,
+        };
+        tokio::spawn(crate::ingest::server::serve(
+            l,
+            store.clone(),
+            ingest_stats.clone(),
+            limits,
+            shutdown.clone(),
+        ))
+    });
     let state = AppState {
-        exporter: Arc::new(Exporter::new(store.clone())?),
+        exporter: Arc::new(Exporter::new(store.clone(), ingest_stats)?),
         store,
         hostname: crate::snapshot::hostname().into(),
     };
@@ -44,6 +60,10 @@ pub async fn run(
     let server = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let result = server.await;
+    // The HTTP server stops only on shutdown, so the ingest task is stopping too.
+    if let Some(t) = ingest_task {
+        t.await?;
+    }
 
     drop(stop_tx);
     tokio::task::spawn_blocking(move || poller.join())

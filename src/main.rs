@@ -56,14 +56,31 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
                     config.listen
                 )
             })?;
+        let ingest = open_ingest(&config)?;
         let shutdown = CancellationToken::new();
         gpumon::daemon::cancel_on_signals(shutdown.clone())?;
         let source = Box::new(gpumon::sources::nvml::NvmlSource::new(
             config.nvml_lib.clone(),
             config.procfs.clone(),
         ));
-        gpumon::daemon::run(config, listener, source, shutdown).await
+        gpumon::daemon::run(config, listener, ingest, source, shutdown).await
     })
+}
+
+/// The ingest socket: inherited from systemd, or bound at the configured or default path.
+fn open_ingest(config: &Config) -> anyhow::Result<Option<tokio::net::UnixListener>> {
+    use gpumon::ingest::socket;
+    if let Some(l) = socket::from_systemd()? {
+        tracing::info!("ingest socket inherited from systemd");
+        return Ok(Some(l));
+    }
+    let Some(path) = config.socket.clone().or_else(socket::default_path) else {
+        tracing::warn!("no ingest socket: /run/gpumon is not writable and XDG_RUNTIME_DIR is unset; set --socket");
+        return Ok(None);
+    };
+    let listener = socket::bind(&path)?;
+    tracing::info!(socket = %path.display(), "ingest socket ready");
+    Ok(Some(listener))
 }
 
 fn init_tracing(config: &Config) {

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ingest::protocol::Stats;
 use crate::model::{GpuReading, ProcessReading, Timestamp};
+use crate::store::sessions::{Ending, EventRecord, Session, SessionPoint};
 use crate::store::{GpuPoint, NvmlStatus, Point, Store};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -14,9 +16,9 @@ pub struct Snapshot {
     pub nvml: NvmlView,
     pub gpus: Vec<GpuView>,
     pub processes: Vec<ProcessReading>,
-    /// Trainer sessions (filled by ingest).
+    /// Trainer sessions: live ones, then recently ended ones.
     #[serde(default)]
-    pub sessions: Vec<serde_json::Value>,
+    pub sessions: Vec<SessionView>,
     /// Firing and recently resolved findings (filled by detection).
     #[serde(default)]
     pub findings: Vec<serde_json::Value>,
@@ -84,8 +86,86 @@ impl Snapshot {
             },
             gpus,
             processes: latest.map(|r| r.processes.clone()).unwrap_or_default(),
-            sessions: Vec::new(),
+            sessions: store
+                .sessions
+                .live()
+                .chain(store.sessions.ended())
+                .map(|sess| {
+                    SessionView::of(sess, latest.map(|r| r.gpus.as_slice()).unwrap_or_default())
+                })
+                .collect(),
             findings: Vec::new(),
+        }
+    }
+}
+
+/// Points of session history the snapshot carries (the TUI's chart window).
+const SESSION_POINTS: usize = 300;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionView {
+    pub session: String,
+    /// Host pid, from the kernel (SO_PEERCRED): the pid NVML reports.
+    pub pid: u32,
+    /// The pid the trainer sees itself as (differs inside a container).
+    pub ns_pid: Option<u64>,
+    pub uid: u32,
+    pub job: Option<String>,
+    pub rank: Option<u64>,
+    pub world_size: Option<u64>,
+    pub gpu_uuid: Option<String>,
+    /// NVML index of that GPU, when NVML lists it.
+    pub gpu: Option<u32>,
+    pub torch: Option<String>,
+    pub client: Option<String>,
+    pub started: Timestamp,
+    pub samples: u64,
+    pub last_sample_ts: Option<Timestamp>,
+    pub step: Option<u64>,
+    pub phase: Option<String>,
+    pub stats: Option<Stats>,
+    pub device_free: Option<u64>,
+    pub device_total: Option<u64>,
+    pub alloc_retries_total: u64,
+    pub ooms_total: u64,
+    pub ended: Option<(Timestamp, Ending)>,
+    pub events: Vec<EventRecord>,
+    /// Recent step-boundary points, oldest first.
+    pub series: Vec<Point<SessionPoint>>,
+}
+
+impl SessionView {
+    fn of(s: &Session, gpus: &[GpuReading]) -> Self {
+        let last = s.last_sample.as_ref().map(|(_, x)| x);
+        let skip = s.series.len().saturating_sub(SESSION_POINTS);
+        Self {
+            session: s.id.clone(),
+            pid: s.peer.pid,
+            ns_pid: s.hello.ns_pid,
+            uid: s.peer.uid,
+            job: s.hello.job.clone(),
+            rank: s.hello.rank,
+            world_size: s.hello.world_size,
+            gpu_uuid: s.hello.gpu_uuid.clone(),
+            gpu: gpus
+                .iter()
+                .find(|g| Some(&g.identity.uuid) == s.hello.gpu_uuid.as_ref())
+                .map(|g| g.identity.index),
+            torch: s.hello.torch.clone(),
+            client: s.hello.client.clone(),
+            started: s.started,
+            samples: s.samples,
+            last_sample_ts: s.last_sample.as_ref().map(|(t, _)| *t),
+            step: last.and_then(|x| x.step),
+            phase: last.map(|x| x.phase.clone()),
+            stats: last.map(|x| x.stats),
+            device_free: last.and_then(|x| x.device_free),
+            device_total: last.and_then(|x| x.device_total),
+            alloc_retries_total: s.retries.total,
+            ooms_total: s.ooms.total,
+            ended: s.ended,
+            events: s.events.iter().cloned().collect(),
+            series: s.series.since(f64::MIN).skip(skip).copied().collect(),
         }
     }
 }

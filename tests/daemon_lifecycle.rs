@@ -244,7 +244,8 @@ fn config_precedence_is_file_then_env_then_flags() {
     let run = |env: &[(&str, &str)], flags: &[&str]| {
         let mut cmd = Command::new(BIN);
         cmd.args(["--config", file.to_str().unwrap(), "--log-format", "json"])
-            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(["daemon", "--listen", "127.0.0.1:0", "--socket"])
+            .arg(dir.path().join("ingest.sock"))
             .args(flags)
             .env_remove("GPUMON_INTERVAL")
             .env_remove("GPUMON_NVML_LIB")

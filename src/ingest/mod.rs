@@ -4,3 +4,5 @@
 pub mod conn;
 pub mod lines;
 pub mod protocol;
+pub mod server;
+pub mod socket;

@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex};
 use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Registry, TextEncoder};
 
+use crate::ingest::server::IngestStats;
 use crate::model::{GpuState, NodeReading};
+
+mod trainers;
 use crate::store::{SharedStore, Store};
 
 /// Builds one metric family; label names are given once, values per series.
@@ -263,11 +266,12 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
 pub struct Exporter {
     registry: Registry,
     store: SharedStore,
+    ingest: Arc<IngestStats>,
     cache: Mutex<Option<(u64, Arc<str>)>>,
 }
 
 impl Exporter {
-    pub fn new(store: SharedStore) -> Result<Self, prometheus::Error> {
+    pub fn new(store: SharedStore, ingest: Arc<IngestStats>) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let build = prometheus::GaugeVec::new(
             prometheus::Opts::new("gpumon_build_info", "gpumon build; always 1."),
@@ -280,6 +284,7 @@ impl Exporter {
         Ok(Self {
             registry,
             store,
+            ingest,
             cache: Mutex::new(None),
         })
     }
@@ -292,6 +297,12 @@ impl Exporter {
         let gpu_text = self.gpu_text();
         let mut out = String::with_capacity(gpu_text.len() + 4096);
         out.push_str(&gpu_text);
+        let mut live = Vec::new();
+        if let Ok(store) = self.store.read() {
+            trainers::session_families(&store, &mut live);
+        }
+        trainers::ingest_families(&self.ingest, &mut live);
+        out.push_str(&encode(&live));
         out.push_str(&encode(&self.registry.gather()));
         out
     }

@@ -46,6 +46,8 @@ pub struct Store {
     limits: HistoryLimits,
     interval: f64,
     pub nvml: NvmlStatus,
+    /// Trainer sessions pushed over the ingest socket.
+    pub sessions: sessions::Sessions,
     /// Bumped by every collection, so outputs can cache what they derive from one.
     generation: u64,
     latest: Option<NodeReading>,
@@ -64,6 +66,7 @@ impl Store {
                 library,
                 ..NvmlStatus::default()
             },
+            sessions: sessions::Sessions::new(sessions::SessionLimits::default()),
             generation: 0,
             latest: None,
             gpu_series: HashMap::new(),

@@ -27,7 +27,9 @@ pub struct Daemon {
     child: Child,
     pub addr: SocketAddr,
     pub logs: Arc<Mutex<Vec<String>>>,
+    pub socket: PathBuf,
     _config: tempfile::NamedTempFile,
+    _dir: tempfile::TempDir,
 }
 
 pub struct DaemonOpts<'a> {
@@ -59,6 +61,8 @@ impl Daemon {
 
     pub fn start(opts: DaemonOpts) -> Self {
         let config = empty_config();
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("ingest.sock");
         let lib = opts.nvml_lib.unwrap_or_else(fake_lib);
         let mut cmd = Command::new(BIN);
         cmd.args([
@@ -69,6 +73,8 @@ impl Daemon {
         ])
         .args(["daemon", "--listen", "127.0.0.1:0", "--nvml-lib"])
         .arg(&lib)
+        .arg("--socket")
+        .arg(&socket)
         .args(&opts.args)
         .env_remove("GPUMON_LISTEN")
         .env_remove("GPUMON_INTERVAL")
@@ -101,7 +107,9 @@ impl Daemon {
             child,
             addr,
             logs,
+            socket,
             _config: config,
+            _dir: dir,
         };
         d.wait_for(Duration::from_secs(10), "first poll", || {
             d.get("/readyz").0 == 200

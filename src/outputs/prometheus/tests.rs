@@ -47,7 +47,9 @@ fn reading() -> NodeReading {
 }
 
 fn render(store: Store) -> String {
-    Exporter::new(store.shared()).unwrap().render()
+    Exporter::new(store.shared(), Default::default())
+        .unwrap()
+        .render()
 }
 
 fn new_store() -> Store {

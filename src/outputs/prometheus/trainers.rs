@@ -1,0 +1,160 @@
+//! gpumon_trainer_* and gpumon_ingest_* families. Rendered on every scrape: sessions change with
+//! every sample, and there are few of them (one per trainer process and device).
+
+use std::sync::atomic::Ordering;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::Family;
+use crate::ingest::protocol::Code;
+use crate::ingest::server::IngestStats;
+use crate::store::Store;
+
+const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank"];
+
+pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
+    let gpus = store
+        .latest()
+        .map(|r| r.gpus.as_slice())
+        .unwrap_or_default();
+    let mut info = Family::gauge(
+        "gpumon_trainer_info",
+        "Instrumented trainer session; always 1.",
+        &[
+            "gpu", "uuid", "pid", "job", "rank", "session", "torch", "client",
+        ],
+    );
+    let g = |name: &str, help: &str| Family::gauge(name, help, T);
+    let mut allocated = g(
+        "gpumon_trainer_allocated_bytes",
+        "PyTorch allocated_bytes.all.current.",
+    );
+    let mut peak = g(
+        "gpumon_trainer_allocated_peak_bytes",
+        "PyTorch allocated_bytes.all.peak.",
+    );
+    let mut reserved = g(
+        "gpumon_trainer_reserved_bytes",
+        "PyTorch reserved_bytes.all.current.",
+    );
+    let mut active = g(
+        "gpumon_trainer_active_bytes",
+        "PyTorch active_bytes.all.current.",
+    );
+    let mut inactive = g(
+        "gpumon_trainer_inactive_split_bytes",
+        "PyTorch inactive_split_bytes.all.current.",
+    );
+    let mut step = g("gpumon_trainer_step", "Last step the trainer reported.");
+    let mut last = g(
+        "gpumon_trainer_last_sample_timestamp_seconds",
+        "When the last sample arrived (Unix seconds).",
+    );
+    let mut frag = g(
+        "gpumon_fragmentation_ratio",
+        "(reserved - allocated) / reserved of the trainer's caching allocator.",
+    );
+    let c = |name: &str, help: &str| Family::new(name, help, MetricType::COUNTER, T);
+    let mut retries = c(
+        "gpumon_trainer_alloc_retries_total",
+        "Allocator retries after a failed cudaMalloc (num_alloc_retries, resets handled).",
+    );
+    let mut ooms = c(
+        "gpumon_trainer_ooms_total",
+        "Out-of-memory errors the allocator raised (num_ooms, resets handled).",
+    );
+    for s in store.sessions.live() {
+        let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
+        let gpu = gpus
+            .iter()
+            .find(|g| g.identity.uuid == uuid)
+            .map(|g| g.identity.index.to_string())
+            .unwrap_or_default();
+        let pid = s.peer.pid.to_string();
+        let job = s.hello.job.as_deref().unwrap_or("");
+        let rank = s.hello.rank.map(|r| r.to_string()).unwrap_or_default();
+        let l = [gpu.as_str(), uuid, &pid, job, &rank];
+        let torch = s.hello.torch.as_deref().unwrap_or("");
+        let client = s.hello.client.as_deref().unwrap_or("");
+        info.add(&[&gpu, uuid, &pid, job, &rank, &s.id, torch, client], 1.0);
+        retries.add(&l, s.retries.total as f64);
+        ooms.add(&l, s.ooms.total as f64);
+        let Some((_, sample)) = &s.last_sample else {
+            continue;
+        };
+        let st = &sample.stats;
+        for (fam, v) in [
+            (&mut allocated, st.allocated),
+            (&mut peak, st.allocated_peak),
+            (&mut reserved, st.reserved),
+            (&mut active, st.active),
+            (&mut inactive, st.inactive_split),
+            (&mut step, sample.step),
+        ] {
+            if let Some(v) = v {
+                fam.add(&l, v as f64);
+            }
+        }
+        if let (Some(r), Some(a)) = (st.reserved, st.allocated) {
+            if r > 0 {
+                frag.add(&l, r.saturating_sub(a) as f64 / r as f64);
+            }
+        }
+        if let Some(t) = s.last_arrival {
+            last.add(&l, t);
+        }
+    }
+    for f in [
+        info, allocated, peak, reserved, active, inactive, retries, ooms, step, last, frag,
+    ] {
+        f.finish(out);
+    }
+}
+
+pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
+    let mut f = Family::gauge(
+        "gpumon_ingest_connections",
+        "Open trainer connections.",
+        &[],
+    );
+    f.add(&[], stats.connections.load(Ordering::Relaxed) as f64);
+    f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_lines_total",
+        "Ingest lines accepted.",
+        MetricType::COUNTER,
+        &[],
+    );
+    f.add(&[], stats.lines.load(Ordering::Relaxed) as f64);
+    f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_rejected_total",
+        "Ingest lines rejected, by protocol error code.",
+        MetricType::COUNTER,
+        &["code"],
+    );
+    for (i, code) in Code::ALL.iter().enumerate() {
+        f.add(
+            &[code.as_str()],
+            stats.rejected[i].load(Ordering::Relaxed) as f64,
+        );
+    }
+    f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_dropped_total",
+        "Samples dropped because the daemon was overloaded.",
+        MetricType::COUNTER,
+        &[],
+    );
+    // Every accepted sample is applied under the store lock; none are shed yet.
+    f.add(&[], 0.0);
+    f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_replies_dropped_total",
+        "Replies not sent because the client was not reading its socket.",
+        MetricType::COUNTER,
+        &[],
+    );
+    f.add(&[], stats.replies_dropped.load(Ordering::Relaxed) as f64);
+    f.finish(out);
+}

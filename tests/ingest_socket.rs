@@ -1,0 +1,201 @@
+//! Trainers pushing over the real Unix socket into the real daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::*;
+
+const GPU0: &str = "GPU-11111111-2222-3333-4444-555555555555";
+
+fn connect(d: &Daemon) -> (UnixStream, BufReader<UnixStream>) {
+    let s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let r = BufReader::new(s.try_clone().unwrap());
+    (s, r)
+}
+
+fn reply(r: &mut BufReader<UnixStream>) -> serde_json::Value {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+fn hello(job: &str) -> String {
+    format!(
+        "{{\"type\":\"hello\",\"v\":1,\"pid\":7,\"job\":\"{job}\",\"rank\":3,\"gpu_uuid\":\"{GPU0}\",\"client\":\"test/1\",\"torch\":\"2.5.1\"}}\n"
+    )
+}
+
+fn sample_line(step: u64, allocated: u64, retries: u64) -> String {
+    format!(
+        "{{\"type\":\"sample\",\"ts\":{},\"step\":{step},\"stats\":{{\"allocated_bytes.all.current\":{allocated},\"allocated_bytes.all.peak\":{},\"reserved_bytes.all.current\":{},\"num_alloc_retries\":{retries}}}}}\n",
+        1_763_700_000 + step,
+        allocated * 2,
+        allocated * 4
+    )
+}
+
+#[test]
+fn a_trainer_session_shows_up_in_metrics_and_the_api() {
+    let d = Daemon::with_scenario("two_gpus");
+    let (mut w, mut r) = connect(&d);
+    w.write_all(hello("llama-ft").as_bytes()).unwrap();
+    let welcome = reply(&mut r);
+    assert_eq!(welcome["type"], "welcome");
+    assert_eq!(welcome["v"], 1);
+    let session = welcome["session"].as_str().unwrap().to_string();
+    for step in 1..=5 {
+        w.write_all(sample_line(step, 1000 * step, 2).as_bytes())
+            .unwrap();
+    }
+    // A reset of the retry counter (trainer called reset_peak_memory_stats) is not a decrease.
+    w.write_all(sample_line(6, 6000, 1).as_bytes()).unwrap();
+    let me = std::process::id();
+    let labels = format!("{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job=\"llama-ft\",rank=\"3\"}}");
+    d.wait_for(Duration::from_secs(5), "step 6 in /metrics", || {
+        sample_of(&d.metrics(), "gpumon_trainer_step", &labels) == Some(6.0)
+    });
+    let m = d.metrics();
+    assert_eq!(
+        sample_of(&m, "gpumon_trainer_allocated_bytes", &labels),
+        Some(6000.0)
+    );
+    assert_eq!(
+        sample_of(&m, "gpumon_trainer_reserved_bytes", &labels),
+        Some(24000.0)
+    );
+    assert_eq!(
+        sample_of(&m, "gpumon_trainer_alloc_retries_total", &labels),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample_of(&m, "gpumon_fragmentation_ratio", &labels),
+        Some(0.75)
+    );
+    assert!(m.contains(&format!("session=\"{session}\"")));
+    assert_eq!(sample(&m, "gpumon_ingest_connections"), Some(1.0));
+    assert_eq!(sample(&m, "gpumon_ingest_lines_total"), Some(7.0));
+    promtool_check(&m);
+
+    let snap = d.snapshot();
+    let s = &snap["sessions"][0];
+    assert_eq!(
+        s["pid"].as_u64(),
+        Some(me as u64),
+        "host pid from SO_PEERCRED"
+    );
+    assert_eq!(
+        s["ns_pid"], 7,
+        "the pid the trainer claimed is kept for display"
+    );
+    assert_eq!(s["gpu"], 0);
+    assert_eq!(s["samples"], 6);
+    assert_eq!(s["series"].as_array().unwrap().len(), 6);
+
+    w.write_all(b"{\"type\":\"bye\",\"ts\":1763700100}\n")
+        .unwrap();
+    d.wait_for(Duration::from_secs(5), "session gone from /metrics", || {
+        !d.metrics().contains("gpumon_trainer_step{")
+    });
+    assert_eq!(d.snapshot()["sessions"][0]["ended"][1], "clean");
+}
+
+fn sample_of(m: &str, name: &str, labels: &str) -> Option<f64> {
+    sample(m, &format!("{name}{labels}"))
+}
+
+#[test]
+fn bad_lines_get_their_error_and_the_connection_survives() {
+    let d = Daemon::with_scenario("two_gpus");
+    let (mut w, mut r) = connect(&d);
+    let cases: [(&[u8], &str); 6] = [
+        (b"{\"type\":\"sample\",\"ts\":1763700000}\n", "no_hello"),
+        (b"{oops\n", "bad_json"),
+        (b"{\"type\":\"hello\",\"v\":9}\n", "unsupported_version"),
+        (b"\xff\xfe\n", "bad_json"),
+        (b"{\"type\":\"dance\"}\n", "unknown_type"),
+        (b"{\"type\":\"sample\",\"ts\":-1}\n", "bad_field"),
+    ];
+    for (i, (line, code)) in cases.iter().enumerate() {
+        w.write_all(line).unwrap();
+        let e = reply(&mut r);
+        assert_eq!(e["type"], "error");
+        assert_eq!(e["code"], *code, "case {i}");
+        assert_eq!(e["line"], i as u64 + 1);
+        assert!(!e["message"].as_str().unwrap().is_empty());
+    }
+    let mut long = vec![b'x'; 70_000];
+    long.push(b'\n');
+    w.write_all(&long).unwrap();
+    assert_eq!(reply(&mut r)["code"], "line_too_long");
+    w.write_all(hello("j").as_bytes()).unwrap();
+    assert_eq!(reply(&mut r)["type"], "welcome");
+    w.write_all(hello("j").as_bytes()).unwrap();
+    assert_eq!(reply(&mut r)["code"], "duplicate_hello");
+    let m = d.metrics();
+    for (code, n) in [
+        ("bad_json", 2.0),
+        ("no_hello", 1.0),
+        ("line_too_long", 1.0),
+        ("duplicate_hello", 1.0),
+    ] {
+        assert_eq!(
+            sample(
+                &m,
+                &format!("gpumon_ingest_rejected_total{{code=\"{code}\"}}")
+            ),
+            Some(n),
+            "{code}"
+        );
+    }
+    // Half a line at EOF, then close without bye: counted, and recorded as a crash.
+    w.write_all(b"{\"type\":\"sam").unwrap();
+    drop(w);
+    drop(r);
+    d.wait_for(Duration::from_secs(5), "crash recorded", || {
+        d.snapshot()["sessions"][0]["ended"][1] == "crash"
+    });
+    let m = d.metrics();
+    assert_eq!(
+        sample(&m, "gpumon_ingest_rejected_total{code=\"bad_json\"}"),
+        Some(3.0)
+    );
+    assert_eq!(sample(&m, "gpumon_ingest_connections"), Some(0.0));
+}
+
+#[test]
+fn a_flooding_client_is_closed_with_the_limit_named_and_others_are_unaffected() {
+    let d = Daemon::with_scenario("two_gpus");
+    let (mut calm, mut calm_r) = connect(&d);
+    calm.write_all(hello("calm").as_bytes()).unwrap();
+    assert_eq!(reply(&mut calm_r)["type"], "welcome");
+
+    let (mut flood, mut flood_r) = connect(&d);
+    flood.write_all(hello("flood").as_bytes()).unwrap();
+    assert_eq!(reply(&mut flood_r)["type"], "welcome");
+    // Default limit: 1000 lines/s with a burst of 2000.
+    let burst: String = (0..5000).map(|i| sample_line(i, 1, 0)).collect();
+    let _ = flood.write_all(burst.as_bytes());
+    let mut last = String::new();
+    let mut line = String::new();
+    while flood_r.read_line(&mut line).unwrap_or(0) > 0 {
+        last = std::mem::take(&mut line);
+    }
+    let e: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(e["code"], "rate_limited");
+    assert!(
+        e["message"].as_str().unwrap().contains("1000 lines/s"),
+        "{e}"
+    );
+
+    calm.write_all(sample_line(1, 5, 0).as_bytes()).unwrap();
+    d.wait_for(Duration::from_secs(5), "calm session's sample", || {
+        d.metrics()
+            .lines()
+            .any(|l| l.starts_with("gpumon_trainer_step{") && l.contains("job=\"calm\""))
+    });
+}
