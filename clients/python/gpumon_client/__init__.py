@@ -11,7 +11,7 @@ Importing this package imports neither torch nor any trainer framework.
 from typing import Any
 
 from ._version import __version__
-from .attach import Attachment, attach, detach
+from .hooks import Attachment, attach, detach
 from .client import Client
 from .phase import phase
 from .reporter import Reporter

@@ -2,7 +2,7 @@
 
 from typing import Any, Optional
 
-from . import attach as _attach
+from . import hooks as _attach
 from .client import Client
 from .stats import StatsSource, TorchStatsSource
 

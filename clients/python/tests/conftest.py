@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import gpumon_client  # noqa: E402
-from gpumon_client import attach as attach_mod  # noqa: E402
+from gpumon_client import hooks as attach_mod  # noqa: E402
 from gpumon_client import phase as phase_mod  # noqa: E402
 
 

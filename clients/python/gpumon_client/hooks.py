@@ -1,4 +1,7 @@
-"""attach(): zero-touch instrumentation of a PyTorch trainer through global torch hooks."""
+"""attach(): zero-touch instrumentation of a PyTorch trainer through global torch hooks.
+
+(The module is not named attach.py because the package exports the attach function under that name.)
+"""
 
 import atexit
 import logging

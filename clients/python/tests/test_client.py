@@ -1,0 +1,138 @@
+import subprocess
+import sys
+import os
+
+import gpumon_client
+from gpumon_client import Client, StaticStatsSource, protocol
+from gpumon_client.testing import FakeDaemon
+
+import fake_torch
+
+INFO = {"cuda_device": 0, "gpu_uuid": "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f", "torch": "2.5.1",
+        "allocator": "native", "expandable_segments": False}
+
+
+def source(**kw):
+    return StaticStatsSource(fake_torch.STATS, (100, 200), INFO, **kw)
+
+
+def test_import_does_not_pull_in_torch_or_frameworks():
+    code = "import gpumon_client, sys; assert not {'torch', 'lightning', 'transformers'} & set(sys.modules)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_sample_carries_known_keys_and_device_memory(sock_path):
+    with FakeDaemon(sock_path) as d:
+        c = Client("job-a", source=source(), socket=sock_path, rank=3, world_size=8)
+        c.sample(step=5)
+        hello, sample = d.wait_for(2)
+        assert hello == dict(protocol.hello(pid=os.getpid(), job="job-a", rank=3, world_size=8, **INFO))
+        assert sample["step"] == 5 and sample["phase"] == "train"
+        assert set(sample["stats"]) == set(protocol.KNOWN_STATS_KEYS)
+        assert "allocated_bytes.large_pool.current" not in sample["stats"]
+        assert (sample["device_free"], sample["device_total"]) == (100, 200)
+        c.close()
+
+
+def test_all_stats_keys_and_timer_samples(sock_path):
+    with FakeDaemon(sock_path) as d:
+        src = StaticStatsSource(fake_torch.STATS)  # no mem info, no device info
+        c = Client(source=src, socket=sock_path, stats_keys=None)
+        c.sample()
+        hello, sample = d.wait_for(2)
+        assert set(hello) == {"type", "v", "pid", "client"}
+        assert sample["stats"] == fake_torch.STATS
+        assert "step" not in sample and "device_free" not in sample
+
+
+def test_labels_from_the_environment(sock_path, monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("GPUMON_JOB", "from-env")
+    with FakeDaemon(sock_path) as d:
+        Client(source=source(), socket=sock_path).sample(step=1)
+        hello = d.wait_for(2)[0]
+        assert (hello["job"], hello["rank"], hello["world_size"]) == ("from-env", 2, 4)
+
+
+def test_socket_from_environment(sock_path, monkeypatch):
+    monkeypatch.setenv("GPUMON_SOCKET", sock_path)
+    with FakeDaemon(sock_path) as d:
+        Client(source=source()).sample(step=1)
+        assert len(d.wait_for(2)) == 2
+
+
+def test_a_failing_source_never_raises(sock_path):
+    class Broken(StaticStatsSource):
+        def memory_stats(self):
+            raise RuntimeError("CUDA error")
+
+        def device_info(self):
+            raise RuntimeError("no device")
+
+    with FakeDaemon(sock_path) as d:
+        c = Client(source=Broken(), socket=sock_path)
+        c.sample(step=1)
+        c.mark("still alive")
+        msgs = d.wait_for(2)
+        assert msgs[-1]["detail"] == "still alive"
+        assert c.stats()["internal_errors"] == 1
+
+
+def test_events(sock_path):
+    with FakeDaemon(sock_path) as d:
+        c = Client(source=source(), socket=sock_path)
+        c.mark("lr drop", lr=0.1)
+        c.snapshot("/var/tmp/snap.pickle")
+        c.oom(2 * 1024**3, device_free=104857600, device=0)
+        msgs = d.wait_for(4)[1:]
+        assert msgs[0]["kind"] == "mark" and msgs[0]["lr"] == 0.1
+        assert msgs[1] == {"type": "event", "ts": msgs[1]["ts"], "kind": "snapshot", "path": "/var/tmp/snap.pickle"}
+        assert msgs[2]["alloc_bytes"] == 2147483648 and msgs[2]["device_free"] == 104857600
+        assert msgs[2]["detail"] == "CUDA out of memory on device 0. Tried to allocate 2.00 GiB"
+
+
+def test_phase_context_manager(sock_path):
+    with FakeDaemon(sock_path) as d:
+        c = Client(source=source(), socket=sock_path)
+        c.sample(step=1)
+        with gpumon_client.phase("eval"):
+            c.sample(step=1)
+            with gpumon_client.phase("eval"):  # same phase: no extra events
+                pass
+        c.sample(step=2)
+        msgs = d.wait_for(6)[1:]
+        assert [(m["type"], m.get("phase")) for m in msgs] == [
+            ("sample", "train"), ("event", "eval"), ("sample", "eval"), ("event", "train"), ("sample", "train")]
+
+
+def test_disable_switch_makes_everything_a_no_op(sock_path, monkeypatch, fake_torch):
+    monkeypatch.setenv("GPUMON_DISABLE", "1")
+    with FakeDaemon(sock_path) as d:
+        c = Client(source=source(), socket=sock_path)
+        c.sample(step=1)
+        c.mark("x")
+        handle = gpumon_client.attach(socket=sock_path)
+        assert handle.client is None and not fake_torch.optim.optimizer._hooks
+        r = gpumon_client.Reporter(source=source(), socket=sock_path)
+        r.report(1)
+        with gpumon_client.phase("eval"):
+            pass
+        c.close()
+        r.close()
+        assert d.wait_for(1, timeout=0.2) == [] and not d.connections
+
+
+def test_close_without_traffic_opens_no_session(sock_path):
+    with FakeDaemon(sock_path) as d:
+        Client(source=source(), socket=sock_path).close()
+        assert not d.connections
+
+
+def test_human_sizes():
+    from gpumon_client.client import _human
+
+    assert _human(512) == "512 bytes"
+    assert _human(1536) == "1.50 KiB"
+    assert _human(20 * 1024**4) == "20480.00 GiB"
