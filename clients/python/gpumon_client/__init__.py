@@ -13,7 +13,7 @@ from typing import Any
 from ._version import __version__
 from .hooks import Attachment, attach, detach
 from .client import Client
-from .phase import phase
+from .phases import phase
 from .reporter import Reporter
 from .stats import StaticStatsSource, StatsSource, TorchStatsSource
 

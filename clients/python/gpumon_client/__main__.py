@@ -1,47 +1,61 @@
-"""python -m gpumon_client run [--job NAME] [--socket PATH] (SCRIPT | -m MODULE) [ARGS...]
+"""python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] (SCRIPT | -m MODULE) [ARGS...]
 
 Runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run it.
 """
 
-import argparse
 import os
 import runpy
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-USAGE = "python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] (SCRIPT | -m MODULE) [ARGS...]"
+USAGE = "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] (SCRIPT | -m MODULE) [ARGS...]\n"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m gpumon_client", usage=USAGE)
-    sub = p.add_subparsers(dest="command")
-    run = sub.add_parser("run", usage=USAGE, help="run a training script with gpumon attached")
-    run.add_argument("--job", help="job label (default: $GPUMON_JOB, else the daemon's choice)")
-    run.add_argument("--socket", help="daemon socket (default: $GPUMON_SOCKET, then the standard paths)")
-    run.add_argument("--every", type=int, default=1, help="sample every N optimizer steps")
-    run.add_argument("-m", dest="module", help="run a module, like python -m")
-    run.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] (or ARGS for -m)")
-    return p
+def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
+    # Hand-rolled rather than argparse: everything after SCRIPT (or -m MODULE) belongs to the
+    # script, options included, exactly as with the python command.
+    if not argv or argv[0] != "run":
+        return None
+    opts: Dict[str, object] = {"job": None, "socket": None, "every": 1, "module": None, "target": []}
+    rest = argv[1:]
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("--job", "--socket", "--every") and rest:
+            value = rest.pop(0)
+            opts[arg[2:]] = int(value) if arg == "--every" else value
+        elif arg == "-m" and rest:
+            opts["module"] = rest.pop(0)
+            opts["target"] = rest
+            return opts
+        elif arg.startswith("-"):
+            return None
+        else:
+            opts["target"] = [arg] + rest
+            return opts
+    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command != "run" or (args.module is None and not args.target):
-        _parser().print_usage(sys.stderr)
+    try:
+        opts = _parse(sys.argv[1:] if argv is None else argv)
+    except ValueError:
+        opts = None
+    if opts is None:
+        sys.stderr.write(USAGE)
         return 2
 
     from . import attach
 
-    attach(job=args.job, socket=args.socket, every=args.every)
-    # The script sees the argv and sys.path it would see run directly.
-    if args.module is not None:
-        sys.argv = [args.module] + args.target
-        runpy.run_module(args.module, run_name="__main__", alter_sys=True)
+    attach(job=opts["job"], socket=opts["socket"], every=opts["every"])  # type: ignore[arg-type]
+    target: List[str] = opts["target"]  # type: ignore[assignment]
+    # The script sees the argv and sys.path it would see when run directly.
+    if opts["module"] is not None:
+        sys.argv = [str(opts["module"])] + target
+        runpy.run_module(str(opts["module"]), run_name="__main__", alter_sys=True)
     else:
-        script = args.target[0]
-        sys.argv = list(args.target)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-        runpy.run_path(script, run_name="__main__")
+        sys.argv = list(target)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target[0])))
+        runpy.run_path(target[0], run_name="__main__")
     return 0
 
 

@@ -6,7 +6,7 @@ The framework is imported only when a callback class is first looked up
 
 from typing import Any, Dict, Optional
 
-from . import phase as _phase
+from . import phases as _phase
 from .reporter import Reporter
 
 __all__ = ["LightningCallback", "HFCallback"]

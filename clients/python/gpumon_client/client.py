@@ -9,7 +9,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, Optional
 
 from . import _env, protocol
-from . import phase as _phase
+from . import phases as _phase
 from .stats import StatsSource, TorchStatsSource
 from .transport import Transport
 

@@ -12,7 +12,7 @@ sys.path.insert(0, HERE)
 
 import gpumon_client  # noqa: E402
 from gpumon_client import hooks as attach_mod  # noqa: E402
-from gpumon_client import phase as phase_mod  # noqa: E402
+from gpumon_client import phases as phase_mod  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
