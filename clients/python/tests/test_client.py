@@ -84,11 +84,11 @@ def test_events(sock_path):
     with FakeDaemon(sock_path) as d:
         c = Client(source=source(), socket=sock_path)
         c.mark("lr drop", lr=0.1)
-        c.snapshot("/var/tmp/snap.pickle")
+        c.snapshot("/var/lib/gpumon/snap.pickle")
         c.oom(2 * 1024**3, device_free=104857600, device=0)
         msgs = d.wait_for(4)[1:]
         assert msgs[0]["kind"] == "mark" and msgs[0]["lr"] == 0.1
-        assert msgs[1] == {"type": "event", "ts": msgs[1]["ts"], "kind": "snapshot", "path": "/var/tmp/snap.pickle"}
+        assert msgs[1] == {"type": "event", "ts": msgs[1]["ts"], "kind": "snapshot", "path": "/var/lib/gpumon/snap.pickle"}
         assert msgs[2]["alloc_bytes"] == 2147483648 and msgs[2]["device_free"] == 104857600
         assert msgs[2]["detail"] == "CUDA out of memory on device 0. Tried to allocate 2.00 GiB"
 

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Writes the golden protocol fixtures: tests/fixtures/protocol/client_*.jsonl at the repo root.
+
+Each file is one connection's bytes exactly as the Python client sent them, captured by a real
+Unix-socket server (so framing is included), with a fixed clock and pid so the output is stable.
+The Rust daemon's tests parse these files; the client's tests fail if its output drifts from them.
+
+    python3 clients/python/scripts/gen_protocol_fixtures.py          # rewrite the fixtures
+    python3 clients/python/scripts/gen_protocol_fixtures.py --check  # exit 1 if they differ
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import Callable, Dict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from gpumon_client import Client, StaticStatsSource, phase  # noqa: E402
+from gpumon_client.testing import FakeDaemon  # noqa: E402
+
+FIXTURE_DIR = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "protocol")
+
+# Values from the protocol document's examples.
+STATS = {
+    "allocated_bytes.all.current": 21474836480,
+    "allocated_bytes.all.peak": 30064771072,
+    "reserved_bytes.all.current": 32212254720,
+    "active_bytes.all.current": 21474836480,
+    "inactive_split_bytes.all.current": 268435456,
+    "requested_bytes.all.current": 21400000000,
+    "num_alloc_retries": 0,
+    "num_ooms": 0,
+    "num_sync_all_streams": 0,
+    "num_device_alloc": 120,
+    "num_device_free": 3,
+}
+# Keys the daemon does not know: a client with stats_keys=None sends them and the daemon must ignore them.
+EXTRA_STATS = {
+    "allocated_bytes.small_pool.current": 1048576,
+    "allocation.all.current": 812,
+    "oversize_allocations.current": 0,
+    "max_split_size": -1,
+}
+MEM_INFO = (47244640256, 85520809984)
+DEVICE = {
+    "cuda_device": 0,
+    "gpu_uuid": "GPU-8f0c3e1a-5b2d-4c6e-9a7f-0123456789ab",
+    "torch": "2.5.1",
+    "allocator": "native",
+    "expandable_segments": False,
+}
+
+
+def _clock(start: float = 1763700000.0, tick: float = 0.25) -> Callable[[], float]:
+    # Quarter seconds are exact in binary, so timestamps print the same everywhere.
+    state = {"t": start - tick}
+
+    def now() -> float:
+        state["t"] += tick
+        return state["t"]
+
+    return now
+
+
+def _session(path: str) -> None:
+    c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
+               world_size=8, clock=_clock(), pid=4242, jitter=False)
+    c.sample(step=1)
+    c.sample(step=2)
+    with phase("eval"):
+        c.sample(step=2)
+    c.mark("lr decay to 1e-5")
+    c.snapshot("/var/lib/gpumon/snapshots/rank0-step2.pickle")
+    c.oom(2147483648, device_free=104857600, device=0)
+    c.sample(step=3)
+    c.close(timeout=2.0)
+
+
+def _minimal(path: str) -> None:
+    # No device info, no labels, no mem_get_info, no step: every optional field left out.
+    stats = dict(STATS, **EXTRA_STATS)
+    c = Client(source=StaticStatsSource(stats), socket=path, stats_keys=None, clock=_clock(1763700300.0),
+               pid=17, jitter=False)
+    c.sample()
+    c.close(timeout=2.0)
+
+
+def _reconnect(path: str) -> Dict[str, object]:
+    # The daemon is down for steps 1-6 with room for 4 lines; it is up for step 7.
+    c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
+               world_size=8, clock=_clock(1763700100.0), pid=4242, jitter=False, max_buffer=4, backoff_initial=0.0)
+    for step in range(1, 7):
+        c.sample(step=step)
+    return {"client": c}
+
+
+def _capture(run: Callable[[str], object], late_daemon: bool = False) -> bytes:
+    tmp = tempfile.mkdtemp(prefix="gpm")
+    path = os.path.join(tmp, "ingest.sock")
+    try:
+        daemon = FakeDaemon(path)
+        if late_daemon:
+            ctx = run(path)
+            daemon.start()
+            client = ctx["client"]  # type: ignore[index]
+            client.sample(step=7)
+            client.close(timeout=2.0)
+        else:
+            daemon.start()
+            run(path)
+        daemon.wait_for(1, type="bye")
+        daemon.stop()
+        if len(daemon.connections) != 1:
+            raise RuntimeError("expected one connection, got %d" % len(daemon.connections))
+        return bytes(daemon.connections[0].raw)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def generate() -> Dict[str, bytes]:
+    """File name -> exact content."""
+    return {
+        "client_session.jsonl": _capture(_session),
+        "client_minimal.jsonl": _capture(_minimal),
+        "client_reconnect.jsonl": _capture(_reconnect, late_daemon=True),
+    }
+
+
+def main(argv: list) -> int:
+    check = "--check" in argv
+    stale = []
+    for name, content in generate().items():
+        target = os.path.normpath(os.path.join(FIXTURE_DIR, name))
+        try:
+            with open(target, "rb") as f:
+                same = f.read() == content
+        except FileNotFoundError:
+            same = False
+        if same:
+            continue
+        stale.append(name)
+        if not check:
+            with open(target, "wb") as f:
+                f.write(content)
+            print("wrote", target)
+    if check and stale:
+        print("fixtures differ from the client's output:", ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
