@@ -2,6 +2,7 @@
 to a Transport. Every public method is safe to call from a training loop: it never raises.
 """
 
+import atexit
 import logging
 import os
 import time
@@ -169,6 +170,16 @@ def _human(n: int) -> str:
             return "%d bytes" % n if unit == "bytes" else "%.2f %s" % (value, unit)
         value /= 1024
     return "%.2f GiB" % value
+
+
+def _close_all() -> None:
+    # A session that ends without bye reads as a crashed trainer, so clients the trainer forgot
+    # to close say bye at exit (bounded by each close's timeout).
+    for client in list(_clients):
+        client.close(timeout=0.5)
+
+
+atexit.register(_close_all)
 
 
 def _broadcast_phase(name: str) -> None:

@@ -136,3 +136,39 @@ def test_human_sizes():
     assert _human(512) == "512 bytes"
     assert _human(1536) == "1.50 KiB"
     assert _human(20 * 1024**4) == "20480.00 GiB"
+
+
+def test_forked_child_opens_its_own_session(sock_path):
+    with FakeDaemon(sock_path) as d:
+        c = Client(source=source(), socket=sock_path)
+        c.sample(step=1)
+        d.wait_for(2)
+        pid = os.fork()
+        if pid == 0:  # child: report once on a fresh connection, then leave without cleanup
+            try:
+                c.sample(step=100)
+                c.close(timeout=1.0)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        c.sample(step=2)
+        c.close(timeout=1.0)
+        d.wait_for(2, type="bye")
+        by_conn = [[__import__("json").loads(x) for x in conn.lines] for conn in d.connections]
+        assert len(by_conn) == 2
+        parent = next(m for m in by_conn if m[0]["pid"] == os.getpid())
+        child = next(m for m in by_conn if m[0]["pid"] == pid)
+        assert [m.get("step") for m in parent if m["type"] == "sample"] == [1, 2]
+        assert [m["type"] for m in child] == ["hello", "sample", "bye"] and child[1]["step"] == 100
+
+
+def test_unclosed_clients_say_bye_at_exit(tmp_path, sock_path):
+    code = (
+        "from gpumon_client import Client, StaticStatsSource\n"
+        "c = Client(source=StaticStatsSource({'num_ooms': 0}), socket=%r)\n"
+        "c.sample(step=1)\n" % sock_path
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with FakeDaemon(sock_path) as d:
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=30)
+        assert [m["type"] for m in d.wait_for(3)] == ["hello", "sample", "bye"]
