@@ -187,7 +187,6 @@ def _install_oom_observer(torch: Any, now: bool = False) -> bool:
     initialised the call is queued with torch.cuda._lazy_call to run right after lazy init;
     without that private helper it waits for the first optimizer step (now=True).
     """
-    global _oom_observer_installed
     if _oom_observer_installed:
         return True
     try:

@@ -17,7 +17,6 @@ def phase(name: str) -> Iterator[None]:
     The daemon judges memory growth on train samples only, so wrapping evaluation keeps its
     temporary allocations from looking like a leak. Nesting restores the outer phase on exit.
     """
-    global _current
     previous = _current
     _set(str(name))
     try:
