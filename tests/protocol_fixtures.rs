@@ -1,0 +1,108 @@
+//! The golden protocol fixtures, shared with the Python client: every line the client emits is
+//! accepted by the daemon's parser and state machine, and every reply the client is tested
+//! against is a reply this daemon can produce.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use gpumon::ingest::conn::{Conn, Outcome};
+use gpumon::ingest::protocol::{self, Code, Reply};
+use gpumon::store::sessions::{Peer, SessionLimits, Sessions};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protocol")
+}
+
+#[test]
+fn every_client_fixture_line_is_accepted() {
+    let mut files = 0;
+    for entry in std::fs::read_dir(fixtures()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !(name.starts_with("client_") && name.ends_with(".jsonl")) {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut sessions = Sessions::new(SessionLimits::default());
+        let mut conn = Conn::new(Peer {
+            pid: 1,
+            uid: 0,
+            gid: 0,
+        });
+        let mut byes = 0;
+        for (i, line) in text.lines().enumerate() {
+            protocol::parse(line.as_bytes()).unwrap_or_else(|e| panic!("{name}:{}: {e}", i + 1));
+            match conn.handle(line.as_bytes(), &mut sessions, 1.0) {
+                Outcome::Accepted => {}
+                Outcome::Bye => byes += 1,
+                Outcome::Reply {
+                    line: reply,
+                    rejected,
+                } => {
+                    assert_eq!(
+                        rejected,
+                        None,
+                        "{name}:{}: {}",
+                        i + 1,
+                        String::from_utf8_lossy(&reply)
+                    );
+                    assert!(i == 0, "only the hello gets a reply");
+                }
+            }
+        }
+        assert!(byes <= 1, "{name}");
+    }
+    assert!(
+        files >= 2,
+        "expected the client's fixtures in {:?}",
+        fixtures()
+    );
+}
+
+#[test]
+fn the_reply_fixtures_match_what_the_daemon_sends() {
+    let text = std::fs::read_to_string(fixtures().join("replies/daemon.jsonl")).unwrap();
+    let mut codes = Vec::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        // Re-encode the same content with the daemon's own Reply type: same keys, same order.
+        let ours = match v["type"].as_str().unwrap() {
+            "welcome" => Reply::Welcome {
+                v: v["v"].as_u64().unwrap(),
+                server: v["server"].as_str().unwrap(),
+                session: v["session"].as_str().unwrap(),
+            }
+            .to_line(),
+            "error" => {
+                let code = Code::ALL
+                    .into_iter()
+                    .find(|c| c.as_str() == v["code"].as_str().unwrap())
+                    .unwrap_or_else(|| panic!("daemon has no code {}", v["code"]));
+                codes.push(code);
+                Reply::Error {
+                    code,
+                    line: v["line"].as_u64().unwrap(),
+                    message: v["message"].as_str().unwrap(),
+                }
+                .to_line()
+            }
+            other => panic!("unexpected reply type {other}"),
+        };
+        assert_eq!(String::from_utf8(ours).unwrap().trim_end(), line);
+    }
+    for code in [
+        "bad_json",
+        "line_too_long",
+        "no_hello",
+        "unsupported_version",
+        "unknown_type",
+        "bad_field",
+        "rate_limited",
+    ] {
+        assert!(
+            codes.iter().any(|c| c.as_str() == code),
+            "fixture lacks {code}"
+        );
+    }
+}
