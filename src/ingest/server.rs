@@ -83,9 +83,10 @@ pub async fn serve(
             }
             continue;
         }
+        // Counted before the task starts, so a burst of accepts cannot overshoot the cap.
+        stats.connections.fetch_add(1, Ordering::Relaxed);
         let (store, stats, shutdown) = (store.clone(), stats.clone(), shutdown.clone());
         tracker.spawn(async move {
-            stats.connections.fetch_add(1, Ordering::Relaxed);
             handle(stream, &store, &stats, limits, shutdown).await;
             stats.connections.fetch_sub(1, Ordering::Relaxed);
         });
