@@ -62,6 +62,9 @@ pub struct DaemonArgs {
     /// NVML poll interval, e.g. 1s or 500ms.
     #[arg(long, env = "GPUMON_INTERVAL", value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
+    /// Record each trainer session as a trace file in this directory (for `gpumon analyze`).
+    #[arg(long, env = "GPUMON_RECORD_DIR", value_name = "DIR")]
+    pub record_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +96,9 @@ impl Cli {
                 }
                 if let Some(v) = d.interval {
                     c.interval = v;
+                }
+                if let Some(v) = &d.record_dir {
+                    c.record.dir = Some(v.clone());
                 }
                 Some(&d.common)
             }

@@ -31,6 +31,28 @@ pub struct Config {
     pub log_level: String,
     pub history: HistoryConfig,
     pub ingest: IngestConfig,
+    pub record: RecordConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordConfig {
+    /// Write each trainer session's lines to a trace file here; unset records nothing.
+    pub dir: Option<PathBuf>,
+    /// A trace file past this size is closed and continued in a new part (hello first).
+    pub max_file_bytes: u64,
+    /// The oldest finished traces are deleted to keep the directory under this size.
+    pub max_total_bytes: u64,
+}
+
+impl Default for RecordConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            max_file_bytes: 64 << 20,
+            max_total_bytes: 1 << 30,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +102,7 @@ impl Default for Config {
             log_level: "info".into(),
             history: HistoryConfig::default(),
             ingest: IngestConfig::default(),
+            record: RecordConfig::default(),
         }
     }
 }
@@ -166,6 +189,17 @@ impl Config {
                 });
             }
         }
+        let r = &self.record;
+        if r.max_file_bytes < 4096 || r.max_file_bytes > r.max_total_bytes {
+            return Err(ConfigError::Invalid {
+                key: "record.max_file_bytes",
+                value: r.max_file_bytes.to_string(),
+                reason: format!(
+                    "keep it at least 4096 and at most record.max_total_bytes ({})",
+                    r.max_total_bytes
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -229,6 +263,15 @@ max_connections = {max_connections}
 # Lines per second per connection (bursts of twice that); past it the connection is closed
 # with `rate_limited`. A trainer sends one line per optimizer step.
 max_lines_per_second = {max_lines_per_second}
+
+[record]
+# Record each trainer session's lines as a trace file (hello first) for `gpumon analyze`.
+# Unset: nothing is recorded.  (GPUMON_RECORD_DIR, --record-dir)
+# dir = "/var/lib/gpumon/traces"
+# A trace past this size continues in a new part file, which starts with the hello again.
+max_file_bytes = {max_file_bytes}
+# The oldest finished traces are deleted to keep the directory under this size.
+max_total_bytes = {max_total_bytes}
 "#,
         listen = d.listen,
         nvml_lib = d.nvml_lib,
@@ -243,6 +286,8 @@ max_lines_per_second = {max_lines_per_second}
         process_points = d.history.process_points,
         max_connections = d.ingest.max_connections,
         max_lines_per_second = d.ingest.max_lines_per_second,
+        max_file_bytes = d.record.max_file_bytes,
+        max_total_bytes = d.record.max_total_bytes,
     )
 }
 

@@ -7,6 +7,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::ingest::record::Recorder;
 use crate::ingest::server::{IngestStats, Limits};
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
@@ -37,6 +38,18 @@ pub async fn run(
         .name("gpumon-nvml".into())
         .spawn(move || crate::poller::run(source, poll_store, interval, stop_rx))?;
 
+    let recorder = match &config.record.dir {
+        Some(dir) => Some(
+            Recorder::new(dir, config.record.max_file_bytes, config.record.max_total_bytes)
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot record traces in {}: {e}; create it writable for the daemon's user or drop --record-dir",
+                        dir.display()
+                    )
+                })?,
+        ),
+        None => None,
+    };
     let ingest_stats = Arc::new(IngestStats::default());
     let ingest_task = ingest.map(|l| {
         let limits = Limits {
@@ -48,6 +61,7 @@ pub async fn run(
             store.clone(),
             ingest_stats.clone(),
             limits,
+            recorder,
             shutdown.clone(),
         ))
     });

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::protocol::Stats;
-use crate::model::{GpuReading, ProcessReading, Timestamp};
-use crate::store::sessions::{Ending, EventRecord, Session, SessionPoint};
+use crate::model::{GpuReading, NodeReading, ProcessReading, Timestamp};
+use crate::store::sessions::{Ending, EventRecord, Session, SessionPoint, Sessions};
 use crate::store::{GpuPoint, NvmlStatus, Point, Store};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -15,7 +15,7 @@ pub struct Snapshot {
     pub ts: Timestamp,
     pub nvml: NvmlView,
     pub gpus: Vec<GpuView>,
-    pub processes: Vec<ProcessReading>,
+    pub processes: Vec<ProcessView>,
     /// Trainer sessions: live ones, then recently ended ones.
     #[serde(default)]
     pub sessions: Vec<SessionView>,
@@ -85,14 +85,19 @@ impl Snapshot {
                 last_poll_duration_seconds,
             },
             gpus,
-            processes: latest.map(|r| r.processes.clone()).unwrap_or_default(),
+            processes: latest
+                .map(|r| {
+                    r.processes
+                        .iter()
+                        .map(|p| ProcessView::of(p, &store.sessions))
+                        .collect()
+                })
+                .unwrap_or_default(),
             sessions: store
                 .sessions
                 .live()
                 .chain(store.sessions.ended())
-                .map(|sess| {
-                    SessionView::of(sess, latest.map(|r| r.gpus.as_slice()).unwrap_or_default())
-                })
+                .map(|sess| SessionView::of(sess, latest))
                 .collect(),
             findings: Vec::new(),
         }
@@ -116,6 +121,9 @@ pub struct SessionView {
     pub gpu_uuid: Option<String>,
     /// NVML index of that GPU, when NVML lists it.
     pub gpu: Option<u32>,
+    /// This session's entry in NVML's process list, joined on (host pid, GPU UUID).
+    #[serde(default)]
+    pub nvml: Option<SessionNvml>,
     pub torch: Option<String>,
     pub client: Option<String>,
     pub started: Timestamp,
@@ -134,8 +142,68 @@ pub struct SessionView {
     pub series: Vec<Point<SessionPoint>>,
 }
 
+/// What NVML and /proc say about a trainer's process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionNvml {
+    pub used_memory_bytes: Option<u64>,
+    pub process: Option<String>,
+    pub user: Option<String>,
+    pub container: Option<String>,
+}
+
+/// A GPU process, with the trainer session that runs in it when there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessView {
+    #[serde(flatten)]
+    pub reading: ProcessReading,
+    /// The live trainer session of this (pid, GPU), if instrumented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The pid the trainer sees itself as (from its hello), inside its container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u64>,
+}
+
+/// Readers (status, TUI) use a process view as the reading it wraps.
+impl std::ops::Deref for ProcessView {
+    type Target = ProcessReading;
+    fn deref(&self) -> &ProcessReading {
+        &self.reading
+    }
+}
+
+impl ProcessView {
+    fn of(p: &ProcessReading, sessions: &Sessions) -> Self {
+        let s = sessions.live().find(|s| joins(s, p));
+        Self {
+            reading: p.clone(),
+            session: s.map(|s| s.id.clone()),
+            ns_pid: s.and_then(|s| s.hello.ns_pid),
+        }
+    }
+}
+
+/// A session is an NVML process entry when the kernel's pid for its socket is the host pid NVML
+/// reports and its device UUID is that GPU's (or, under MIG, that MIG device's).
+fn joins(s: &Session, p: &ProcessReading) -> bool {
+    s.peer.pid == p.pid
+        && s.hello
+            .gpu_uuid
+            .as_deref()
+            .is_some_and(|u| u == p.uuid || p.mig_uuid.as_deref() == Some(u))
+}
+
 impl SessionView {
-    fn of(s: &Session, gpus: &[GpuReading]) -> Self {
+    fn of(s: &Session, latest: Option<&NodeReading>) -> Self {
+        let gpus = latest.map(|r| r.gpus.as_slice()).unwrap_or_default();
+        let nvml = latest
+            .and_then(|r| r.processes.iter().find(|p| joins(s, p)))
+            .map(|p| SessionNvml {
+                used_memory_bytes: p.used_memory_bytes,
+                process: p.info.name.clone(),
+                user: p.info.user.clone(),
+                container: p.info.container.clone(),
+            });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
         let skip = s.series.len().saturating_sub(SESSION_POINTS);
         Self {
@@ -151,6 +219,7 @@ impl SessionView {
                 .iter()
                 .find(|g| Some(&g.identity.uuid) == s.hello.gpu_uuid.as_ref())
                 .map(|g| g.identity.index),
+            nvml,
             torch: s.hello.torch.clone(),
             client: s.hello.client.clone(),
             started: s.started,

@@ -1,7 +1,10 @@
 //! One connection's protocol state: hello first and once, then samples and events, then bye.
 //! Pure logic over the session store, so every rule is unit-tested without sockets.
 
+use std::sync::Arc;
+
 use super::protocol::{self, Code, Message, Rejection, Reply};
+use super::record::{Recorder, Trace};
 use crate::model::Timestamp;
 use crate::store::sessions::{Ending, Peer, Sessions};
 
@@ -13,6 +16,8 @@ pub struct Conn {
     session: Option<u64>,
     line: u64,
     said_bye: bool,
+    recorder: Option<Arc<Recorder>>,
+    trace: Option<Trace>,
 }
 
 /// What the caller should do after a line.
@@ -35,7 +40,15 @@ impl Conn {
             session: None,
             line: 0,
             said_bye: false,
+            recorder: None,
+            trace: None,
         }
+    }
+
+    /// Records this connection's session as a trace file (`--record-dir`).
+    pub fn recording(mut self, recorder: Option<Arc<Recorder>>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     pub fn line_number(&self) -> u64 {
@@ -68,8 +81,13 @@ impl Conn {
         };
         match (msg, self.session) {
             (Message::Hello(h), None) => {
+                let (job, rank) = (h.job.clone(), h.rank);
                 let (key, id) = sessions.open(self.peer, h, now);
                 self.session = Some(key);
+                self.trace = self
+                    .recorder
+                    .as_ref()
+                    .map(|r| r.start(&id, job.as_deref(), rank, now, raw));
                 Outcome::Reply {
                     line: Reply::Welcome {
                         v: protocol::VERSION,
@@ -90,18 +108,28 @@ impl Conn {
             )),
             (Message::Sample(s), Some(key)) => {
                 sessions.sample(key, s, now);
+                self.record(raw);
                 Outcome::Accepted
             }
             (Message::Event(e), Some(key)) => {
                 sessions.event(key, e);
+                self.record(raw);
                 Outcome::Accepted
             }
             (Message::Bye { .. }, Some(key)) => {
                 sessions.close(key, Ending::Clean, now);
+                self.record(raw);
+                self.trace = None;
                 self.session = None;
                 self.said_bye = true;
                 Outcome::Bye
             }
+        }
+    }
+
+    fn record(&mut self, raw: &[u8]) {
+        if let Some(t) = self.trace.as_mut() {
+            t.write(raw);
         }
     }
 

@@ -4,5 +4,6 @@
 pub mod conn;
 pub mod lines;
 pub mod protocol;
+pub mod record;
 pub mod server;
 pub mod socket;

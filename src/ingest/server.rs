@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use super::conn::{Conn, Outcome};
 use super::lines::{Frame, LineReader};
 use super::protocol::{Code, Rejection, MAX_LINE};
+use super::record::Recorder;
 use crate::model::now;
 use crate::store::sessions::Peer;
 use crate::store::SharedStore;
@@ -50,6 +51,7 @@ pub async fn serve(
     store: SharedStore,
     stats: Arc<IngestStats>,
     limits: Limits,
+    recorder: Option<Arc<Recorder>>,
     shutdown: CancellationToken,
 ) {
     let tracker = TaskTracker::new();
@@ -86,8 +88,9 @@ pub async fn serve(
         // Counted before the task starts, so a burst of accepts cannot overshoot the cap.
         stats.connections.fetch_add(1, Ordering::Relaxed);
         let (store, stats, shutdown) = (store.clone(), stats.clone(), shutdown.clone());
+        let recorder = recorder.clone();
         tracker.spawn(async move {
-            handle(stream, &store, &stats, limits, shutdown).await;
+            handle(stream, &store, &stats, limits, recorder, shutdown).await;
             stats.connections.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -100,6 +103,7 @@ async fn handle(
     store: &SharedStore,
     stats: &IngestStats,
     limits: Limits,
+    recorder: Option<Arc<Recorder>>,
     shutdown: CancellationToken,
 ) {
     let peer = match stream.peer_cred() {
@@ -115,7 +119,7 @@ async fn handle(
     };
     let (read, write) = stream.into_split();
     let mut reader = LineReader::new(BufReader::with_capacity(16 * 1024, read), MAX_LINE);
-    let mut conn = Conn::new(peer);
+    let mut conn = Conn::new(peer).recording(recorder);
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
     let send = |line: &[u8]| {
         // Never wait on the client: a full socket buffer means the reply is dropped.
