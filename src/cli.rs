@@ -36,6 +36,24 @@ pub enum Command {
     Status(StatusArgs),
     /// Print a commented example config file.
     Config,
+    /// Replay recorded trace files through the detectors and report findings.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: AnalyzeFormat,
+    /// Trace files (one session each, hello first), as written by `gpumon daemon --record-dir`.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AnalyzeFormat {
+    Text,
+    Json,
 }
 
 /// Settings shared by the commands that run or find a daemon.
@@ -103,7 +121,7 @@ impl Cli {
                 Some(&d.common)
             }
             Command::Status(s) => Some(&s.common),
-            Command::Config => None,
+            Command::Config | Command::Analyze(_) => None,
         };
         if let Some(o) = common {
             if let Some(v) = o.listen {

@@ -32,6 +32,30 @@ pub struct Config {
     pub history: HistoryConfig,
     pub ingest: IngestConfig,
     pub record: RecordConfig,
+    pub detect: DetectSection,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectSection {
+    /// near_limit fires when headroom at the step peak stays under this many bytes.
+    pub headroom_margin_bytes: u64,
+    /// A leak is reported once the floor's growth reaches this share of the device memory.
+    pub leak_materiality_ratio: f64,
+    /// How long a crash finding stays firing after its trainer died.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub crash_hold: Duration,
+}
+
+impl Default for DetectSection {
+    fn default() -> Self {
+        let d = crate::detect::DetectConfig::default();
+        Self {
+            headroom_margin_bytes: d.headroom_margin_bytes,
+            leak_materiality_ratio: d.leak_materiality_ratio,
+            crash_hold: Duration::from_secs_f64(d.crash_hold_seconds),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,6 +127,7 @@ impl Default for Config {
             history: HistoryConfig::default(),
             ingest: IngestConfig::default(),
             record: RecordConfig::default(),
+            detect: DetectSection::default(),
         }
     }
 }
@@ -134,6 +159,14 @@ pub enum ConfigError {
 }
 
 impl Config {
+    pub fn detect(&self) -> crate::detect::DetectConfig {
+        crate::detect::DetectConfig {
+            headroom_margin_bytes: self.detect.headroom_margin_bytes,
+            leak_materiality_ratio: self.detect.leak_materiality_ratio,
+            crash_hold_seconds: self.detect.crash_hold.as_secs_f64(),
+        }
+    }
+
     /// Loads the file at `path`, or the default path when it exists, or the defaults.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let (path, required) = match path {
@@ -188,6 +221,14 @@ impl Config {
                     reason: "keep between 1 and 1000000 points".into(),
                 });
             }
+        }
+        let ratio = self.detect.leak_materiality_ratio;
+        if !(ratio > 0.0 && ratio < 1.0) {
+            return Err(ConfigError::Invalid {
+                key: "detect.leak_materiality_ratio",
+                value: ratio.to_string(),
+                reason: "use a share of device memory between 0 and 1, e.g. 0.005".into(),
+            });
         }
         let r = &self.record;
         if r.max_file_bytes < 4096 || r.max_file_bytes > r.max_total_bytes {
@@ -272,6 +313,15 @@ max_lines_per_second = {max_lines_per_second}
 max_file_bytes = {max_file_bytes}
 # The oldest finished traces are deleted to keep the directory under this size.
 max_total_bytes = {max_total_bytes}
+
+[detect]
+# near_limit also fires when headroom at the step peak (device free + reserved - peak allocated)
+# stays under this many bytes.
+headroom_margin_bytes = {headroom_margin_bytes}
+# A leak is reported once the per-step floor has grown by this share of the device's memory.
+leak_materiality_ratio = {leak_materiality_ratio}
+# How long a crash finding (trainer gone without bye) stays firing.
+crash_hold = "{crash_hold}"
 "#,
         listen = d.listen,
         nvml_lib = d.nvml_lib,
@@ -288,6 +338,9 @@ max_total_bytes = {max_total_bytes}
         max_lines_per_second = d.ingest.max_lines_per_second,
         max_file_bytes = d.record.max_file_bytes,
         max_total_bytes = d.record.max_total_bytes,
+        headroom_margin_bytes = d.detect.headroom_margin_bytes,
+        leak_materiality_ratio = d.detect.leak_materiality_ratio,
+        crash_hold = humantime::format_duration(d.detect.crash_hold),
     )
 }
 

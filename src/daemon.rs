@@ -21,15 +21,17 @@ pub async fn run(
     source: Box<dyn GpuSource>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let store = Store::new(
+    let mut store = Store::new(
         HistoryLimits {
             gpu_points: config.history.gpu_points,
             process_points: config.history.process_points,
         },
         config.interval.as_secs_f64(),
         config.nvml_lib.clone(),
-    )
-    .shared();
+    );
+    store.sessions =
+        crate::store::sessions::Sessions::new(Default::default()).with_detect(config.detect());
+    let store = store.shared();
 
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let poll_store = store.clone();

@@ -4,9 +4,11 @@
 //! (bounded history) → `outputs` (/metrics, JSON API). `daemon` wires them; `cli` and `config`
 //! decide how; `status` is the one-shot reader.
 
+pub mod analyze;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod detect;
 pub mod ingest;
 pub mod model;
 pub mod outputs;

@@ -18,6 +18,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Command::Analyze(a) = &cli.command {
+        // No log setup: findings go to stdout, and the per-finding log lines would only repeat them.
+        return run_analyze(a, &config);
+    }
     init_tracing(&config);
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
@@ -31,7 +35,7 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::Config => Ok(()),
+        Command::Config | Command::Analyze(_) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -39,6 +43,28 @@ fn main() -> ExitCode {
             eprintln!("gpumon: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
+    let (report, errors) = gpumon::analyze::analyze(&a.traces, config.detect());
+    let out = match a.format {
+        gpumon::cli::AnalyzeFormat::Json => {
+            serde_json::to_string(&report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+                + "\n"
+        }
+        gpumon::cli::AnalyzeFormat::Text => gpumon::analyze::text(&report),
+    };
+    print!("{out}");
+    for e in &errors {
+        eprintln!("gpumon analyze: {e}");
+    }
+    if !errors.is_empty() {
+        ExitCode::from(2)
+    } else if report.traces.iter().any(|t| !t.findings.is_empty()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -99,9 +99,29 @@ impl Snapshot {
                 .chain(store.sessions.ended())
                 .map(|sess| SessionView::of(sess, latest))
                 .collect(),
-            findings: Vec::new(),
+            findings: findings(store, latest),
         }
     }
+}
+
+/// Pending and firing findings of live sessions, held crashes, then recently resolved ones, each
+/// with the NVML index of its GPU when known.
+fn findings(store: &Store, latest: Option<&NodeReading>) -> Vec<serde_json::Value> {
+    let gpus = latest.map(|r| r.gpus.as_slice()).unwrap_or_default();
+    let s = &store.sessions;
+    s.live()
+        .flat_map(|x| x.detect.current())
+        .chain(s.findings.held())
+        .chain(s.findings.recent().rev())
+        .filter_map(|f| {
+            let mut f = f.clone();
+            f.gpu = gpus
+                .iter()
+                .find(|g| Some(&g.identity.uuid) == f.subject.gpu_uuid.as_ref())
+                .map(|g| g.identity.index.to_string());
+            serde_json::to_value(f).ok()
+        })
+        .collect()
 }
 
 /// Points of session history the snapshot carries (the TUI's chart window).

@@ -10,6 +10,7 @@ use prometheus::{Registry, TextEncoder};
 use crate::ingest::server::IngestStats;
 use crate::model::{GpuState, NodeReading};
 
+mod findings;
 mod trainers;
 use crate::store::{SharedStore, Store};
 
@@ -300,6 +301,7 @@ impl Exporter {
         let mut live = Vec::new();
         if let Ok(store) = self.store.read() {
             trainers::session_families(&store, &mut live);
+            findings::finding_families(&store, &mut live);
         }
         trainers::ingest_families(&self.ingest, &mut live);
         out.push_str(&encode(&live));

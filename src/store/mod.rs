@@ -101,6 +101,7 @@ impl Store {
     /// Records a successful collection.
     pub fn apply(&mut self, reading: NodeReading, duration: f64) {
         let ts = reading.ts;
+        self.sessions.tick(ts);
         self.nvml.up = true;
         self.nvml.error = None;
         self.note_poll(ts, duration);
@@ -139,6 +140,7 @@ impl Store {
     /// Records a collection that could not run at all (library missing, init failed, ...).
     /// The last reading is dropped: serving stale numbers as current would mislead.
     pub fn apply_failure(&mut self, ts: Timestamp, error: String, duration: f64) {
+        self.sessions.tick(ts);
         self.nvml.up = false;
         self.nvml.error = Some(error);
         self.nvml.poll_errors_total += 1;

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::ring::Series;
+use crate::detect::findings::Subject;
+use crate::detect::{DetectConfig, Findings, Obs, SessionDetect};
 use crate::ingest::protocol::{Event, Hello, Sample, Stats};
 use crate::model::Timestamp;
 
@@ -80,6 +82,9 @@ pub struct Session {
     pub series: Series<SessionPoint>,
     pub events: VecDeque<EventRecord>,
     pub ended: Option<(Timestamp, Ending)>,
+    /// Who this session is, as findings name it.
+    pub subject: Subject,
+    pub detect: SessionDetect,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -107,6 +112,8 @@ pub struct Sessions {
     /// By numeric id, so iteration is in start order.
     live: BTreeMap<u64, Session>,
     ended: VecDeque<Session>,
+    detect: DetectConfig,
+    pub findings: Findings,
 }
 
 impl Sessions {
@@ -116,7 +123,14 @@ impl Sessions {
             next_id: 1,
             live: BTreeMap::new(),
             ended: VecDeque::new(),
+            detect: DetectConfig::default(),
+            findings: Findings::default(),
         }
+    }
+
+    pub fn with_detect(mut self, cfg: DetectConfig) -> Self {
+        self.detect = cfg;
+        self
     }
 
     /// Opens a session and returns its key and its id string (`s-17`).
@@ -124,6 +138,14 @@ impl Sessions {
         let key = self.next_id;
         self.next_id += 1;
         let id = format!("s-{key}");
+        let subject = Subject {
+            session: id.clone(),
+            job: hello.job.clone(),
+            rank: hello.rank,
+            pid: peer.pid,
+            ns_pid: hello.ns_pid,
+            gpu_uuid: hello.gpu_uuid.clone(),
+        };
         self.live.insert(
             key,
             Session {
@@ -139,6 +161,8 @@ impl Sessions {
                 series: Series::new(self.limits.points),
                 events: VecDeque::new(),
                 ended: None,
+                subject,
+                detect: SessionDetect::new(&self.detect),
             },
         );
         (key, id)
@@ -150,6 +174,12 @@ impl Sessions {
         };
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
+        let obs = Obs {
+            sample: &s,
+            retries_total: sess.retries.total,
+            ooms_total: sess.ooms.total,
+        };
+        sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase == "train");
         // Samples arrive at step boundaries, not on a clock: no gap detection here.
         sess.series.push(s.ts, Some(point), f64::INFINITY);
@@ -161,17 +191,15 @@ impl Sessions {
     pub fn event(&mut self, key: u64, e: Event) {
         let limit = self.limits.events;
         if let Some(sess) = self.live.get_mut(&key) {
-            push_event(
-                sess,
-                limit,
-                EventRecord {
-                    ts: e.ts,
-                    kind: e.kind,
-                    detail: e.detail.or(e.path).or(e.phase),
-                    alloc_bytes: e.alloc_bytes,
-                    device_free: e.device_free,
-                },
-            );
+            let rec = EventRecord {
+                ts: e.ts,
+                kind: e.kind,
+                detail: e.detail.or(e.path).or(e.phase),
+                alloc_bytes: e.alloc_bytes,
+                device_free: e.device_free,
+            };
+            sess.detect.event(&sess.subject, &rec, &mut self.findings);
+            push_event(sess, limit, rec);
         }
     }
 
@@ -195,6 +223,9 @@ impl Sessions {
             );
         }
         sess.ended = Some((now, ending));
+        let last = sess.last_sample.as_ref().map(|(_, s)| s);
+        sess.detect
+            .close(&sess.subject, ending, last, now, &mut self.findings);
         if self.ended.len() == self.limits.ended_kept {
             self.ended.pop_front();
         }
@@ -207,6 +238,11 @@ impl Sessions {
 
     pub fn ended(&self) -> impl Iterator<Item = &Session> {
         self.ended.iter()
+    }
+
+    /// Time passes with no sample: held findings (crashes) expire.
+    pub fn tick(&mut self, now: Timestamp) {
+        self.findings.tick(now, self.detect.crash_hold_seconds);
     }
 
     pub fn live_count(&self) -> usize {

@@ -8,9 +8,11 @@ use prometheus::proto::{MetricFamily, MetricType};
 use super::Family;
 use crate::ingest::protocol::Code;
 use crate::ingest::server::IngestStats;
+use crate::model::GpuReading;
+use crate::store::sessions::Session;
 use crate::store::Store;
 
-const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank"];
+pub const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank"];
 
 pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
     let gpus = store
@@ -64,19 +66,12 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         "Out-of-memory errors the allocator raised (num_ooms, resets handled).",
     );
     for s in store.sessions.live() {
-        let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
-        let gpu = gpus
-            .iter()
-            .find(|g| g.identity.uuid == uuid)
-            .map(|g| g.identity.index.to_string())
-            .unwrap_or_default();
-        let pid = s.peer.pid.to_string();
-        let job = s.hello.job.as_deref().unwrap_or("");
-        let rank = s.hello.rank.map(|r| r.to_string()).unwrap_or_default();
-        let l = [gpu.as_str(), uuid, &pid, job, &rank];
+        let own = Labels::of(s, gpus);
+        let l = own.as_array(s);
+        let [gpu, uuid, pid, job, rank] = l;
         let torch = s.hello.torch.as_deref().unwrap_or("");
         let client = s.hello.client.as_deref().unwrap_or("");
-        info.add(&[&gpu, uuid, &pid, job, &rank, &s.id, torch, client], 1.0);
+        info.add(&[gpu, uuid, pid, job, rank, &s.id, torch, client], 1.0);
         retries.add(&l, s.retries.total as f64);
         ooms.add(&l, s.ooms.total as f64);
         let Some((_, sample)) = &s.last_sample else {
@@ -108,6 +103,38 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         info, allocated, peak, reserved, active, inactive, retries, ooms, step, last, frag,
     ] {
         f.finish(out);
+    }
+}
+
+/// The gpu, uuid, pid, job and rank labels every per-session series carries.
+pub struct Labels {
+    gpu: String,
+    pid: String,
+    rank: String,
+}
+
+impl Labels {
+    pub fn of(s: &Session, gpus: &[GpuReading]) -> Self {
+        let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
+        Self {
+            gpu: gpus
+                .iter()
+                .find(|g| g.identity.uuid == uuid)
+                .map(|g| g.identity.index.to_string())
+                .unwrap_or_default(),
+            pid: s.peer.pid.to_string(),
+            rank: s.hello.rank.map(|r| r.to_string()).unwrap_or_default(),
+        }
+    }
+
+    pub fn as_array<'a>(&'a self, s: &'a Session) -> [&'a str; 5] {
+        [
+            &self.gpu,
+            s.hello.gpu_uuid.as_deref().unwrap_or(""),
+            &self.pid,
+            s.hello.job.as_deref().unwrap_or(""),
+            &self.rank,
+        ]
     }
 }
 

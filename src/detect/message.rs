@@ -1,0 +1,155 @@
+//! Findings in words a person understands, and a short remedy from the usual PyTorch fixes.
+
+use super::{Evidence, Kind};
+use crate::units::bytes;
+
+pub fn describe(kind: Kind, e: &Evidence) -> String {
+    match kind {
+        Kind::Leak => {
+            let slope = e.slope_bytes_per_step.unwrap_or(0.0);
+            let mut m = format!("allocated floor grows {}/step", bytes(slope.max(0.0) as u64));
+            if let Some(s) = e.onset_step {
+                m.push_str(&format!(" since step {}", thousands(s)));
+            }
+            if let Some(g) = e.growth_bytes {
+                m.push_str(&format!(" (+{} so far)", bytes(g)));
+            }
+            if let (Some(secs), Some(steps)) = (e.oom_eta_seconds, e.oom_eta_steps) {
+                let at = e.step.map(|s| s + steps);
+                m.push_str(&format!("; at this rate the GPU is full in ~{}", duration(secs)));
+                if let Some(at) = at {
+                    m.push_str(&format!(" (step ~{})", thousands(round_step(at))));
+                }
+            }
+            m
+        }
+        Kind::NearLimit => {
+            let mut parts = Vec::new();
+            if let Some(r) = e.retries.filter(|r| *r > 0) {
+                parts.push(format!(
+                    "the allocator retried cudaMalloc {r} time{} recently (it had to free its cache to fit)",
+                    if r == 1 { "" } else { "s" }
+                ));
+            }
+            if let Some(h) = e.headroom_bytes {
+                parts.push(format!("headroom at the step peak is {}", signed_bytes(h)));
+            }
+            if parts.is_empty() {
+                "memory is near the device limit".into()
+            } else {
+                parts.join("; ")
+            }
+        }
+        Kind::Fragmentation => format!(
+            "{:.0}% of reserved memory ({}) is cached but not allocated while the device is nearly full",
+            e.ratio.unwrap_or(0.0) * 100.0,
+            bytes(e.fragmented_bytes.unwrap_or(0))
+        ),
+        Kind::Oom => {
+            let mut m = "CUDA out of memory".to_string();
+            if let Some(a) = e.alloc_bytes {
+                m.push_str(&format!(": tried to allocate {}", bytes(a)));
+            }
+            if let Some(f) = e.device_free {
+                m.push_str(&format!(" with {} free", bytes(f)));
+            }
+            if let Some(s) = e.step {
+                m.push_str(&format!(" at step {}", thousands(s)));
+            }
+            m
+        }
+        Kind::Crash => {
+            let mut m = "the trainer's connection closed without bye: it exited or was killed".to_string();
+            if let Some(s) = e.step {
+                m.push_str(&format!("; last step {}", thousands(s)));
+            }
+            if let Some(a) = e.allocated_bytes {
+                m.push_str(&format!(", {} allocated", bytes(a)));
+            }
+            m
+        }
+    }
+}
+
+pub fn hint(kind: Kind, e: &Evidence) -> Option<&'static str> {
+    Some(match kind {
+        Kind::Leak => "memory that survives each step keeps growing: look for tensors kept across steps, e.g. `losses.append(loss)` keeps each graph alive; store `loss.item()` or `loss.detach()` instead",
+        Kind::NearLimit if e.retries.is_some_and(|r| r > 0) => "the caching allocator is flushing to fit: lower the batch size or sequence length, use gradient checkpointing, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        Kind::NearLimit => "little room is left at the step peak: lower the batch size or sequence length, or use gradient checkpointing",
+        Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
+        Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
+        Kind::Crash => return None,
+    })
+}
+
+/// "4h10m", "12m", "45s".
+pub fn duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// 31000 → "31,000".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Forecasts are not precise to the step: round to two significant digits.
+fn round_step(n: u64) -> u64 {
+    if n < 100 {
+        return n;
+    }
+    let mag = 10u64.pow((n as f64).log10().floor() as u32 - 1);
+    (n + mag / 2) / mag * mag
+}
+
+fn signed_bytes(v: i64) -> String {
+    if v < 0 {
+        format!("-{}", bytes(v.unsigned_abs()))
+    } else {
+        bytes(v as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leak_reads_like_the_contract_example() {
+        let e = Evidence {
+            slope_bytes_per_step: Some(2.0 * 1048576.0),
+            onset_step: Some(610),
+            growth_bytes: Some(400 << 20),
+            oom_eta_seconds: Some(15_000.0),
+            oom_eta_steps: Some(30_188),
+            step: Some(812),
+            ..Evidence::default()
+        };
+        assert_eq!(
+            describe(Kind::Leak, &e),
+            "allocated floor grows 2.0 MiB/step since step 610 (+400.0 MiB so far); at this rate the GPU is full in ~4h10m (step ~31,000)"
+        );
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        assert_eq!(duration(59.0), "59s");
+        assert_eq!(duration(90_000.0), "1d1h");
+        assert_eq!(round_step(31_012), 31_000);
+    }
+}

@@ -1,0 +1,158 @@
+//! Detection: what is going wrong with a trainer's memory, judged from its own samples. One small
+//! trait, one file per detector; the same code runs live (per session, as lines arrive) and in
+//! `gpumon analyze` (replaying trace files), so an offline verdict is the live one.
+
+pub mod crash;
+pub mod findings;
+pub mod fragmentation;
+pub mod leak;
+pub mod lifecycle;
+pub mod message;
+pub mod near_limit;
+pub mod oom;
+pub mod session;
+pub mod stats;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ingest::protocol::Sample;
+use crate::model::Timestamp;
+use crate::store::sessions::EventRecord;
+
+pub use findings::{Finding, FindingState, Findings};
+pub use session::SessionDetect;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Leak,
+    NearLimit,
+    Fragmentation,
+    Oom,
+    Crash,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Leak,
+        Kind::NearLimit,
+        Kind::Fragmentation,
+        Kind::Oom,
+        Kind::Crash,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Leak => "leak",
+            Kind::NearLimit => "near_limit",
+            Kind::Fragmentation => "fragmentation",
+            Kind::Oom => "oom",
+            Kind::Crash => "crash",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The numbers behind a finding; which are set depends on the kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slope_bytes_per_step: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slope_bytes_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// Step from which the floor has been rising (the start of the window that showed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onset_step: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_eta_steps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_eta_seconds: Option<f64>,
+    /// Allocator retries counted in the detector's window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headroom_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmented_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A detector's verdict after one observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Signal {
+    /// The condition holds now (the lifecycle turns streaks of these into firing/resolved).
+    pub active: bool,
+    pub evidence: Evidence,
+}
+
+/// One sample as detectors see it, with the session's reset-proof counters.
+pub struct Obs<'a> {
+    pub sample: &'a Sample,
+    pub retries_total: u64,
+    pub ooms_total: u64,
+}
+
+impl Obs<'_> {
+    pub fn ts(&self) -> Timestamp {
+        self.sample.ts
+    }
+
+    /// What the caching allocator could hold at most: what it has plus what the device has free.
+    /// Falls back to the device total when the trainer does not send `device_free`.
+    pub fn limit(&self) -> Option<u64> {
+        let s = self.sample;
+        match (s.device_free, s.stats.reserved) {
+            (Some(f), Some(r)) => Some(f.saturating_add(r)),
+            _ => s.device_total,
+        }
+    }
+}
+
+pub trait Detector: Send + Sync {
+    fn kind(&self) -> Kind;
+    /// None: no opinion from this observation (e.g. not enough data yet).
+    fn sample(&mut self, obs: &Obs) -> Option<Signal>;
+    fn event(&mut self, _e: &EventRecord) -> Option<Signal> {
+        None
+    }
+}
+
+/// Settings from the `[detect]` config section.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DetectConfig {
+    /// near_limit also fires when headroom (device free + reserved − allocated peak) stays under
+    /// this many bytes.
+    pub headroom_margin_bytes: u64,
+    /// A leak is reported only once the floor has grown by this share of the device memory.
+    pub leak_materiality_ratio: f64,
+    /// Seconds a crash finding stays firing after its session ended.
+    pub crash_hold_seconds: f64,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        Self {
+            headroom_margin_bytes: 512 << 20,
+            leak_materiality_ratio: 0.005,
+            crash_hold_seconds: 600.0,
+        }
+    }
+}

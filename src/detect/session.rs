@@ -1,0 +1,187 @@
+//! The detectors of one trainer session and the findings they hold. Fed by the session store as
+//! lines arrive (live) or by `gpumon analyze` (offline): same calls, same verdicts.
+
+use super::findings::{Finding, FindingState, Findings, Severity, Subject};
+use super::lifecycle::{Change, Lifecycle};
+use super::{
+    crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Kind, Obs, Signal,
+};
+use crate::ingest::protocol::Sample;
+use crate::model::Timestamp;
+use crate::store::sessions::{Ending, EventRecord};
+
+struct Track {
+    det: Box<dyn Detector>,
+    life: Lifecycle,
+    current: Option<Finding>,
+    /// Times this kind fired in this session, for distinct ids when it fires again.
+    raised: u32,
+}
+
+pub struct SessionDetect {
+    tracks: Vec<Track>,
+}
+
+impl SessionDetect {
+    pub fn new(cfg: &DetectConfig) -> Self {
+        let track = |det: Box<dyn Detector>, raise, clear| Track {
+            det,
+            life: Lifecycle::new(raise, clear),
+            current: None,
+            raised: 0,
+        };
+        Self {
+            tracks: vec![
+                // The leak detector confirms on its own (a rising window seen twice).
+                track(Box::new(leak::Leak::new(cfg.leak_materiality_ratio)), 1, 3),
+                track(
+                    Box::new(near_limit::NearLimit::new(cfg.headroom_margin_bytes)),
+                    2,
+                    20,
+                ),
+                track(Box::<fragmentation::Fragmentation>::default(), 20, 20),
+                track(Box::<oom::Oom>::default(), 1, 1),
+            ],
+        }
+    }
+
+    pub fn sample(&mut self, who: &Subject, obs: &Obs, findings: &mut Findings) {
+        let step = obs.sample.step;
+        for t in &mut self.tracks {
+            if let Some(sig) = t.det.sample(obs) {
+                apply(t, who, sig, step, obs.ts(), findings);
+            }
+        }
+    }
+
+    pub fn event(&mut self, who: &Subject, e: &EventRecord, findings: &mut Findings) {
+        for t in &mut self.tracks {
+            if let Some(sig) = t.det.event(e) {
+                let step = sig.evidence.step;
+                apply(t, who, sig, step, e.ts, findings);
+            }
+        }
+    }
+
+    /// The session ended: its findings resolve; a crash raises one of its own.
+    pub fn close(
+        &mut self,
+        who: &Subject,
+        ending: Ending,
+        last: Option<&Sample>,
+        now: Timestamp,
+        findings: &mut Findings,
+    ) {
+        for t in &mut self.tracks {
+            if let Some(mut f) = t.current.take() {
+                if f.state == FindingState::Firing {
+                    f.state = FindingState::Resolved;
+                    f.resolved_ts = Some(now);
+                    f.updated_ts = now;
+                    findings.resolved(f);
+                }
+            }
+        }
+        if ending == Ending::Crash {
+            let evidence = crash::evidence(last);
+            findings.hold(Finding {
+                id: format!("{}/crash", who.session),
+                kind: Kind::Crash,
+                state: FindingState::Firing,
+                severity: Severity::Critical,
+                subject: who.clone(),
+                gpu: None,
+                first_step: evidence.step,
+                first_ts: now,
+                since: Some(now),
+                updated_ts: now,
+                resolved_ts: None,
+                message: message::describe(Kind::Crash, &evidence),
+                hint: message::hint(Kind::Crash, &evidence).map(String::from),
+                evidence,
+            });
+        }
+    }
+
+    /// Pending and firing findings of this session.
+    pub fn current(&self) -> impl Iterator<Item = &Finding> {
+        self.tracks.iter().filter_map(|t| t.current.as_ref())
+    }
+
+    pub fn firing(&self, kind: Kind) -> Option<&Finding> {
+        self.current()
+            .find(|f| f.kind == kind && f.state == FindingState::Firing)
+    }
+}
+
+fn apply(
+    t: &mut Track,
+    who: &Subject,
+    sig: Signal,
+    step: Option<u64>,
+    ts: Timestamp,
+    findings: &mut Findings,
+) {
+    let kind = t.det.kind();
+    match t.life.step(sig.active) {
+        Change::Quiet => {}
+        Change::Dropped => t.current = None,
+        Change::Pending | Change::Fired | Change::Firing => {
+            if !sig.active {
+                // Firing but not seen this time: keep the last evidence until it resolves.
+                return;
+            }
+            let firing = t.life.is_firing();
+            let f = t.current.get_or_insert_with(|| {
+                t.raised += 1;
+                Finding {
+                    id: if t.raised == 1 {
+                        format!("{}/{}", who.session, kind.as_str())
+                    } else {
+                        format!("{}/{}#{}", who.session, kind.as_str(), t.raised)
+                    },
+                    kind,
+                    state: FindingState::Pending,
+                    severity: severity(kind),
+                    subject: who.clone(),
+                    gpu: None,
+                    first_step: step,
+                    first_ts: ts,
+                    since: None,
+                    updated_ts: ts,
+                    resolved_ts: None,
+                    message: String::new(),
+                    hint: None,
+                    evidence: Default::default(),
+                }
+            });
+            f.message = message::describe(kind, &sig.evidence);
+            f.hint = message::hint(kind, &sig.evidence).map(String::from);
+            f.evidence = sig.evidence;
+            f.updated_ts = ts;
+            if firing && f.state != FindingState::Firing {
+                f.state = FindingState::Firing;
+                f.since = Some(ts);
+                // Offline analysis reports the step at which a finding was raised.
+                f.first_step = step.or(f.first_step);
+                f.first_ts = ts;
+                findings.fired(f);
+            }
+        }
+        Change::Resolved => {
+            if let Some(mut f) = t.current.take() {
+                f.state = FindingState::Resolved;
+                f.resolved_ts = Some(ts);
+                f.updated_ts = ts;
+                findings.resolved(f);
+            }
+        }
+    }
+}
+
+fn severity(kind: Kind) -> Severity {
+    match kind {
+        Kind::Oom | Kind::Crash => Severity::Critical,
+        Kind::Leak | Kind::NearLimit | Kind::Fragmentation => Severity::Warning,
+    }
+}

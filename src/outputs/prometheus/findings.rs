@@ -1,0 +1,82 @@
+//! Detection series: per-session leak, OOM forecast and near-limit gauges, and findings by kind.
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::trainers::{Labels, T};
+use super::Family;
+use crate::detect::{FindingState, Kind};
+use crate::store::Store;
+
+pub fn finding_families(store: &Store, out: &mut Vec<MetricFamily>) {
+    let gpus = store
+        .latest()
+        .map(|r| r.gpus.as_slice())
+        .unwrap_or_default();
+    let g = |name: &str, help: &str| Family::gauge(name, help, T);
+    let mut leak = g(
+        "gpumon_leak_suspected",
+        "1 while a leak finding is firing for this trainer.",
+    );
+    let mut slope = g(
+        "gpumon_leak_growth_bytes_per_step",
+        "Robust (Theil-Sen) slope of the per-step allocated floor while a leak is pending or firing; 0 otherwise.",
+    );
+    let mut eta = g(
+        "gpumon_oom_eta_seconds",
+        "Forecast seconds until the trainer's step peak reaches the device limit at the leak's rate.",
+    );
+    let mut near = g(
+        "gpumon_near_limit",
+        "1 while allocator retries are rising or headroom is under the margin.",
+    );
+    let mut firing = Family::gauge(
+        "gpumon_findings_firing",
+        "Findings firing now, by kind.",
+        &["kind"],
+    );
+    let mut counts = [0u64; Kind::ALL.len()];
+    for s in store.sessions.live() {
+        let own = Labels::of(s, gpus);
+        let l = own.as_array(s);
+        let leak_finding = s.detect.current().find(|f| f.kind == Kind::Leak);
+        let leak_firing = leak_finding.is_some_and(|f| f.state == FindingState::Firing);
+        leak.add(&l, if leak_firing { 1.0 } else { 0.0 });
+        slope.add(
+            &l,
+            leak_finding
+                .and_then(|f| f.evidence.slope_bytes_per_step)
+                .unwrap_or(0.0),
+        );
+        if let Some(secs) = leak_finding
+            .filter(|_| leak_firing)
+            .and_then(|f| f.evidence.oom_eta_seconds)
+        {
+            eta.add(&l, secs);
+        }
+        let near_firing = s.detect.firing(Kind::NearLimit).is_some();
+        near.add(&l, if near_firing { 1.0 } else { 0.0 });
+        for f in s.detect.current() {
+            if f.state == FindingState::Firing {
+                counts[f.kind.index()] += 1;
+            }
+        }
+    }
+    for f in store.sessions.findings.held() {
+        counts[f.kind.index()] += 1;
+    }
+    for k in Kind::ALL {
+        firing.add(&[k.as_str()], counts[k.index()] as f64);
+    }
+    let mut total = Family::new(
+        "gpumon_findings_total",
+        "Findings raised (fired) since the daemon started, by kind.",
+        MetricType::COUNTER,
+        &["kind"],
+    );
+    for (k, n) in store.sessions.findings.totals() {
+        total.add(&[k.as_str()], n as f64);
+    }
+    for f in [leak, slope, eta, near, firing, total] {
+        f.finish(out);
+    }
+}
