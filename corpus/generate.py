@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import floor_model as fm  # noqa: E402
-from sim import GIB, MIB, Config, Rng, Sim, q512, up2m  # noqa: E402
+from sim import MIB, Config, Rng, Sim, q512, up2m  # noqa: E402
 
 KIB = fm.KIB
 GB = 1e9
@@ -107,7 +107,8 @@ def warmup(rng: Rng, base_final: int, ddp: bool, compiled: bool, late_bytes: int
         n = rng.int(4, 8)
         s = 50
         for i in range(n):
-            s = max(s + 10, int(50 + (late_until - 50) * ((i + 1) / n) ** 2))
+            frac = (i + 1) / n
+            s = max(s + 10, int(50 + (late_until - 50) * frac * frac))
             inc.append([s, q512(late_bytes / n * rng.u(0.6, 1.0)), rng.u(4.0, 30.0)])
     first = base_final - sum(x[1] for x in inc)
     inc.insert(0, [1, first, rng.u(25.0, 120.0) if compiled else rng.u(2.0, 8.0)])
@@ -336,7 +337,8 @@ def immaterial_drift(rng: Rng, cfg: Config) -> None:
 # --- leaks ----------------------------------------------------------------------------------
 def leak_linear(rng: Rng, cfg: Config) -> None:
     budget = fm.growth_budget(cfg.total)
-    rate = q512(512 * KIB * (1.0 + 7.0 * rng.u() ** 2))
+    u = rng.u()
+    rate = q512(512 * KIB * (1.0 + 7.0 * u * u))
     linear_leak(rng, cfg, warmup_end(cfg) + rng.int(0, 300), rate, rng.u(2.3, 3.5) * budget)
     cfg.every = pick_every(cfg.steps, budget / cfg.leak["leak"]["bytes_per_step"])
     small_eval(rng, cfg, 0.4, cfg.every)
@@ -465,7 +467,7 @@ def leak_oom_crash(rng: Rng, cfg: Config) -> None:
     budget = fm.growth_budget(cfg.total)
     cfg.expandable = cfg.hello["expandable_segments"] = False
     cfg.frag = cfg.frag_final = rng.u(0.04, 0.08)
-    varlen(rng, cfg, (0.1, 0.6), (0.12, 0.22), (0.45, 0.7), (0.8, 1.5))
+    varlen(rng, cfg, (0.1, 0.6), (0.12, 0.22), (0.45, 0.7), (1.0, 1.5))
     cfg.floor_jitter_blocks = 0
     headroom = rng.u(3.0, 5.5) * budget  # floor growth from onset until the peak meets the limit
     cfg.base = q512(cfg.usable() - cfg.peak_extra_max() - headroom)

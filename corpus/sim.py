@@ -16,7 +16,6 @@ from typing import Any, Dict, List, Optional, Set
 import floor_model as fm
 
 MIB = fm.MIB
-GIB = fm.GIB
 SEGMENT = 2 * MIB  # reserved memory grows in multiples of the large-pool rounding
 
 
@@ -193,13 +192,23 @@ class Sim:
         c = self.c
         if c.varlen is not None:
             v = c.varlen
-            x = v["min_x"] + (1.0 - v["min_x"]) * self.rng.u() ** v["skew"]
+            x = v["min_x"] + (1.0 - v["min_x"]) * self.skewed(v["skew"])
             ret = q512(v["ret_max"] * x)
             act = v["act_max"] * ((1.0 - v["quad"]) * x + v["quad"] * x * x)
         else:
             ret = fm.BLOCK * self.rng.int(0, c.floor_jitter_blocks) if c.floor_jitter_blocks else 0
             act = c.act0 * (1.0 + 0.004 * self.rng.clipped_normal())
         return [ret, q512(act * act_scale)]
+
+    def skewed(self, skew: float) -> float:
+        """u ** skew for skew >= 1, blended between integer powers: multiplications only (no libm pow)."""
+        u = self.rng.u()
+        whole = int(skew)
+        low = 1.0
+        for _ in range(whole):
+            low *= u
+        w = skew - whole
+        return (1.0 - w) * low + w * low * u
 
     def grow(self, step: int, peak: int) -> bool:
         """The allocator serving one step whose peak is `peak`. False: out of memory."""
