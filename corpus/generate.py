@@ -1,0 +1,634 @@
+#!/usr/bin/env python3
+"""Writes the leak-detection corpus: realistic trainer traces (docs/protocol.md) and labels.json.
+
+    python3 corpus/generate.py OUT_DIR [--shape NAME ...]
+
+Deterministic: every trace's random stream is seeded from its file name, so the same command
+writes the same bytes, and a subset (--shape) holds the same traces as the full corpus.
+See corpus/README.md for the shapes and what each label means.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import floor_model as fm  # noqa: E402
+from sim import MIB, Config, Rng, Sim, q512, up2m  # noqa: E402
+
+KIB = fm.KIB
+GB = 1e9
+DEVICES = {
+    "a100": {"name": "NVIDIA A100-SXM4-40GB", "total": 42505273344},
+    "h100": {"name": "NVIDIA H100 80GB HBM3", "total": 85520809984},
+}
+# Four traces per shape: two seeds on each device.
+INSTANCES = [("a100", 1), ("h100", 2), ("a100", 3), ("h100", 4)]
+MAX_SAMPLES = 3000  # per trace, train samples; longer runs sample every N steps like attach(every=N)
+JOBS = [
+    "llama3-8b-sft",
+    "mistral-7b-dpo",
+    "vit-h14-pretrain",
+    "bert-large-mlm",
+    "t5-xl-summarize",
+    "gpt-neox-1.3b",
+    "sd21-unet-ft",
+    "whisper-medium-ft",
+    "clip-vitl-ft",
+    "qwen2-1.5b-pt",
+    "deberta-v3-cls",
+    "resnet152-imagenet",
+]
+
+
+def seed_of(name: str) -> int:
+    return int(hashlib.sha256(name.encode("utf-8")).hexdigest()[:16], 16)
+
+
+def pick_every(steps: int, budget_steps: Optional[float] = None, choices: Tuple[int, ...] = (1, 2, 4, 5, 10, 20, 25, 50)) -> int:
+    """Sampling period: at most MAX_SAMPLES train samples, but >= 150 inside a leak's growth budget."""
+    i = 0
+    while i + 1 < len(choices) and steps / choices[i] > MAX_SAMPLES:
+        i += 1
+    if budget_steps is not None:
+        while i > 0 and budget_steps / choices[i] < 150:
+            i -= 1
+    return choices[i]
+
+
+def hello(rng: Rng, expandable: bool) -> Dict[str, Any]:
+    world = rng.pick([1, 2, 4, 8, 8, 8])
+    rank = rng.int(0, world - 1)
+    uuid = "GPU-%08x-%04x-%04x-%04x-%012x" % (
+        rng.int(0, 2**32 - 1),
+        rng.int(0, 2**16 - 1),
+        rng.int(0, 2**16 - 1),
+        rng.int(0, 2**16 - 1),
+        rng.int(0, 2**48 - 1),
+    )
+    return {
+        "type": "hello",
+        "v": 1,
+        "pid": rng.int(2000, 400000),
+        "job": rng.pick(JOBS),
+        "rank": rank,
+        "world_size": world,
+        "cuda_device": rank % 8,
+        "gpu_uuid": uuid,
+        "client": "gpumon-py/0.1.0",
+        "torch": rng.pick(["2.3.1", "2.4.1", "2.5.1", "2.6.0"]),
+        "allocator": "native",
+        "expandable_segments": expandable,
+    }
+
+
+def warmup(rng: Rng, base_final: int, ddp: bool, compiled: bool, late_bytes: int = 0, late_until: int = 0) -> List[List[Any]]:
+    """Floor increments before training is steady: [step, bytes, extra seconds for that step].
+
+    Step 1 carries weights, gradients and the optimizer state Adam creates on its first step;
+    DDP rebuilds its gradient buckets after the first iteration; a second stream gets its own
+    cuBLAS workspace; torch.compile recompiles (and CUDA-graph pools grow) as new shapes show up.
+    """
+    inc: List[List[Any]] = []
+    if ddp:
+        inc.append([2, q512(base_final * rng.u(0.01, 0.04)), 0.0])
+    inc.append([rng.int(2, 3), rng.pick([8, 32]) * MIB, 0.0])
+    if compiled:
+        s = 2
+        for _ in range(rng.int(1, 4)):
+            s += rng.int(1, 3) * s
+            inc.append([s, q512(rng.u(16, 256) * MIB), rng.u(4.0, 30.0)])
+    if late_bytes:
+        n = rng.int(4, 8)
+        s = 50
+        for i in range(n):
+            frac = (i + 1) / n
+            s = max(s + 10, int(50 + (late_until - 50) * frac * frac))
+            inc.append([s, q512(late_bytes / n * rng.u(0.6, 1.0)), rng.u(4.0, 30.0)])
+    first = base_final - sum(x[1] for x in inc)
+    inc.insert(0, [1, first, rng.u(25.0, 120.0) if compiled else rng.u(2.0, 8.0)])
+    return inc
+
+
+def common(rng: Rng, device: str, shape: str, kind: str) -> Config:
+    """Draws what every trace has: device, allocator behaviour, model size, timing, warm-up."""
+    total = DEVICES[device]["total"]
+    expandable = rng.chance(0.3)
+    h = hello(rng, expandable)
+    ddp = h["world_size"] > 1
+    frag = rng.u(0.005, 0.02) if expandable else rng.u(0.03, 0.08)
+    cfg = Config(
+        shape=shape,
+        total=total,
+        other=up2m(rng.u(400, 560) * MIB) + (up2m(rng.u(200, 900) * MIB) if ddp else 0),
+        step_time=rng.u(0.2, 2.0),
+        jitter=rng.u(0.03, 0.1),
+        frag=frag,
+        frag_final=frag,
+        frag_ramp=rng.u(20, 200),
+        split_share=rng.u(0.01, 0.05) if expandable else rng.u(0.05, 0.45),
+        rho=rng.u(0.0004, 0.003),
+        expandable=expandable,
+        hello=h,
+        ts0=1762000000.0 + rng.int(0, 4000000),
+        floor_jitter_blocks=rng.pick([0, 0, 0, 16, 256, 4096]),
+    )
+    cfg.base = q512(rng.u(0.17, 0.28) * total)
+    cfg.act0 = q512(rng.u(0.1, 0.2) * total)
+    cfg.ddp = ddp
+    cfg.compiled = rng.chance(0.5)
+    cfg.warmup = warmup(rng, cfg.base, ddp, cfg.compiled)
+    cfg.kind = kind
+    return cfg
+
+
+def warmup_end(cfg: Config) -> int:
+    return max(int(w[0]) for w in cfg.warmup)
+
+
+def small_eval(rng: Rng, cfg: Config, p: float, every: int) -> None:
+    """Evaluation that needs less memory than training (no gradients), every so often."""
+    if not rng.chance(p):
+        return
+    period = max(every, rng.int(500, 3000) // every * every)
+    cfg.eval = {
+        "period": period,
+        "batches": rng.int(5, 25),
+        "transient": q512(rng.u(0, 8) * MIB),
+        "act_scale": rng.u(0.5, 0.85),
+        "time_scale": rng.u(0.3, 0.6),
+        "empty_cache": rng.chance(0.4),
+    }
+
+
+def plain_checkpoints(rng: Rng, cfg: Config, p: float) -> None:
+    """Checkpoint saves that copy tensors straight to the host: a pause, no extra device memory."""
+    if rng.chance(p):
+        cfg.ckpt = {"period": rng.int(1000, 5000), "pause": [8.0, 90.0], "gather": 0}
+
+
+def varlen(rng: Rng, cfg: Config, ret_gb: Tuple[float, float], act_frac: Tuple[float, float], min_x: Tuple[float, float], skew: Tuple[float, float]) -> None:
+    """Variable sequence lengths: retained outputs (noisy floor) and activations scale with length."""
+    scale = cfg.total / DEVICES["a100"]["total"]
+    cfg.varlen = {
+        "ret_max": q512(rng.u(*ret_gb) * GB * scale),
+        "act_max": q512(rng.u(*act_frac) * cfg.total),
+        "quad": rng.u(0.0, 0.4),
+        "skew": rng.u(*skew),
+        "min_x": rng.u(*min_x),
+    }
+
+
+def growth_room(cfg: Config) -> int:
+    """How far a leak may grow and still leave the run clear of allocator retries."""
+    frag = max(cfg.frag, cfg.frag_final)
+    return int(0.96 * cfg.usable() / (1.0 + frag)) - cfg.base - cfg.peak_extra_max()
+
+
+def linear_leak(rng: Rng, cfg: Config, onset: int, rate: int, growth: float, min_steps: int = 2000, max_steps: int = 50000) -> None:
+    room = growth_room(cfg)
+    growth = min(growth, room)
+    steps = onset + -(-int(growth) // rate)
+    if steps < min_steps:
+        steps = min_steps
+        rate = min(rate, q512(room / (steps - onset)))
+    if steps > max_steps:
+        steps = max_steps
+        rate = -(-int(growth / (steps - onset)) // fm.BLOCK) * fm.BLOCK
+    cfg.steps = steps
+    cfg.leak = {"base_bytes": cfg.base, "onset_step": onset, "leak": {"type": "linear", "bytes_per_step": rate}}
+
+
+# --- healthy shapes ---------------------------------------------------------------------------
+def warmup_then_flat(rng: Rng, cfg: Config) -> None:
+    cfg.compiled = True
+    budget = fm.growth_budget(cfg.total)
+    cfg.warmup = warmup(rng, cfg.base, cfg.ddp, True, late_bytes=int(budget * rng.u(0.15, 0.3)), late_until=rng.int(300, 1500))
+    cfg.steps = rng.int(4000, 12000)
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def level_shift(rng: Rng, cfg: Config) -> None:
+    cfg.act0 = q512(rng.u(0.08, 0.14) * cfg.total)
+    cfg.step_time = rng.u(0.2, 1.2)  # longer sequences after the switch make steps 1.4-1.9x slower
+    cfg.steps = rng.int(4000, 20000)
+    at = int(cfg.steps * rng.u(0.3, 0.65))
+    # Longer sequences keep bigger buffers alive between steps (RoPE caches, the last batch's
+    # outputs): 10-55% of the leak budget at once, then flat.
+    shift = q512(rng.u(0.1, 0.55) * fm.growth_budget(cfg.total))
+    cfg.shifts = [[at, shift, rng.u(1.4, 2.0), rng.u(1.4, 1.9)]]
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def eval_heavy(rng: Rng, cfg: Config) -> None:
+    cfg.steps = rng.int(3000, 15000)
+    cfg.every = pick_every(cfg.steps)
+    scale = cfg.total / DEVICES["a100"]["total"]
+    batches = rng.int(15, 40)
+    cfg.eval = {
+        "period": max(cfg.every, rng.int(300, 1500) // cfg.every * cfg.every),
+        "batches": batches,
+        "transient": q512(rng.u(0.5, 3.0) * GB * scale / batches),
+        "act_scale": rng.u(1.15, 1.4),
+        "time_scale": rng.u(0.3, 0.6),
+        "empty_cache": rng.chance(0.5),
+    }
+
+
+def checkpoints(rng: Rng, cfg: Config) -> None:
+    cfg.steps = rng.int(3000, 15000)
+    cfg.every = pick_every(cfg.steps)
+    cfg.ckpt = {
+        "period": rng.int(300, 1500),
+        "pause": [10.0, 120.0],
+        "gather": q512(rng.u(0.1, 0.5) * cfg.base),  # consolidating a full state dict on the device
+        "empty_cache": rng.chance(0.5),
+    }
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def rare_spikes(rng: Rng, cfg: Config) -> None:
+    cfg.steps = rng.int(4000, 20000)
+    cfg.every = pick_every(cfg.steps)
+    scale = cfg.total / DEVICES["a100"]["total"]
+    cfg.spikes = {
+        "floor_p": 1.0 / rng.u(800, 3000),
+        "floor_range": [0.2 * GB * scale, 2.5 * GB * scale],
+        "peak_p": 1.0 / rng.u(300, 1500),
+        "peak_range": [0.2, 0.6],
+    }
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def accumulation(rng: Rng, cfg: Config) -> None:
+    cfg.accum = {"k": rng.pick([2, 4, 8, 16]), "grads": q512(cfg.base * rng.u(0.2, 0.3)), "per_micro": q512(rng.u(16, 192) * MIB)}
+    cfg.step_time = rng.u(0.2, 0.6)  # one micro-batch
+    cfg.floor_jitter_blocks = 0
+
+
+def grad_accum(rng: Rng, cfg: Config) -> None:
+    accumulation(rng, cfg)
+    cfg.steps = rng.int(2000, 8000)
+    cfg.every = pick_every(cfg.steps, choices=(1, 3, 5, 7))
+    plain_checkpoints(rng, cfg, 0.4)
+
+
+def seq_varlen(rng: Rng, cfg: Config) -> None:
+    varlen(rng, cfg, (0.3, 2.5), (0.1, 0.22), (0.1, 0.35), (1.5, 3.0))
+    cfg.frag = rng.u(0.02, 0.04)
+    cfg.frag_final = rng.u(0.08, 0.15)
+    cfg.steps = rng.int(4000, 20000)
+    cfg.frag_steps = int(cfg.steps * rng.u(0.1, 0.4))
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def near_limit_config(rng: Rng, cfg: Config) -> None:
+    cfg.expandable = cfg.hello["expandable_segments"] = False
+    varlen(rng, cfg, (0.2, 1.0), (0.15, 0.25), (0.3, 0.6), (1.0, 2.0))
+    cfg.frag = cfg.frag_final = rng.u(0.04, 0.08)
+    cfg.frag_ramp = rng.u(20, 100)
+    cfg.split_share = rng.u(0.3, 0.6)
+    cfg.base = q512(cfg.usable() * rng.u(0.95, 0.975)) - cfg.peak_extra_max()
+    cfg.warmup = warmup(rng, cfg.base, cfg.ddp, cfg.compiled)
+    cfg.steps = rng.int(3000, 15000)
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.3, cfg.every)
+
+
+def near_limit(rng: Rng, cfg: Config) -> None:
+    near_limit_config(rng, cfg)
+
+
+def oom_recovered(rng: Rng, cfg: Config) -> None:
+    near_limit_config(rng, cfg)
+    cfg.oom_policy = "skip"
+    cfg.max_ooms = 10**9
+    for _ in range(rng.int(1, 2)):
+        cfg.giant_steps[rng.int(cfg.steps // 5, cfg.steps - 50)] = rng.u(1.35, 1.6)
+
+
+def preempted(rng: Rng, cfg: Config) -> None:
+    cfg.steps = rng.int(3000, 15000)
+    cfg.every = pick_every(cfg.steps)
+    cfg.end_crash_step = int(cfg.steps * rng.u(0.4, 0.95))
+    small_eval(rng, cfg, 0.5, cfg.every)
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def immaterial_drift(rng: Rng, cfg: Config) -> None:
+    cfg.steps = rng.int(20000, 50000)
+    cfg.every = pick_every(cfg.steps)
+    cfg.drift = {
+        "base_bytes": 0,
+        "onset_step": warmup_end(cfg),
+        "leak": {"type": "linear", "bytes_per_step": fm.BLOCK * rng.int(2, 6)},
+    }
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+# --- leaks ----------------------------------------------------------------------------------
+def leak_linear(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    u = rng.u()
+    rate = q512(512 * KIB * (1.0 + 7.0 * u * u))
+    linear_leak(rng, cfg, warmup_end(cfg) + rng.int(0, 300), rate, rng.u(2.3, 3.5) * budget)
+    cfg.every = pick_every(cfg.steps, budget / cfg.leak["leak"]["bytes_per_step"])
+    small_eval(rng, cfg, 0.4, cfg.every)
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def leak_tiny_long(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    lo, hi = (100, 160) if cfg.total < 50 * GB else (112, 200)
+    rate = fm.BLOCK * rng.int(lo * 2, hi * 2)
+    onset = warmup_end(cfg) + rng.int(0, 300)
+    steps = max(30000, min(50000, onset + -(-int(2.2 * budget) // rate)))
+    rate = max(rate, -(-int(2.0 * budget / (steps - onset)) // fm.BLOCK) * fm.BLOCK)
+    cfg.steps = steps
+    cfg.leak = {"base_bytes": cfg.base, "onset_step": onset, "leak": {"type": "linear", "bytes_per_step": rate}}
+    cfg.every = pick_every(cfg.steps, budget / rate)
+    small_eval(rng, cfg, 0.5, cfg.every)
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def leak_staircase(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    jump = q512(rng.u(64, 320) * MIB)
+    jumps = -(-int(2.3 * budget) // jump) + rng.int(0, 4)
+    jumps = min(jumps, growth_room(cfg) // jump)
+    onset = warmup_end(cfg) + rng.int(50, 400)
+    period = rng.int(300, max(300, min(2500, (48000 - onset) // jumps)))
+    cfg.steps = onset + jumps * period + rng.int(0, period // 2)
+    cfg.leak = {
+        "base_bytes": cfg.base,
+        "onset_step": onset,
+        "leak": {"type": "periodic", "first_jump_step": onset + 1, "period": period, "jump_bytes": jump},
+    }
+    cfg.every = pick_every(cfg.steps, budget / jump * period)
+    small_eval(rng, cfg, 0.4, cfg.every)
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def leak_eval_only(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    jump = q512(rng.u(96, 256) * MIB)
+    evals = -(-int(2.3 * budget) // jump) + rng.int(0, 3)
+    evals = min(evals, growth_room(cfg) // jump)
+    period = rng.int(200, 800)
+    if period * evals > 48000:
+        period = 48000 // evals
+    steps = period * evals + rng.int(0, period - 1)
+    every = pick_every(steps, budget / jump * period)
+    period = max(every, period // every * every)
+    cfg.steps = period * evals + rng.int(0, period - 1)
+    cfg.every = every
+    cfg.eval = {
+        "period": period,
+        "batches": rng.int(8, 30),
+        "transient": q512(rng.u(0, 4) * MIB),
+        "act_scale": rng.u(0.55, 0.85),
+        "time_scale": rng.u(0.3, 0.6),
+        "empty_cache": rng.chance(0.4),
+        "leak_jump": jump,  # e.g. eval predictions appended to a list that outlives the eval loop
+    }
+    cfg.leak = {
+        "base_bytes": cfg.base,
+        "onset_step": period,
+        "leak": {"type": "periodic", "first_jump_step": period + 1, "period": period, "jump_bytes": jump},
+    }
+    plain_checkpoints(rng, cfg, 0.4)
+
+
+def leak_late_onset(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    steps = rng.int(10000, 40000)
+    onset = int(steps * rng.u(0.55, 0.82))
+    growth = min(rng.u(2.3, 3.5) * budget, growth_room(cfg))
+    rate = max(100 * KIB, q512(growth / (steps - onset)))
+    cfg.steps = steps
+    cfg.leak = {"base_bytes": cfg.base, "onset_step": onset, "leak": {"type": "linear", "bytes_per_step": rate}}
+    cfg.every = pick_every(steps, budget / rate)
+    small_eval(rng, cfg, 0.4, cfg.every)
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def leak_noisy(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    varlen(rng, cfg, (0.3, 1.5), (0.1, 0.2), (0.15, 0.4), (1.0, 2.5))
+    cfg.floor_jitter_blocks = 0
+    rate = q512(MIB * rng.u(1.0, 4.0))
+    linear_leak(rng, cfg, warmup_end(cfg) + rng.int(0, 300), rate, rng.u(2.3, 3.5) * budget)
+    cfg.every = pick_every(cfg.steps, budget / cfg.leak["leak"]["bytes_per_step"])
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def leak_accum_sawtooth(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    accumulation(rng, cfg)
+    cfg.accum["k"] = rng.pick([4, 8])
+    rate = q512(MIB * rng.u(0.75, 3.0))
+    linear_leak(rng, cfg, warmup_end(cfg) + rng.int(0, 100), rate, rng.u(2.3, 3.2) * budget)
+    cfg.every = pick_every(cfg.steps, budget / cfg.leak["leak"]["bytes_per_step"], choices=(1, 3, 5, 7))
+    plain_checkpoints(rng, cfg, 0.4)
+
+
+def leak_accelerating(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    r0 = q512(rng.u(128, 768) * KIB)
+    r1 = q512(r0 * rng.u(3.0, 6.0))
+    growth = min(rng.u(2.3, 3.2) * budget, growth_room(cfg))
+    ramp = -(-int(2 * growth) // (r0 + r1))
+    if ramp > 45000:  # too slow for the longest run: scale the rates up
+        factor = ramp / 45000.0
+        r0, r1 = q512(r0 * factor) + fm.BLOCK, q512(r1 * factor) + fm.BLOCK
+        ramp = -(-int(2 * growth) // (r0 + r1))
+    onset = warmup_end(cfg) + rng.int(0, 300)
+    cfg.steps = max(2000, onset + ramp)
+    cfg.leak = {
+        "base_bytes": cfg.base,
+        "onset_step": onset,
+        "leak": {"type": "accelerating", "bytes_per_step": r0, "bytes_per_step_at_ramp_end": r1, "ramp_steps": ramp},
+    }
+    budget_steps = fm.first_crossing(cfg.leak, 0, cfg.base + budget) - onset
+    cfg.every = pick_every(cfg.steps, budget_steps)
+    small_eval(rng, cfg, 0.4, cfg.every)
+    plain_checkpoints(rng, cfg, 0.5)
+
+
+def leak_oom_crash(rng: Rng, cfg: Config) -> None:
+    budget = fm.growth_budget(cfg.total)
+    cfg.expandable = cfg.hello["expandable_segments"] = False
+    cfg.frag = cfg.frag_final = rng.u(0.04, 0.08)
+    varlen(rng, cfg, (0.1, 0.6), (0.12, 0.22), (0.45, 0.7), (1.0, 1.5))
+    cfg.floor_jitter_blocks = 0
+    headroom = rng.u(3.0, 5.5) * budget  # floor growth from onset until the peak meets the limit
+    cfg.base = q512(cfg.usable() - cfg.peak_extra_max() - headroom)
+    cfg.warmup = warmup(rng, cfg.base, cfg.ddp, cfg.compiled)
+    onset = warmup_end(cfg) + rng.int(0, 200)
+    rate = q512(MIB * rng.u(1.5, 6.0))
+    cfg.steps = onset + int(2 * headroom / rate) + 1000  # never reached: the run dies first
+    cfg.leak = {"base_bytes": cfg.base, "onset_step": onset, "leak": {"type": "linear", "bytes_per_step": rate}}
+    cfg.oom_policy = "crash"
+    cfg.max_ooms = rng.int(3, 8)
+    cfg.every = pick_every(onset + int(headroom / rate), budget / rate)
+    small_eval(rng, cfg, 0.3, cfg.every)
+
+
+SHAPES: Dict[str, Tuple[str, Callable[[Rng, Config], None], str]] = {
+    "warmup_then_flat": ("healthy", warmup_then_flat, "optimizer state at step 1, cuBLAS, DDP buckets, torch.compile recompiles up to step ~1500, then flat"),
+    "level_shift": ("healthy", level_shift, "one curriculum switch to longer sequences: floor and peak step up once, then flat"),
+    "eval_heavy": ("healthy", eval_heavy, "eval phases whose floor and peak exceed training's"),
+    "checkpoints": ("healthy", checkpoints, "checkpoint saves: pauses, a gather spike in the next peak, reserved steps up"),
+    "rare_spikes": ("healthy", rare_spikes, "rare single-sample floor outliers and peak spikes"),
+    "grad_accum": ("healthy", grad_accum, "samples per micro-batch: floor cycles with the accumulation period"),
+    "varlen": ("healthy", seq_varlen, "variable sequence length: noisy floor, reserved grows then plateaus"),
+    "near_limit": ("healthy", near_limit, "peak within a few % of the device: allocator retries, flat floor"),
+    "oom_recovered": ("healthy", oom_recovered, "near the limit; one or two oversized batches OOM, are skipped, training goes on"),
+    "preempted": ("healthy", preempted, "flat run killed without bye"),
+    "immaterial_drift": ("healthy", immaterial_drift, "1-3 KiB/step of real growth: below any materiality floor"),
+    "leak_linear": ("leak", leak_linear, "slow linear leak, 0.5-4 MiB/step"),
+    "leak_tiny_long": ("leak", leak_tiny_long, "100-200 KiB/step over 30k-50k steps"),
+    "leak_staircase": ("leak", leak_staircase, "64-320 MiB jumps at a fixed period"),
+    "leak_eval_only": ("leak", leak_eval_only, "floor steps up after each eval phase only"),
+    "leak_late_onset": ("leak", leak_late_onset, "flat for 55-82% of the run, then linear"),
+    "leak_noisy": ("leak", leak_noisy, "linear leak under a variable-length noisy floor"),
+    "leak_accum_sawtooth": ("leak", leak_accum_sawtooth, "linear leak under a gradient-accumulation sawtooth"),
+    "leak_accelerating": ("leak", leak_accelerating, "per-step leak grows 3-6x over the run"),
+    "leak_oom_crash": ("leak", leak_oom_crash, "linear leak into allocator retries, OOMs and a crash (no bye)"),
+}
+
+
+def build(shape: str, device: str, seed: int) -> Tuple[str, List[str], Dict[str, Any]]:
+    kind, fill, what = SHAPES[shape]
+    name = "%s_%s_s%d.jsonl" % (shape, device, seed)
+    rng = Rng(seed_of(name))
+    cfg = common(rng, device, shape, kind)
+    fill(rng, cfg)
+    sim = Sim(cfg, rng)
+    sim.run()
+    return name, sim.lines, label(name, what, cfg, sim)
+
+
+def label(name: str, what: str, cfg: Config, sim: Sim) -> Dict[str, Any]:
+    total = cfg.total
+    crashed = sim.crashed
+    expect: List[str] = []
+    forbid: List[str] = []
+    if cfg.kind == "leak":
+        expect.append("leak")
+    else:
+        forbid.append("leak")
+    if sim.retries_seen > 0:
+        expect.append("near_limit")
+    if sim.ooms > 0:
+        expect.append("oom")
+    else:
+        forbid.append("oom")
+    if crashed:
+        expect.append("crash")
+    else:
+        forbid.append("crash")
+    if sim.retries_seen == 0 and sim.min_free >= 0.2 * total:
+        forbid += ["near_limit", "fragmentation"]
+    check_intent(cfg, sim, expect)
+
+    limit = cfg.usable()
+    extra = cfg.peak_extra_max()
+    oom_step = None
+    if cfg.leak is not None:
+        oom_step = sim.first_oom_step if cfg.oom_policy == "crash" and sim.first_oom_step else fm.first_crossing(cfg.leak, extra, limit)
+    lab: Dict[str, Any] = {
+        "file": name,
+        "shape": cfg.shape,
+        "kind": cfg.kind,
+        "description": what,
+        "device": DEVICES["a100" if total < 50 * GB else "h100"]["name"],
+        "device_total": total,
+        "expect": expect,
+        "forbid": forbid,
+        "leak_onset_step": cfg.leak["onset_step"] if cfg.leak else None,
+        "floor_at_onset_bytes": fm.floor_bytes(cfg.leak, cfg.leak["onset_step"]) if cfg.leak else None,
+        "floor_model": cfg.leak,
+        "oom_step": oom_step,
+        "oom_limit_bytes": limit,
+        "peak_extra_max_bytes": extra,
+        "growth_budget_bytes": fm.growth_budget(total),
+        "step_seconds": round(sim.train_time / max(1, sim.train_steps), 4),
+        "sample_every": cfg.every,
+        "last_step": sim.last_step,
+        "train_samples": sim.samples,
+        "eval_samples": sim.eval_samples,
+        "ended": "crash" if crashed else "bye",
+        "warmup_end_step": warmup_end(cfg),
+        "retries_seen": sim.retries_seen,
+        "ooms": sim.ooms,
+        "first_oom_step": sim.first_oom_step,
+        "eval_period": cfg.eval["period"] if cfg.eval else None,
+        "checkpoint_period": cfg.ckpt["period"] if cfg.ckpt else None,
+        "accum_period": cfg.accum["k"] if cfg.accum else None,
+        "level_shift_step": cfg.shifts[0][0] if cfg.shifts else None,
+        "drift_model": cfg.drift,
+        "varlen": cfg.varlen is not None,
+        "expandable_segments": cfg.expandable,
+    }
+    return lab
+
+
+def check_intent(cfg: Config, sim: Sim, expect: List[str]) -> None:
+    """Each shape must show what it is for; a parameter draw that misses is a generator bug."""
+    where = "%s (seed stream %s)" % (cfg.shape, cfg.hello["gpu_uuid"])
+    if cfg.shape in ("near_limit", "oom_recovered"):
+        if sim.retries_seen < 3:
+            raise RuntimeError("%s: only %d allocator retries seen" % (where, sim.retries_seen))
+    elif cfg.shape == "leak_oom_crash":
+        if not (sim.crashed and sim.first_oom_step and sim.retries_seen > 0):
+            raise RuntimeError("%s: did not retry, OOM and crash (ooms=%d)" % (where, sim.ooms))
+    elif sim.retries or sim.ooms:
+        raise RuntimeError("%s: unexpected retries=%d ooms=%d" % (where, sim.retries, sim.ooms))
+    if cfg.shape == "oom_recovered" and (sim.ooms == 0 or sim.crashed):
+        raise RuntimeError("%s: expected a recovered OOM" % where)
+    if cfg.leak is not None and sim.first_oom_step is None:
+        grown = fm.growth_at(cfg.leak, sim.last_step)
+        if grown < 2 * fm.growth_budget(cfg.total):
+            raise RuntimeError("%s: the leak grows only %d bytes over the run" % (where, grown))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("out_dir", help="directory to write the traces and labels.json into (created if missing)")
+    ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes (repeatable)")
+    args = ap.parse_args(argv)
+    shapes = args.shape or list(SHAPES)
+    os.makedirs(args.out_dir, exist_ok=True)
+    start = time.monotonic()
+    labels = []
+    size = 0
+    for shape in shapes:
+        for device, seed in INSTANCES:
+            name, lines, lab = build(shape, device, seed)
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            with open(os.path.join(args.out_dir, name), "wb") as f:
+                f.write(data)
+            size += len(data)
+            labels.append(lab)
+    with open(os.path.join(args.out_dir, "labels.json"), "w", encoding="utf-8") as f:
+        json.dump({"version": 1, "traces": labels}, f, indent=1)
+        f.write("\n")
+    print(
+        "wrote %d traces (%.1f MB) and labels.json to %s in %.1f s"
+        % (len(labels), size / 1e6, args.out_dir, time.monotonic() - start),
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
