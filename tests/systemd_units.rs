@@ -147,7 +147,7 @@ fn systemd_rates_the_service_exposure_low() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level in: {text}"));
     println!("systemd-analyze security: exposure {score} (0 = fully sandboxed, 10 = none)");
-    // 1.7 when written; the sandbox only keeps open what NVML and /proc reading need.
+    // 1.8 when written; the sandbox only keeps open what NVML and /proc reading need.
     assert!(score <= 2.5, "exposure {score} rose; see:\n{text}");
 }
 
