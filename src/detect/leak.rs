@@ -28,8 +28,9 @@ const MIN_WINDOW: usize = 9;
 const P_MAX: f64 = 1e-4;
 /// Each third of the window must carry at least this share of its rise.
 const SHARE: f64 = 0.2;
-/// Train samples ignored at the start (optimizer state, workspaces, compile).
-const WARMUP: u64 = 20;
+/// Train samples ignored at the start (optimizer state, workspaces, DDP buckets, compile: the
+/// corpus has warm-ups that climb in stairs for a few hundred steps).
+const WARMUP: u64 = 64;
 /// Materiality when the device size is unknown.
 const FALLBACK_MATERIAL: f64 = 512.0 * 1048576.0;
 /// Never report growth smaller than this, whatever the device.
@@ -171,9 +172,11 @@ impl Leak {
             }
             _ => None,
         };
+        // detection.md: OOM comes at the step peak, so steps ≈ (limit − recent peak) / slope.
         let eta_steps = self
             .limit
             .map(|limit| (limit.saturating_sub(peak) as f64 / v.slope).round() as u64);
+        let slope = v.slope;
         let growth = (self.floor - v.onset_floor).max(0.0) as u64;
         let span = lvl
             .done
@@ -183,8 +186,8 @@ impl Leak {
         Signal {
             active: true,
             evidence: Evidence {
-                slope_bytes_per_step: Some(v.slope),
-                slope_bytes_per_second: secs_per_step.map(|s| v.slope / s),
+                slope_bytes_per_step: Some(slope),
+                slope_bytes_per_second: secs_per_step.map(|s| slope / s),
                 growth_bytes: Some(growth),
                 confidence: Some(1.0 - v.p),
                 onset_step: Some(v.onset_step),
