@@ -83,6 +83,12 @@ pub struct DaemonArgs {
     /// Record each trainer session as a trace file in this directory (for `gpumon analyze`).
     #[arg(long, env = "GPUMON_RECORD_DIR", value_name = "DIR")]
     pub record_dir: Option<PathBuf>,
+    /// Send findings to this Alertmanager (base URL, e.g. http://127.0.0.1:9093).
+    #[arg(long, env = "GPUMON_ALERTMANAGER_URL", value_name = "URL")]
+    pub alertmanager_url: Option<String>,
+    /// POST findings as JSON to this URL.
+    #[arg(long, env = "GPUMON_WEBHOOK_URL", value_name = "URL")]
+    pub webhook_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -117,6 +123,12 @@ impl Cli {
                 }
                 if let Some(v) = &d.record_dir {
                     c.record.dir = Some(v.clone());
+                }
+                if let Some(v) = &d.alertmanager_url {
+                    c.alerts.alertmanager_url = Some(v.clone());
+                }
+                if let Some(v) = &d.webhook_url {
+                    c.alerts.webhook_url = Some(v.clone());
                 }
                 Some(&d.common)
             }

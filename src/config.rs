@@ -33,6 +33,29 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub record: RecordConfig,
     pub detect: DetectSection,
+    pub alerts: AlertsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// Alertmanager base URL (e.g. http://127.0.0.1:9093); findings are posted to /api/v2/alerts.
+    pub alertmanager_url: Option<String>,
+    /// A URL that receives findings as JSON (POST).
+    pub webhook_url: Option<String>,
+    /// How often firing findings are sent to Alertmanager again.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub resend_interval: Duration,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            alertmanager_url: None,
+            webhook_url: None,
+            resend_interval: Duration::from_secs(60),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,6 +151,7 @@ impl Default for Config {
             ingest: IngestConfig::default(),
             record: RecordConfig::default(),
             detect: DetectSection::default(),
+            alerts: AlertsConfig::default(),
         }
     }
 }
@@ -220,6 +244,20 @@ impl Config {
                     value: n.to_string(),
                     reason: "keep between 1 and 1000000 points".into(),
                 });
+            }
+        }
+        for (key, url) in [
+            ("alerts.alertmanager_url", &self.alerts.alertmanager_url),
+            ("alerts.webhook_url", &self.alerts.webhook_url),
+        ] {
+            if let Some(u) = url {
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        value: u.clone(),
+                        reason: "use an http:// or https:// URL".into(),
+                    });
+                }
             }
         }
         let ratio = self.detect.leak_materiality_ratio;
@@ -322,6 +360,15 @@ headroom_margin_bytes = {headroom_margin_bytes}
 leak_materiality_ratio = {leak_materiality_ratio}
 # How long a crash finding (trainer gone without bye) stays firing.
 crash_hold = "{crash_hold}"
+
+[alerts]
+# Firing and resolved findings always go to the log. They can also go to:
+# Alertmanager (v2 API), e.g. "http://127.0.0.1:9093".  (GPUMON_ALERTMANAGER_URL, --alertmanager-url)
+# alertmanager_url = "http://127.0.0.1:9093"
+# A JSON webhook (POST).  (GPUMON_WEBHOOK_URL, --webhook-url)
+# webhook_url = "http://127.0.0.1:8080/gpumon"
+# Firing findings are sent to Alertmanager again this often.
+resend_interval = "{resend_interval}"
 "#,
         listen = d.listen,
         nvml_lib = d.nvml_lib,
@@ -341,6 +388,7 @@ crash_hold = "{crash_hold}"
         headroom_margin_bytes = d.detect.headroom_margin_bytes,
         leak_materiality_ratio = d.detect.leak_materiality_ratio,
         crash_hold = humantime::format_duration(d.detect.crash_hold),
+        resend_interval = humantime::format_duration(d.alerts.resend_interval),
     )
 }
 

@@ -52,6 +52,19 @@ pub async fn run(
         ),
         None => None,
     };
+    let hostname = crate::snapshot::hostname();
+    let (alerts_stop, alerts_rx) = std::sync::mpsc::channel::<()>();
+    let alerts = crate::alerts::spawn(
+        crate::alerts::AlertSettings {
+            webhook_url: config.alerts.webhook_url.clone(),
+            alertmanager_url: config.alerts.alertmanager_url.clone(),
+            resend_interval: config.alerts.resend_interval,
+            hostname: hostname.clone(),
+            api_url: format!("http://{}/api/v1/snapshot", listener.local_addr()?),
+        },
+        store.clone(),
+        alerts_rx,
+    )?;
     let ingest_stats = Arc::new(IngestStats::default());
     let ingest_task = ingest.map(|l| {
         let limits = Limits {
@@ -70,7 +83,7 @@ pub async fn run(
     let state = AppState {
         exporter: Arc::new(Exporter::new(store.clone(), ingest_stats)?),
         store,
-        hostname: crate::snapshot::hostname().into(),
+        hostname: hostname.into(),
     };
     tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
     let server = axum::serve(listener, router(state))
@@ -82,6 +95,13 @@ pub async fn run(
     }
 
     drop(stop_tx);
+    // Last transitions (sessions resolved at shutdown) go out before the thread ends.
+    drop(alerts_stop);
+    if let Some(a) = alerts {
+        tokio::task::spawn_blocking(move || a.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the alert thread panicked"))?;
+    }
     tokio::task::spawn_blocking(move || poller.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the NVML poller thread panicked"))?;

@@ -4,6 +4,7 @@
 //! (bounded history) → `outputs` (/metrics, JSON API). `daemon` wires them; `cli` and `config`
 //! decide how; `status` is the one-shot reader.
 
+pub mod alerts;
 pub mod analyze;
 pub mod cli;
 pub mod config;

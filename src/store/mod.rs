@@ -74,6 +74,15 @@ impl Store {
         }
     }
 
+    /// NVML index (as a label value) of the GPU with this UUID, or of the parent of this MIG
+    /// device, in the latest collection.
+    pub fn gpu_index(&self, uuid: &str) -> Option<String> {
+        let gpus = &self.latest.as_ref()?.gpus;
+        gpus.iter()
+            .find(|g| g.identity.uuid == uuid || g.mig_devices.iter().any(|m| m.uuid == uuid))
+            .map(|g| g.identity.index.to_string())
+    }
+
     pub fn shared(self) -> SharedStore {
         Arc::new(RwLock::new(self))
     }

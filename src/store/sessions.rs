@@ -240,6 +240,15 @@ impl Sessions {
         self.ended.iter()
     }
 
+    /// Every finding firing now: live sessions' and held crashes.
+    pub fn firing(&self) -> impl Iterator<Item = &crate::detect::Finding> {
+        self.live
+            .values()
+            .flat_map(|s| s.detect.current())
+            .filter(|f| f.state == crate::detect::FindingState::Firing)
+            .chain(self.findings.held())
+    }
+
     /// Time passes with no sample: held findings (crashes) expire.
     pub fn tick(&mut self, now: Timestamp) {
         self.findings.tick(now, self.detect.crash_hold_seconds);

@@ -181,7 +181,9 @@ impl Drop for Daemon {
 }
 
 fn listen_addr(line: &str) -> Option<SocketAddr> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    // The fake library writes to the same stderr from another thread, so a log line can arrive
+    // after a fragment of its message: parse from the first brace.
+    let v: serde_json::Value = serde_json::from_str(&line[line.find('{')?..]).ok()?;
     let fields = v.get("fields")?;
     if fields.get("message")?.as_str()? != "gpumon daemon serving" {
         return None;

@@ -39,7 +39,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub fn report_once(msg: &str) {
     let mut seen = lock(&REPORTED);
     if !seen.iter().any(|m| m == msg) {
-        eprintln!("fake-nvml: {msg}");
+        // One write, so the line does not interleave with the host program's own logging.
+        let line = format!("fake-nvml: {msg}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         seen.push(msg.to_owned());
     }
 }

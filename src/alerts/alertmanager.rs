@@ -1,0 +1,96 @@
+//! Alertmanager's v2 API: `POST /api/v2/alerts` with labels (alertname, severity, gpu, uuid, pid,
+//! job, rank, ...), annotations and startsAt/endsAt. A firing alert's endsAt lies a few resend
+//! intervals ahead, so Alertmanager resolves it by itself if this daemon dies.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{rfc3339, AlertSettings, Sink};
+use crate::detect::{Finding, FindingState, Kind};
+
+pub struct Alertmanager {
+    url: String,
+    agent: ureq::Agent,
+    hostname: String,
+    api_url: String,
+    ends_after: f64,
+}
+
+impl Alertmanager {
+    pub fn new(base: &str, s: &AlertSettings) -> Self {
+        Self {
+            url: format!("{}/api/v2/alerts", base.trim_end_matches('/')),
+            agent: ureq::Agent::config_builder()
+                .timeout_global(Some(Duration::from_secs(5)))
+                .build()
+                .new_agent(),
+            hostname: s.hostname.clone(),
+            api_url: s.api_url.clone(),
+            ends_after: 4.0 * s.resend_interval.as_secs_f64().max(60.0),
+        }
+    }
+}
+
+pub fn alertname(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Leak => "GpumonLeak",
+        Kind::NearLimit => "GpumonNearLimit",
+        Kind::Fragmentation => "GpumonFragmentation",
+        Kind::Oom => "GpumonOOM",
+        Kind::Crash => "GpumonTrainerCrash",
+    }
+}
+
+pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Value {
+    let s = &f.subject;
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    let ends = match (f.state, f.resolved_ts) {
+        (FindingState::Resolved, Some(t)) => t,
+        _ => crate::model::now() + ends_after,
+    };
+    json!({
+        "labels": {
+            "alertname": alertname(f.kind),
+            "severity": serde_json::to_value(f.severity).unwrap_or(Value::Null),
+            "kind": f.kind.as_str(),
+            "instance": hostname,
+            "gpu": opt(f.gpu.clone()),
+            "uuid": opt(s.gpu_uuid.clone()),
+            "pid": s.pid.to_string(),
+            "job": opt(s.job.clone()),
+            "rank": opt(s.rank.map(|r| r.to_string())),
+            "session": s.session,
+            "finding": f.id,
+        },
+        "annotations": {
+            "summary": f.message,
+            "description": opt(f.hint.clone()),
+        },
+        "startsAt": rfc3339(f.since.unwrap_or(f.first_ts)),
+        "endsAt": rfc3339(ends),
+        "generatorURL": api_url,
+    })
+}
+
+impl Sink for Alertmanager {
+    fn name(&self) -> &'static str {
+        "alertmanager"
+    }
+
+    fn wants_resend(&self) -> bool {
+        true
+    }
+
+    fn send(&self, batch: &[Finding]) -> Result<(), String> {
+        let body: Vec<Value> = batch
+            .iter()
+            .map(|f| alert(f, &self.hostname, &self.api_url, self.ends_after))
+            .collect();
+        self.agent
+            .post(&self.url)
+            .send_json(&body)
+            .map(|_| ())
+            .map_err(|e| format!("POST {}: {e}", self.url))
+    }
+}

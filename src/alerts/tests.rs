@@ -1,0 +1,130 @@
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::detect::findings::{Severity, Subject};
+use crate::detect::{Evidence, Kind};
+
+struct Flaky {
+    fail: Arc<Mutex<u32>>,
+    got: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Sink for Flaky {
+    fn name(&self) -> &'static str {
+        "flaky"
+    }
+    fn wants_resend(&self) -> bool {
+        true
+    }
+    fn send(&self, batch: &[Finding]) -> Result<(), String> {
+        let mut f = self.fail.lock().unwrap();
+        if *f > 0 {
+            *f -= 1;
+            return Err("down".into());
+        }
+        self.got.lock().unwrap().push(
+            batch
+                .iter()
+                .map(|f| format!("{}:{:?}", f.id, f.state))
+                .collect(),
+        );
+        Ok(())
+    }
+}
+
+fn finding(id: &str, state: FindingState) -> Finding {
+    Finding {
+        id: id.into(),
+        kind: Kind::Leak,
+        state,
+        severity: Severity::Warning,
+        subject: Subject::default(),
+        gpu: None,
+        first_step: None,
+        first_ts: 1.0,
+        since: Some(1.0),
+        updated_ts: 1.0,
+        resolved_ts: None,
+        message: "m".into(),
+        hint: None,
+        evidence: Evidence::default(),
+    }
+}
+
+#[test]
+fn a_down_receiver_gets_the_latest_state_per_finding_after_backoff() {
+    let fail = Arc::new(Mutex::new(2));
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut q = Queue::new(Box::new(Flaky {
+        fail: fail.clone(),
+        got: got.clone(),
+    }));
+    let t0 = Instant::now();
+    q.push(&finding("s-1/leak", FindingState::Firing));
+    q.push(&finding("s-1/leak#pending", FindingState::Pending));
+    q.deliver(t0);
+    assert!(got.lock().unwrap().is_empty());
+    // Backing off: no retry before a second has passed.
+    q.deliver(t0 + Duration::from_millis(500));
+    assert_eq!(*fail.lock().unwrap(), 1);
+    q.push(&finding("s-1/leak", FindingState::Resolved));
+    q.push(&finding("s-2/leak", FindingState::Firing));
+    q.deliver(t0 + Duration::from_secs(1));
+    assert_eq!(*fail.lock().unwrap(), 0);
+    // The second failure doubled the backoff to 2 s.
+    q.deliver(t0 + Duration::from_millis(2500));
+    assert!(got.lock().unwrap().is_empty());
+    q.deliver(t0 + Duration::from_secs(4));
+    assert_eq!(
+        *got.lock().unwrap(),
+        vec![vec![
+            "s-1/leak:Resolved".to_string(),
+            "s-2/leak:Firing".to_string()
+        ]]
+    );
+}
+
+#[test]
+fn the_queue_is_bounded_dropping_the_stalest() {
+    let mut q = Queue::new(Box::new(Flaky {
+        fail: Arc::new(Mutex::new(u32::MAX)),
+        got: Arc::new(Mutex::new(Vec::new())),
+    }));
+    for i in 0..QUEUE + 50 {
+        q.push(&finding(&format!("s-{i}/leak"), FindingState::Firing));
+    }
+    assert_eq!(q.pending.len(), QUEUE);
+    assert!(!q.pending.contains_key("s-0/leak"));
+    assert!(q.pending.contains_key(&format!("s-{}/leak", QUEUE + 49)));
+}
+
+#[test]
+fn alertmanager_alerts_carry_the_contract_labels_and_times() {
+    let mut f = finding("s-3/leak", FindingState::Resolved);
+    f.subject = Subject {
+        session: "s-3".into(),
+        job: Some("llama".into()),
+        rank: Some(1),
+        pid: 4242,
+        ns_pid: Some(7),
+        gpu_uuid: Some("GPU-1".into()),
+    };
+    f.gpu = Some("0".into());
+    f.resolved_ts = Some(1_763_700_000.0);
+    let a = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
+    let l = &a["labels"];
+    for (k, v) in [
+        ("alertname", "GpumonLeak"),
+        ("severity", "warning"),
+        ("gpu", "0"),
+        ("uuid", "GPU-1"),
+        ("pid", "4242"),
+        ("job", "llama"),
+        ("rank", "1"),
+        ("instance", "node1"),
+    ] {
+        assert_eq!(l[k], v, "{k}");
+    }
+    assert_eq!(a["endsAt"], "2025-11-21T04:40:00.000Z");
+    assert_eq!(a["startsAt"], "1970-01-01T00:00:01.000Z");
+}

@@ -1,0 +1,46 @@
+//! A generic JSON webhook: `POST {"host": ..., "findings": [...]}` with each finding as the API
+//! shows it, for chat bots and ticket systems that speak plain JSON.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{AlertSettings, Sink};
+use crate::detect::Finding;
+
+pub struct Webhook {
+    url: String,
+    agent: ureq::Agent,
+    hostname: String,
+}
+
+impl Webhook {
+    pub fn new(url: &str, s: &AlertSettings) -> Self {
+        Self {
+            url: url.to_string(),
+            agent: ureq::Agent::config_builder()
+                .timeout_global(Some(Duration::from_secs(5)))
+                .build()
+                .new_agent(),
+            hostname: s.hostname.clone(),
+        }
+    }
+}
+
+impl Sink for Webhook {
+    fn name(&self) -> &'static str {
+        "webhook"
+    }
+
+    fn wants_resend(&self) -> bool {
+        false
+    }
+
+    fn send(&self, batch: &[Finding]) -> Result<(), String> {
+        self.agent
+            .post(&self.url)
+            .send_json(json!({"version": 1, "host": self.hostname, "findings": batch}))
+            .map(|_| ())
+            .map_err(|e| format!("POST {}: {e}", self.url))
+    }
+}
