@@ -38,6 +38,11 @@ pub enum Command {
     Config,
     /// Replay recorded trace files through the detectors and report findings.
     Analyze(AnalyzeArgs),
+    /// A simulated node with trainers (healthy, leaking, near the limit): no GPU needed.
+    Demo(crate::demo::DemoArgs),
+    /// One simulated trainer process (started by `gpumon demo`).
+    #[command(hide = true)]
+    DemoTrainer(crate::demo::TrainerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -133,7 +138,9 @@ impl Cli {
                 Some(&d.common)
             }
             Command::Status(s) => Some(&s.common),
-            Command::Config | Command::Analyze(_) => None,
+            Command::Config | Command::Analyze(_) | Command::Demo(_) | Command::DemoTrainer(_) => {
+                None
+            }
         };
         if let Some(o) = common {
             if let Some(v) = o.listen {

@@ -11,6 +11,15 @@ fn main() -> ExitCode {
         print!("{}", gpumon::config::example());
         return ExitCode::SUCCESS;
     }
+    if let Command::DemoTrainer(a) = &cli.command {
+        return match gpumon::demo::run_trainer(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpumon demo-trainer: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let config = match cli.resolve() {
         Ok(c) => c,
         Err(e) => {
@@ -35,7 +44,8 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::Config | Command::Analyze(_) => Ok(()),
+        Command::Demo(d) => gpumon::demo::run(d, config, None),
+        Command::Config | Command::Analyze(_) | Command::DemoTrainer(_) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,189 @@
+//! `gpumon demo`: everything at once on a machine with no GPU. A daemon polls a simulated node
+//! (two H100s through the fake NVML library, the real nvml-wrapper path) while three simulated
+//! trainers, real child processes, push over the real socket: one healthy, one leaking (flagged
+//! within about a minute), one near the limit with rising retries. The simulated NVML lists those
+//! children's pids with the memory they report.
+
+pub mod profile;
+pub mod scenario;
+pub mod trainer;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use profile::Profile;
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Print the HTTP URL and socket path, then run until stopped (no TUI).
+    #[arg(long)]
+    pub headless: bool,
+    /// HTTP listen address (default: the config's, or a free port when that is taken).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Ingest socket path (default: in a temporary directory).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The fake NVML library (default: libfake_nvml.so beside the gpumon binary).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TrainerArgs {
+    #[arg(long, value_enum)]
+    pub profile: Profile,
+    #[arg(long)]
+    pub socket: PathBuf,
+    #[arg(long)]
+    pub gpu_uuid: String,
+    /// Unix time the demo started: the clock shared with the simulated NVML.
+    #[arg(long)]
+    pub t0: f64,
+}
+
+/// Children and the scratch directory, cleaned up however the demo ends.
+struct Node {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            // SIGTERM first so a child can finish its line; then reap it.
+            // SAFETY: kill(2) on a pid we spawned and have not reaped yet.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn fake_lib(args: &DemoArgs) -> anyhow::Result<PathBuf> {
+    let lib = match &args.nvml_lib {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("libfake_nvml.so"))
+            .unwrap_or_default(),
+    };
+    if !lib.is_file() {
+        anyhow::bail!(
+            "the demo's simulated GPUs need the fake NVML library, and {} does not exist: build it with `cargo build --workspace` (it lands beside gpumon), or pass --nvml-lib PATH",
+            lib.display()
+        );
+    }
+    Ok(lib)
+}
+
+pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Result<()> {
+    let lib = fake_lib(&args)?;
+    let dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut node = Node {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| dir.join("ingest.sock"));
+    let t0 = crate::model::now();
+    let exe = std::env::current_exe()?;
+    let mut pids = Vec::new();
+    for p in [Profile::Healthy, Profile::Leak, Profile::NearLimit] {
+        let child = Command::new(&exe)
+            .arg("demo-trainer")
+            .args(["--profile", profile_name(p), "--gpu-uuid"])
+            .arg(scenario::UUIDS[p.gpu()])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--t0")
+            .arg(t0.to_string())
+            .stdin(Stdio::null())
+            .spawn()?;
+        pids.push((p, child.id()));
+        node.children.push(child);
+    }
+    let scen = dir.join("node.toml");
+    std::fs::write(&scen, scenario::toml(&pids))?;
+    // Read by the fake library at NVML init, which happens after this on the poller thread.
+    std::env::set_var("FAKE_NVML_SCENARIO", &scen);
+    std::env::set_var("FAKE_NVML_T0", t0.to_string());
+    config.nvml_lib = lib.display().to_string();
+    config.socket = Some(socket.clone());
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let listener = bind_http(args.listen.unwrap_or(config.listen), args.listen.is_some()).await?;
+        let addr = listener.local_addr()?;
+        let ingest = crate::ingest::socket::bind(&socket)?;
+        println!("gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)");
+        println!("socket: {}", socket.display());
+        println!("simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)");
+        let shutdown = CancellationToken::new();
+        crate::daemon::cancel_on_signals(shutdown.clone())?;
+        let source = Box::new(crate::sources::nvml::NvmlSource::new(
+            config.nvml_lib.clone(),
+            config.procfs.clone(),
+        ));
+        let daemon = tokio::spawn(crate::daemon::run(
+            config,
+            listener,
+            Some(ingest),
+            source,
+            shutdown.clone(),
+        ));
+        if let Some(tui) = tui.filter(|_| !args.headless) {
+            let url = format!("http://{addr}");
+            let stop = shutdown.clone();
+            tokio::task::spawn_blocking(move || {
+                let r = tui(url);
+                stop.cancel();
+                r
+            })
+            .await??;
+        }
+        daemon.await?
+    })?;
+    drop(node);
+    Ok(())
+}
+
+/// Runs the TUI against a daemon URL until the user quits.
+pub type TuiFn = Box<dyn FnOnce(String) -> anyhow::Result<()> + Send>;
+
+async fn bind_http(addr: SocketAddr, explicit: bool) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        // The default port is often taken by a real daemon: a demo just takes another.
+        Err(e) if !explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
+            Ok(tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?)
+        }
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot listen on {addr}: {e}; pick another --listen address"
+        )),
+    }
+}
+
+fn profile_name(p: Profile) -> &'static str {
+    match p {
+        Profile::Healthy => "healthy",
+        Profile::Leak => "leak",
+        Profile::NearLimit => "near-limit",
+    }
+}
+
+pub fn run_trainer(a: &TrainerArgs) -> anyhow::Result<()> {
+    trainer::run(a.profile, Path::new(&a.socket), &a.gpu_uuid, a.t0)
+}

@@ -1,0 +1,139 @@
+//! The simulated trainers' memory, as a function of time since the demo started. The trainer
+//! processes report it over the socket and the simulated NVML lists the same processes with the
+//! same memory (reserved + CUDA context), so both views agree as they would on a real node.
+
+use crate::ingest::protocol::Stats;
+
+pub const GIB: f64 = 1073741824.0;
+pub const MIB: f64 = 1048576.0;
+/// H100 80GB, as NVML reports it.
+pub const TOTAL: u64 = 85_520_809_984;
+/// Driver/firmware reserved memory on each simulated GPU.
+pub const DRIVER_RESERVED: u64 = 567_279_616;
+/// What a CUDA context costs outside PyTorch's allocator.
+pub const CONTEXT: f64 = 512.0 * MIB;
+/// Steps per second of every simulated trainer.
+pub const STEPS_PER_SECOND: f64 = 5.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Flat floor after warm-up.
+    Healthy,
+    /// Keeps each step's loss alive: the floor grows 8 MiB per step until the GPU is full, then
+    /// an OOM kills it and it starts over.
+    Leak,
+    /// Flat floor with the step peak at the device limit: the allocator keeps retrying.
+    NearLimit,
+}
+
+/// The healthy trainer's reserved memory: it shares GPU 0 with the leaking one.
+const HEALTHY_RESERVED: f64 = 24.0 * GIB;
+
+impl Profile {
+    pub fn job(self) -> &'static str {
+        match self {
+            Profile::Healthy => "demo-healthy",
+            Profile::Leak => "demo-leak",
+            Profile::NearLimit => "demo-near-limit",
+        }
+    }
+
+    /// Index of the simulated GPU it runs on.
+    pub fn gpu(self) -> usize {
+        match self {
+            Profile::Healthy | Profile::Leak => 0,
+            Profile::NearLimit => 1,
+        }
+    }
+
+    /// Seconds between OOM restarts of the leaking trainer: until its peak meets the limit.
+    pub fn period(self) -> Option<f64> {
+        match self {
+            Profile::Leak => {
+                let limit =
+                    TOTAL as f64 - DRIVER_RESERVED as f64 - HEALTHY_RESERVED - 2.0 * CONTEXT;
+                let start = 8.0 * GIB + 7.0 * GIB;
+                Some((limit - start) / (LEAK_PER_STEP * STEPS_PER_SECOND))
+            }
+            _ => None,
+        }
+    }
+
+    /// The allocator's stats at `t` seconds, and the step.
+    pub fn at(self, t: f64) -> (u64, Stats) {
+        let t = t.max(0.0);
+        let local = self.period().map_or(t, |p| t % p);
+        let step = (local * STEPS_PER_SECOND) as u64;
+        // Small deterministic jitter: real floors are rarely perfectly flat.
+        let jitter = ((step.wrapping_mul(2_654_435_761) >> 7) % 64) as f64 * MIB;
+        let (floor, peak, reserved, retries) = match self {
+            Profile::Healthy => {
+                let warm = if step < 3 {
+                    step as f64 * 2.0 * GIB
+                } else {
+                    6.0 * GIB
+                };
+                let floor = 8.0 * GIB + warm + jitter;
+                (floor, floor + 9.0 * GIB, HEALTHY_RESERVED, 0)
+            }
+            Profile::Leak => {
+                let floor = 8.0 * GIB + step as f64 * LEAK_PER_STEP + jitter;
+                (floor, floor + 6.0 * GIB, floor + 7.0 * GIB, 0)
+            }
+            Profile::NearLimit => {
+                let floor = 52.0 * GIB + jitter;
+                let reserved = TOTAL as f64 - DRIVER_RESERVED as f64 - CONTEXT - 0.4 * GIB;
+                (floor, reserved - 0.2 * GIB, reserved, step / 25)
+            }
+        };
+        let stats = Stats {
+            allocated: Some(floor as u64),
+            allocated_peak: Some(peak as u64),
+            reserved: Some(reserved as u64),
+            active: Some(floor as u64),
+            inactive_split: Some(((reserved - peak).max(0.0) * 0.3) as u64),
+            requested: Some((floor * 0.995) as u64),
+            alloc_retries: Some(retries),
+            ooms: Some(0),
+            ..Stats::default()
+        };
+        (step, stats)
+    }
+
+    /// What NVML shows for the process: its reserved memory plus the CUDA context.
+    pub fn nvml_used(self, t: f64) -> u64 {
+        let (_, s) = self.at(t);
+        s.reserved.unwrap_or(0) + CONTEXT as u64
+    }
+}
+
+const LEAK_PER_STEP: f64 = 8.0 * MIB;
+
+/// Free memory a trainer on `gpu` sees at `t` (what `mem_get_info` would say).
+pub fn device_free(gpu: usize, t: f64) -> u64 {
+    let used: u64 = [Profile::Healthy, Profile::Leak, Profile::NearLimit]
+        .iter()
+        .filter(|p| p.gpu() == gpu)
+        .map(|p| p.nvml_used(t))
+        .sum();
+    TOTAL.saturating_sub(DRIVER_RESERVED + used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpus_never_overcommit_and_the_leak_restarts_before_the_limit() {
+        let p = Profile::Leak.period().unwrap();
+        assert!(p > 600.0 && p < 1800.0, "period {p}");
+        for i in 0..4000 {
+            let t = i as f64 * 0.5;
+            for gpu in 0..2 {
+                assert!(device_free(gpu, t) > 0, "gpu {gpu} full at {t}");
+            }
+            let (_, s) = Profile::Leak.at(t);
+            assert!(s.allocated_peak.unwrap() < s.reserved.unwrap());
+        }
+    }
+}

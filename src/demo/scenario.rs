@@ -1,0 +1,57 @@
+//! The simulated node's NVML scenario (for the fake NVML library): two H100s whose process lists
+//! are the demo's trainer processes, with the memory they report, on the same clock.
+
+use std::fmt::Write;
+
+use super::profile::{Profile, DRIVER_RESERVED, TOTAL};
+
+pub const UUIDS: [&str; 2] = [
+    "GPU-de300000-0000-4000-8000-000000000000",
+    "GPU-de300000-0000-4000-8000-000000000001",
+];
+
+/// A timeline of `p`'s NVML memory: sampled each `step` seconds, periodic for the leak.
+fn timeline(p: Profile) -> String {
+    let (span, every) = match p.period() {
+        Some(period) => (period, period / 64.0),
+        None => (60.0, 60.0),
+    };
+    let mut pts = Vec::new();
+    let mut t = 0.0;
+    while t <= span + 1e-9 {
+        pts.push(format!("[{t:.3}, {}]", p.nvml_used(t.min(span - 1e-6))));
+        t += every;
+    }
+    match p.period() {
+        Some(period) => format!("{{ points = [{}], repeat = {period:.3} }}", pts.join(", ")),
+        None => format!("{}", p.nvml_used(30.0)),
+    }
+}
+
+pub fn toml(children: &[(Profile, u32)]) -> String {
+    let mut s = String::from(
+        "# Written by `gpumon demo`: a simulated node.\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\ncuda_driver_version = 12040\n",
+    );
+    let busy = [
+        "{ points = [[0, 93], [7, 97], [13, 91]], repeat = 20.0 }",
+        "{ points = [[0, 99], [5, 96]], repeat = 10.0 }",
+    ];
+    for (gpu, uuid) in UUIDS.iter().enumerate() {
+        let _ = write!(
+            s,
+            "\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nuuid = \"{uuid}\"\npci_bus_id = \"00000000:{:02X}:00.0\"\nmemory_total = {TOTAL}\nmemory_reserved = {DRIVER_RESERVED}\nutilization_gpu = {}\nutilization_memory = 41\ntemperature = {}\npower_usage_mw = {}\npower_limit_mw = 700000\n",
+            0x17 + gpu * 0x13,
+            busy[gpu],
+            [58, 66][gpu],
+            [512000, 641000][gpu],
+        );
+        for (p, pid) in children.iter().filter(|(p, _)| p.gpu() == gpu) {
+            let _ = write!(
+                s,
+                "\n[[gpu.process]]\npid = {pid}\nname = \"gpumon\"\nused = {}\n",
+                timeline(*p)
+            );
+        }
+    }
+    s
+}
