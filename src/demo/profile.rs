@@ -51,7 +51,7 @@ impl Profile {
         match self {
             Profile::Leak => {
                 let limit =
-                    TOTAL as f64 - DRIVER_RESERVED as f64 - HEALTHY_RESERVED - 2.0 * CONTEXT;
+                    TOTAL as f64 - DRIVER_RESERVED as f64 - HEALTHY_RESERVED - 2.0 * CONTEXT - GIB;
                 let start = 8.0 * GIB + 7.0 * GIB;
                 Some((limit - start) / (LEAK_PER_STEP * STEPS_PER_SECOND))
             }
