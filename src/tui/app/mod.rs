@@ -1,0 +1,5 @@
+//! State, the actions that change it, and how input becomes actions.
+
+pub mod input;
+pub mod rows;
+pub mod state;
