@@ -18,7 +18,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&config);
+    // The TUI owns the terminal: log lines on stderr would be drawn over it.
+    if !matches!(cli.command, Command::Tui(_)) {
+        init_tracing(&config);
+    }
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
         Command::Status(s) => {
@@ -31,6 +34,13 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
+        Command::Tui(t) => gpumon::tui::run(
+            &config,
+            gpumon::tui::Options {
+                connect: t.connect,
+                refresh: t.refresh,
+            },
+        ),
         Command::Config => Ok(()),
     };
     match result {

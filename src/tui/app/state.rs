@@ -591,8 +591,17 @@ impl App {
                             None => f.pid == Some(u64::from(r.key.pid)),
                         }
                 });
-                if let Some(r) = row {
-                    self.detail = Some(r.key.clone());
+                // A trainer that has ended has no row any more; its session still has a detail.
+                let key = row.map(|r| r.key.clone()).or_else(|| {
+                    Some(RowKey {
+                        node: *n,
+                        gpu: f.gpu.as_deref().and_then(|g| g.parse().ok()),
+                        pid: u32::try_from(f.pid?).ok()?,
+                        session: f.session.clone(),
+                    })
+                });
+                if let Some(key) = key {
+                    self.detail = Some(key);
                     self.detail_from = Screen::Findings;
                     self.screen = Screen::Processes;
                     self.floor_zoom = None;

@@ -312,10 +312,13 @@ fn render_chart(
 
 fn finding_text(findings: &[&Finding], app: &App, t: Theme) -> Vec<Line<'static>> {
     if findings.is_empty() {
-        return vec![Line::styled(
-            "No finding for this trainer: its allocated floor is not trending up and it is not near the limit.",
-            t.ok(),
-        )];
+        return vec![
+            Line::styled("No finding for this trainer.", t.ok()),
+            Line::styled(
+                "Leaks, near-limit pressure, fragmentation and OOMs are flagged here with why and what to do.",
+                t.dim(),
+            ),
+        ];
     }
     let mut out = Vec::new();
     for f in findings.iter().take(2) {
