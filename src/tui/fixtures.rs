@@ -7,7 +7,7 @@ use crate::ingest::protocol::Stats;
 use crate::model::*;
 use crate::snapshot::{GpuView, IngestView, NvmlView, SessionView, Snapshot};
 use crate::store::sessions::{EventRecord, SessionPoint};
-use crate::store::{GpuPoint, Point};
+use crate::store::{GpuPoint, HistoryLimits, Point, Store};
 use crate::tui::app::state::{Action, App, Node, Origin, Update};
 
 /// "Now" in every fixture.
@@ -155,29 +155,38 @@ pub fn snapshot(
     sessions: Vec<SessionView>,
     findings: Vec<Value>,
 ) -> Snapshot {
-    Snapshot {
-        version: "0.1.0".into(),
-        hostname: host.into(),
-        ts: NOW,
-        nvml: NvmlView {
-            up: true,
-            error: None,
-            library: "libnvidia-ml.so.1".into(),
-            driver_version: Some("550.54.15".into()),
-            last_poll_ts: Some(NOW),
-            last_poll_duration_seconds: 0.002,
+    // Built on an empty store's snapshot, so fields added to Snapshot later keep their defaults;
+    // findings go through serde, so they fit whatever type the snapshot holds them as.
+    let empty = Store::new(
+        HistoryLimits {
+            gpu_points: 1,
+            process_points: 1,
         },
-        gpus,
-        processes,
-        sessions,
-        findings,
-        ingest: Some(IngestView {
-            connections: 2,
-            lines: 18_342,
-            rejected: 0,
-            dropped: 0,
-        }),
-    }
+        1.0,
+        String::new(),
+    );
+    let mut s = Snapshot::build(&empty, host, 0.0);
+    s.version = "0.1.0".into();
+    s.ts = NOW;
+    s.nvml = NvmlView {
+        up: true,
+        error: None,
+        library: "libnvidia-ml.so.1".into(),
+        driver_version: Some("550.54.15".into()),
+        last_poll_ts: Some(NOW),
+        last_poll_duration_seconds: 0.002,
+    };
+    s.gpus = gpus;
+    s.processes = processes;
+    s.sessions = sessions;
+    s.findings = serde_json::from_value(Value::Array(findings)).unwrap_or_default();
+    s.ingest = Some(IngestView {
+        connections: 2,
+        lines: 18_342,
+        rejected: 0,
+        dropped: 0,
+    });
+    s
 }
 
 /// A state with one node per (origin, updates), each update applied as an action.

@@ -2,13 +2,16 @@
 
 mod findings;
 pub mod fmt;
+mod gpu_list;
 mod header;
 mod help;
 pub mod layout;
 mod overview;
 mod processes;
+mod spark;
 pub mod theme;
 mod trainer;
+mod trainers_panel;
 
 use ratatui::layout::Rect;
 use ratatui::text::Line;
