@@ -164,6 +164,8 @@ impl Drop for Tmux {
 struct Trainer {
     w: UnixStream,
     step: u64,
+    /// Unix time of step 0; steps are 50 ms apart from there.
+    t0: f64,
 }
 
 impl Trainer {
@@ -171,7 +173,11 @@ impl Trainer {
         let w = UnixStream::connect(&d.socket).unwrap();
         w.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut r = BufReader::new(w.try_clone().unwrap());
-        let mut t = Self { w, step: 0 };
+        let t0 = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let mut t = Self { w, step: 0, t0 };
         t.send(&format!(
             "{{\"type\":\"hello\",\"v\":1,\"pid\":17,\"job\":\"llama-ft\",\"rank\":0,\"world_size\":8,\"gpu_uuid\":\"{GPU0}\",\"client\":\"test/1\"}}"
         ));
@@ -188,16 +194,11 @@ impl Trainer {
 
     /// `n` steps of a leaking trainer: the floor is flat for 50 steps, then grows 64 MiB a step.
     fn steps(&mut self, n: u64) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64();
         for _ in 0..n {
             self.step += 1;
             let s = self.step;
             let floor = (8u64 << 30) + s.saturating_sub(50) * (64 << 20);
-            // Timestamps half a second apart, ending now.
-            let ts = now - (n - (s % n.max(1))) as f64 * 0.001;
+            let ts = self.t0 + s as f64 * 0.05;
             self.send(&format!(
                 "{{\"type\":\"sample\",\"ts\":{ts},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{floor},\"allocated_bytes.all.peak\":{},\"reserved_bytes.all.current\":{},\"num_alloc_retries\":0}}}}",
                 floor + (4u64 << 30),
