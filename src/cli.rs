@@ -36,6 +36,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Print a commented example config file.
     Config,
+    /// Live terminal dashboard: GPUs, processes, trainers and findings.
+    Tui(TuiArgs),
     /// Replay recorded trace files through the detectors and report findings.
     Analyze(AnalyzeArgs),
     /// A simulated node with trainers (healthy, leaking, near the limit): no GPU needed.
@@ -108,6 +110,19 @@ pub struct StatusArgs {
     pub direct: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct TuiArgs {
+    #[command(flatten)]
+    pub common: Overrides,
+    /// Daemon to show, as HOST:PORT or http://HOST:PORT; repeat for several nodes. Default:
+    /// the local daemon at --listen, or NVML read in-process when none answers.
+    #[arg(long, value_name = "URL")]
+    pub connect: Vec<String>,
+    /// How often to refresh, e.g. 1s or 500ms.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub refresh: Duration,
+}
+
 impl Cli {
     /// The effective config for this invocation: file, then environment and flags on top.
     pub fn resolve(&self) -> Result<Config, ConfigError> {
@@ -138,6 +153,7 @@ impl Cli {
                 Some(&d.common)
             }
             Command::Status(s) => Some(&s.common),
+            Command::Tui(t) => Some(&t.common),
             Command::Config | Command::Analyze(_) | Command::Demo(_) | Command::DemoTrainer(_) => {
                 None
             }

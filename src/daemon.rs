@@ -81,7 +81,8 @@ pub async fn run(
         ))
     });
     let state = AppState {
-        exporter: Arc::new(Exporter::new(store.clone(), ingest_stats)?),
+        exporter: Arc::new(Exporter::new(store.clone(), ingest_stats.clone())?),
+        ingest: ingest_stats,
         store,
         hostname: hostname.into(),
     };

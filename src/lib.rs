@@ -2,7 +2,7 @@
 //!
 //! Data flows one way: `sources` (NVML, polled by `poller` on its own thread) → `store`
 //! (bounded history) → `outputs` (/metrics, JSON API). `daemon` wires them; `cli` and `config`
-//! decide how; `status` is the one-shot reader.
+//! decide how; `status` is the one-shot reader and `tui` the live one.
 
 pub mod alerts;
 pub mod analyze;
@@ -19,4 +19,5 @@ pub mod snapshot;
 pub mod sources;
 pub mod status;
 pub mod store;
+pub mod tui;
 pub mod units;

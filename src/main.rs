@@ -31,7 +31,15 @@ fn main() -> ExitCode {
         // No log setup: findings go to stdout, and the per-finding log lines would only repeat them.
         return run_analyze(a, &config);
     }
-    init_tracing(&config);
+    // The TUI owns the terminal: log lines on stderr would be drawn over it.
+    let owns_terminal = match &cli.command {
+        Command::Tui(_) => true,
+        Command::Demo(d) => !d.headless,
+        _ => false,
+    };
+    if !owns_terminal {
+        init_tracing(&config);
+    }
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
         Command::Status(s) => {
@@ -44,7 +52,26 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::Demo(d) => gpumon::demo::run(d, config, None),
+        Command::Demo(d) => {
+            let tui_config = config.clone();
+            let tui: gpumon::demo::TuiFn = Box::new(move |url| {
+                gpumon::tui::run(
+                    &tui_config,
+                    gpumon::tui::Options {
+                        connect: vec![url],
+                        refresh: std::time::Duration::from_secs(1),
+                    },
+                )
+            });
+            gpumon::demo::run(d, config, Some(tui))
+        }
+        Command::Tui(t) => gpumon::tui::run(
+            &config,
+            gpumon::tui::Options {
+                connect: t.connect,
+                refresh: t.refresh,
+            },
+        ),
         Command::Config | Command::Analyze(_) | Command::DemoTrainer(_) => Ok(()),
     };
     match result {

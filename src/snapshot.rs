@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::protocol::Stats;
+use crate::ingest::server::IngestStats;
 use crate::model::{GpuReading, NodeReading, ProcessReading, Timestamp};
 use crate::store::sessions::{Ending, EventRecord, Session, SessionPoint, Sessions};
 use crate::store::{GpuPoint, NvmlStatus, Point, Store};
@@ -22,6 +23,32 @@ pub struct Snapshot {
     /// Firing and recently resolved findings (filled by detection).
     #[serde(default)]
     pub findings: Vec<serde_json::Value>,
+    /// Health of the trainer socket; absent where there is no ingest (e.g. `status --direct`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingest: Option<IngestView>,
+}
+
+/// The gpumon_ingest_* counters, for readers of the JSON API (the TUI header).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestView {
+    pub connections: u64,
+    pub lines: u64,
+    /// Lines and connections refused, all error codes together.
+    pub rejected: u64,
+    /// Replies not sent because the client was not reading.
+    pub dropped: u64,
+}
+
+impl IngestView {
+    pub fn of(stats: &IngestStats) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        Self {
+            connections: stats.connections.load(Relaxed),
+            lines: stats.lines.load(Relaxed),
+            rejected: stats.rejected.iter().map(|c| c.load(Relaxed)).sum(),
+            dropped: stats.replies_dropped.load(Relaxed),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +127,7 @@ impl Snapshot {
                 .map(|sess| SessionView::of(sess, latest))
                 .collect(),
             findings: findings(store, latest),
+            ingest: None,
         }
     }
 }

@@ -95,6 +95,10 @@ fn a_trainer_session_shows_up_in_metrics_and_the_api() {
     assert_eq!(s["gpu"], 0);
     assert_eq!(s["samples"], 6);
     assert_eq!(s["series"].as_array().unwrap().len(), 6);
+    // The ingest counters of /metrics, in the API for the TUI header.
+    assert_eq!(snap["ingest"]["connections"], 1);
+    assert_eq!(snap["ingest"]["lines"], 7);
+    assert_eq!(snap["ingest"]["rejected"], 0);
 
     w.write_all(b"{\"type\":\"bye\",\"ts\":1763700100}\n")
         .unwrap();
@@ -165,6 +169,11 @@ fn bad_lines_get_their_error_and_the_connection_survives() {
         Some(3.0)
     );
     assert_eq!(sample(&m, "gpumon_ingest_connections"), Some(0.0));
+    let ingest = &d.snapshot()["ingest"];
+    assert_eq!(
+        (ingest["connections"].as_u64(), ingest["rejected"].as_u64()),
+        (Some(0), Some(9))
+    );
 }
 
 #[test]

@@ -144,7 +144,9 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
             source,
             shutdown.clone(),
         ));
-        if let Some(tui) = tui.filter(|_| !args.headless) {
+        // Without a terminal (a pipe, a service) the demo runs headless rather than failing.
+        let interactive = !args.headless && std::io::IsTerminal::is_terminal(&std::io::stdout());
+        if let Some(tui) = tui.filter(|_| interactive) {
             let url = format!("http://{addr}");
             let stop = shutdown.clone();
             tokio::task::spawn_blocking(move || {

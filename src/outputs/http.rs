@@ -10,7 +10,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::prometheus::Exporter;
-use crate::snapshot::Snapshot;
+use crate::ingest::server::IngestStats;
+use crate::snapshot::{IngestView, Snapshot};
 use crate::store::SharedStore;
 
 #[derive(Clone)]
@@ -18,6 +19,7 @@ pub struct AppState {
     pub store: SharedStore,
     pub exporter: Arc<Exporter>,
     pub hostname: Arc<str>,
+    pub ingest: Arc<IngestStats>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -75,7 +77,10 @@ async fn snapshot(
             .into_response();
     }
     let snap = match s.store.read() {
-        Ok(store) => Snapshot::build(&store, &s.hostname, history),
+        Ok(store) => Snapshot {
+            ingest: Some(IngestView::of(&s.ingest)),
+            ..Snapshot::build(&store, &s.hostname, history)
+        },
         Err(_) => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response()
         }

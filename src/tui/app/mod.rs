@@ -1,0 +1,6 @@
+//! State, the actions that change it, and how input becomes actions.
+
+pub mod input;
+pub mod node;
+pub mod rows;
+pub mod state;
