@@ -49,6 +49,7 @@ pub struct TrainerArgs {
 /// Children and the scratch directory, cleaned up however the demo ends.
 struct Node {
     dir: PathBuf,
+    socket: PathBuf,
     children: Vec<Child>,
 }
 
@@ -62,6 +63,8 @@ impl Drop for Node {
             }
             let _ = c.wait();
         }
+        // The socket may live outside the scratch directory (--socket).
+        let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
