@@ -90,14 +90,15 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
     let lib = fake_lib(&args)?;
     let dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut node = Node {
-        dir: dir.clone(),
-        children: Vec::new(),
-    };
     let socket = args
         .socket
         .clone()
         .unwrap_or_else(|| dir.join("ingest.sock"));
+    let mut node = Node {
+        dir: dir.clone(),
+        socket: socket.clone(),
+        children: Vec::new(),
+    };
     let t0 = crate::model::now();
     let exe = std::env::current_exe()?;
     let mut pids = Vec::new();
