@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -115,20 +115,47 @@ fn sample_of(m: &str, name: &str, labels: &str) -> Option<f64> {
 #[test]
 fn bad_lines_get_their_error_and_the_connection_survives() {
     let d = Daemon::with_scenario("two_gpus");
+    // A well-behaved trainer on its own connection while another sends every kind of bad line.
+    let (mut by, mut by_r) = connect(&d);
+    by.write_all(hello("bystander").as_bytes()).unwrap();
+    assert_eq!(reply(&mut by_r)["type"], "welcome");
+
     let (mut w, mut r) = connect(&d);
-    let cases: [(&[u8], &str); 6] = [
+    let cases: [(&[u8], &str); 14] = [
         (b"{\"type\":\"sample\",\"ts\":1763700000}\n", "no_hello"),
         (b"{oops\n", "bad_json"),
         (b"{\"type\":\"hello\",\"v\":9}\n", "unsupported_version"),
         (b"\xff\xfe\n", "bad_json"),
         (b"{\"type\":\"dance\"}\n", "unknown_type"),
         (b"{\"type\":\"sample\",\"ts\":-1}\n", "bad_field"),
+        // NaN is not JSON at all.
+        (b"{\"type\":\"sample\",\"ts\":NaN}\n", "bad_json"),
+        (b"{\"type\":\"sample\",\"ts\":1e300}\n", "bad_field"),
+        (
+            b"{\"type\":\"sample\",\"ts\":1763700000,\"device_free\":1e30}\n",
+            "bad_field",
+        ),
+        (
+            b"{\"type\":\"sample\",\"ts\":1763700000,\"stats\":{\"num_ooms\":-1}}\n",
+            "bad_field",
+        ),
+        (
+            b"{\"type\":\"sample\",\"ts\":1763700000,\"stats\":{\"allocated_bytes.all.current\":1152921504606846976}}\n",
+            "bad_field",
+        ),
+        // Wrong types.
+        (b"{\"type\":\"sample\",\"ts\":\"now\"}\n", "bad_field"),
+        (b"{\"type\":\"hello\",\"v\":\"1\"}\n", "bad_field"),
+        (
+            b"{\"type\":\"sample\",\"ts\":1763700000,\"step\":1.5}\n",
+            "bad_field",
+        ),
     ];
     for (i, (line, code)) in cases.iter().enumerate() {
         w.write_all(line).unwrap();
         let e = reply(&mut r);
         assert_eq!(e["type"], "error");
-        assert_eq!(e["code"], *code, "case {i}");
+        assert_eq!(e["code"], *code, "case {i}: {e}");
         assert_eq!(e["line"], i as u64 + 1);
         assert!(!e["message"].as_str().unwrap().is_empty());
     }
@@ -142,10 +169,13 @@ fn bad_lines_get_their_error_and_the_connection_survives() {
     assert_eq!(reply(&mut r)["code"], "duplicate_hello");
     let m = d.metrics();
     for (code, n) in [
-        ("bad_json", 2.0),
+        ("bad_json", 3.0),
         ("no_hello", 1.0),
         ("line_too_long", 1.0),
         ("duplicate_hello", 1.0),
+        ("bad_field", 8.0),
+        ("unsupported_version", 1.0),
+        ("unknown_type", 1.0),
     ] {
         assert_eq!(
             sample(
@@ -161,19 +191,48 @@ fn bad_lines_get_their_error_and_the_connection_survives() {
     drop(w);
     drop(r);
     d.wait_for(Duration::from_secs(5), "crash recorded", || {
-        d.snapshot()["sessions"][0]["ended"][1] == "crash"
+        session(&d, "j").is_some_and(|s| s["ended"][1] == "crash")
     });
     let m = d.metrics();
     assert_eq!(
         sample(&m, "gpumon_ingest_rejected_total{code=\"bad_json\"}"),
-        Some(3.0)
+        Some(4.0)
     );
-    assert_eq!(sample(&m, "gpumon_ingest_connections"), Some(0.0));
+    assert_eq!(sample(&m, "gpumon_ingest_connections"), Some(1.0));
+    // The API's ingest health agrees with /metrics.
     let ingest = &d.snapshot()["ingest"];
-    assert_eq!(
-        (ingest["connections"].as_u64(), ingest["rejected"].as_u64()),
-        (Some(0), Some(9))
-    );
+    assert_eq!(ingest["connections"].as_u64(), Some(1));
+    assert!(ingest["rejected"].as_u64().unwrap() >= 9, "{ingest}");
+
+    // The bystander heard nothing but its welcome, and its samples still land.
+    by.write_all(sample_line(1, 100, 0).as_bytes()).unwrap();
+    d.wait_for(Duration::from_secs(5), "bystander's sample", || {
+        session(&d, "bystander").is_some_and(|s| s["samples"] == 1 && s["ended"].is_null())
+    });
+    assert_silent(&mut by_r);
+}
+
+/// The snapshot's session of `job` (the latest one, when several).
+fn session(d: &Daemon, job: &str) -> Option<serde_json::Value> {
+    let snap = d.snapshot();
+    snap["sessions"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|s| s["job"] == job)
+        .cloned()
+}
+
+/// Nothing to read on this connection (it got no reply it did not ask for).
+fn assert_silent(r: &mut BufReader<UnixStream>) {
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut line = String::new();
+    match r.read_line(&mut line) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("expected silence, got {other:?}: {line:?}"),
+    }
 }
 
 #[test]
@@ -207,4 +266,101 @@ fn a_flooding_client_is_closed_with_the_limit_named_and_others_are_unaffected() 
             .lines()
             .any(|l| l.starts_with("gpumon_trainer_step{") && l.contains("job=\"calm\""))
     });
+}
+
+#[test]
+fn past_the_connection_cap_a_client_gets_the_limit_named_and_others_are_unaffected() {
+    let d = Daemon::start(DaemonOpts {
+        scenario: Some(&scenario("two_gpus")),
+        config: "[ingest]\nmax_connections = 2\n".into(),
+        ..DaemonOpts::default()
+    });
+    let (mut a, mut a_r) = connect(&d);
+    a.write_all(hello("a").as_bytes()).unwrap();
+    assert_eq!(reply(&mut a_r)["type"], "welcome");
+    let (b, b_r) = connect(&d);
+    d.wait_for(Duration::from_secs(5), "two connections", || {
+        sample(&d.metrics(), "gpumon_ingest_connections") == Some(2.0)
+    });
+
+    let (_c, mut c_r) = connect(&d);
+    let e = reply(&mut c_r);
+    assert_eq!(e["type"], "error");
+    assert_eq!(e["code"], "too_many_connections");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains("ingest.max_connections") && msg.contains('2'),
+        "{msg}"
+    );
+    let mut rest = String::new();
+    assert_eq!(c_r.read_line(&mut rest).unwrap(), 0, "closed after: {rest}");
+    let m = d.metrics();
+    assert_eq!(
+        sample(
+            &m,
+            "gpumon_ingest_rejected_total{code=\"too_many_connections\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(sample(&m, "gpumon_ingest_connections"), Some(2.0));
+
+    // The connections inside the cap carry on, and a freed slot is usable again.
+    a.write_all(sample_line(1, 10, 0).as_bytes()).unwrap();
+    d.wait_for(Duration::from_secs(5), "a's sample", || {
+        session(&d, "a").is_some_and(|s| s["samples"] == 1)
+    });
+    assert_silent(&mut a_r);
+    drop((b, b_r));
+    d.wait_for(Duration::from_secs(5), "b's slot freed", || {
+        sample(&d.metrics(), "gpumon_ingest_connections") == Some(1.0)
+    });
+    let (mut e2, mut e2_r) = connect(&d);
+    e2.write_all(hello("late").as_bytes()).unwrap();
+    assert_eq!(reply(&mut e2_r)["type"], "welcome");
+}
+
+#[test]
+fn a_client_that_never_reads_costs_dropped_replies_not_a_stuck_daemon() {
+    let d = Daemon::with_scenario("two_gpus");
+    let (mut calm, mut calm_r) = connect(&d);
+    calm.write_all(hello("calm").as_bytes()).unwrap();
+    assert_eq!(reply(&mut calm_r)["type"], "welcome");
+
+    // Never reads, not even its welcome, and earns an error reply per line until the socket
+    // buffer is full. Batches stay under the 1000 lines/s limit so only deafness is at play.
+    let (mut deaf, _never_read) = connect(&d);
+    deaf.write_all(hello("deaf").as_bytes()).unwrap();
+    let bad = format!("{{\"type\":\"{}\"}}\n", "x".repeat(70));
+    let batch = bad.repeat(400);
+    let mut sent = 0;
+    d.wait_for(Duration::from_secs(15), "replies dropped", || {
+        deaf.write_all(batch.as_bytes()).unwrap();
+        sent += 400;
+        std::thread::sleep(Duration::from_millis(450));
+        sample(&d.metrics(), "gpumon_ingest_replies_dropped_total").unwrap() > 0.0
+    });
+    d.wait_for(Duration::from_secs(5), "every bad line counted", || {
+        sample(
+            &d.metrics(),
+            "gpumon_ingest_rejected_total{code=\"unknown_type\"}",
+        ) == Some(sent as f64)
+    });
+    assert_eq!(
+        sample(
+            &d.metrics(),
+            "gpumon_ingest_rejected_total{code=\"rate_limited\"}"
+        ),
+        Some(0.0)
+    );
+
+    // The deaf connection is still served (not closed, not stalled), and so is everyone else.
+    deaf.write_all(sample_line(1, 10, 0).as_bytes()).unwrap();
+    calm.write_all(sample_line(1, 20, 0).as_bytes()).unwrap();
+    d.wait_for(Duration::from_secs(5), "both samples", || {
+        ["deaf", "calm"]
+            .iter()
+            .all(|j| session(&d, j).is_some_and(|s| s["samples"] == 1 && s["ended"].is_null()))
+    });
+    assert_silent(&mut calm_r);
+    assert_eq!(d.get("/healthz").0, 200);
 }

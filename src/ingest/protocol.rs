@@ -19,6 +19,11 @@ const MAX_LABEL: usize = 128;
 const MAX_TEXT: usize = 4096;
 /// Largest byte count taken as real: 1 PiB. Beyond that the value is corrupt, not memory.
 const MAX_BYTES: u64 = 1 << 50;
+/// Most bytes of a client-supplied value quoted back in an error, escapes included: a hostile
+/// line must not come back as a reply as long as itself.
+const MAX_QUOTE: usize = 80;
+/// Most bytes of a JSON decoder message, which quotes the offending value itself.
+const MAX_DECODER_MESSAGE: usize = 240;
 
 /// Error codes of the protocol's `error` reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -238,8 +243,12 @@ impl<'de> Visitor<'de> for StatsVisitor {
                 },
                 serde_json::Value::Null => {}
                 other => {
-                    out.bad
-                        .get_or_insert_with(|| format!("stats[{key:?}] = {other}"));
+                    out.bad.get_or_insert_with(|| {
+                        format!(
+                            "stats[{key:?}] = {}",
+                            shorten(&other.to_string(), MAX_QUOTE)
+                        )
+                    });
                 }
             }
         }
@@ -267,6 +276,8 @@ pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
             Category::Data => Code::BadField,
             _ => Code::BadJson,
         };
+        let e = e.to_string();
+        let e = shorten(&e, MAX_DECODER_MESSAGE);
         Rejection::new(code, format!("{e}; send one JSON object per line"))
     })?;
     let msg_type = raw.msg_type.clone().ok_or_else(|| {
@@ -285,8 +296,9 @@ pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
         other => Err(Rejection::new(
             Code::UnknownType,
             format!(
-                "unknown type {:?}; this daemon speaks hello, sample, event, bye",
-                clip(other)
+                "unknown type {}; this daemon speaks hello, sample, event, bye",
+                // Cut before escaping too, so a 64 KiB type costs no 64 KiB of escaping.
+                shorten(&format!("{:?}", shorten(other, MAX_QUOTE)), MAX_QUOTE)
             ),
         )),
     }
@@ -402,12 +414,22 @@ fn bounded(field: &str, v: Option<Cow<str>>, max: usize) -> Result<Option<String
     }
 }
 
-/// Shortens a client-supplied value before quoting it back in an error.
-fn clip(s: &str) -> &str {
-    match s.char_indices().nth(64) {
-        Some((i, _)) => &s[..i],
-        None => s,
+/// Text quoting a client-supplied value, cut to at most `max` bytes: its start and its end
+/// (where a decoder says what it expected, and at which column) around a `...`.
+fn shorten(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
     }
+    let half = (max - 3) / 2;
+    let mut head = half;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - half;
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    Cow::Owned(format!("{}...{}", &s[..head], &s[tail..]))
 }
 
 /// Daemon → trainer lines.

@@ -37,6 +37,8 @@ pub struct DaemonOpts<'a> {
     pub nvml_lib: Option<PathBuf>,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// TOML for the config file (empty: every default).
+    pub config: String,
 }
 
 impl Default for DaemonOpts<'_> {
@@ -46,6 +48,7 @@ impl Default for DaemonOpts<'_> {
             nvml_lib: None,
             args: vec!["--interval".into(), "100ms".into()],
             env: vec![],
+            config: String::new(),
         }
     }
 }
@@ -61,6 +64,7 @@ impl Daemon {
 
     pub fn start(opts: DaemonOpts) -> Self {
         let config = empty_config();
+        std::fs::write(config.path(), &opts.config).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("ingest.sock");
         let lib = opts.nvml_lib.unwrap_or_else(fake_lib);
@@ -115,6 +119,11 @@ impl Daemon {
             d.get("/readyz").0 == 200
         });
         d
+    }
+
+    /// The daemon's pid, e.g. to read its /proc/<pid>/status.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -123,6 +123,62 @@ fn error_messages_quote_a_clipped_value() {
     assert!(err.message.len() < 200, "{}", err.message.len());
 }
 
+/// Found by the `parse` fuzz target: a wrong-typed value was quoted back whole, so a 64 KiB
+/// line earned a reply as long (longer, with escapes).
+#[test]
+fn hostile_values_are_not_echoed_back_at_length() {
+    let long = "j".repeat(60_000);
+    let ctrl = "\\u0001".repeat(10_000);
+    let cases = [
+        (
+            format!(r#"{{"type":"hello","v":1,"pid":"{long}"}}"#),
+            "expected u64",
+        ),
+        (
+            format!(r#"{{"type":"sample","ts":"{ctrl}"}}"#),
+            "expected f64",
+        ),
+        (
+            format!(r#"{{"type":"sample","ts":1763700000,"stats":{{"num_ooms":"{long}"}}}}"#),
+            "num_ooms",
+        ),
+        (
+            format!(
+                r#"{{"type":"sample","ts":1763700000,"stats":{{"num_ooms":[{}1]}}}}"#,
+                "1,".repeat(9000)
+            ),
+            "num_ooms",
+        ),
+        (format!(r#"{{"type":"{ctrl}"}}"#), "unknown type"),
+        (
+            format!(r#"{{"type":"{}"}}"#, "\u{e0000}".repeat(5000)),
+            "unknown type",
+        ),
+    ];
+    for (line, needle) in cases {
+        let err = parse(line.as_bytes()).unwrap_err();
+        assert!(
+            err.message.len() <= 300,
+            "{} bytes: {}",
+            err.message.len(),
+            err.message
+        );
+        assert!(err.message.contains(needle), "{}", err.message);
+        assert!(err.message.contains("..."), "{}", err.message);
+    }
+    // The decoder's column survives the cut: it says where the bad value is.
+    let err = parse(format!(r#"{{"type":"hello","v":1,"pid":"{long}"}}"#).as_bytes()).unwrap_err();
+    assert!(err.message.contains("column 60030"), "{}", err.message);
+}
+
+#[test]
+fn shorten_cuts_on_char_boundaries() {
+    let s = "é".repeat(100);
+    let short = shorten(&s, 80);
+    assert!(short.len() <= 80 && short.contains("..."), "{short}");
+    assert_eq!(shorten("short", 80), "short");
+}
+
 #[test]
 fn replies_are_single_json_lines() {
     let w = Reply::Welcome {

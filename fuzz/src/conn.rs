@@ -1,0 +1,174 @@
+//! Target `conn`: the connection state machine (`Conn`) over a session store with small limits,
+//! driven by the input split into lines. A line starting with a NUL byte is a control line
+//! instead: `\0c` closes the current connection (as a dropped socket does) and opens a fresh
+//! one in its place, `\0` + any other byte switches to connection `byte % 3`.
+//!
+//! Each outcome is checked against a model built from `parse` and what the connection has seen,
+//! and after every line: no panic; live sessions are exactly the connections that said hello;
+//! points, events and ended sessions stay within the limits; a session's sample count equals
+//! the sample lines accepted for it; closing a connection always ends its session.
+
+use gpumon::ingest::conn::{Conn, Outcome};
+use gpumon::ingest::protocol::{self, Code, Message, Rejection, MAX_LINE};
+use gpumon::store::sessions::{Ending, Peer, SessionLimits, Sessions};
+
+use crate::parse::{check_error_line, one_json_line};
+
+const CONNS: usize = 3;
+const LIMITS: SessionLimits = SessionLimits {
+    points: 4,
+    events: 3,
+    ended_kept: 2,
+};
+const T0: f64 = 1_763_700_000.0;
+
+struct Slot {
+    conn: Conn,
+    lines: u64,
+    /// The session id from the welcome, while the session is open.
+    session: Option<String>,
+    /// Sample lines accepted for that session.
+    samples: u64,
+}
+
+impl Slot {
+    fn new(i: usize) -> Self {
+        Self {
+            conn: Conn::new(Peer {
+                pid: 100 + i as u32,
+                uid: 1000,
+                gid: 1000,
+            }),
+            lines: 0,
+            session: None,
+            samples: 0,
+        }
+    }
+}
+
+pub fn check(data: &[u8]) {
+    let mut sessions = Sessions::new(LIMITS);
+    let mut slots: Vec<Slot> = (0..CONNS).map(Slot::new).collect();
+    let mut ids_seen = 0u64;
+    let mut cur = 0;
+    for (i, line) in data.split(|&c| c == b'\n').enumerate() {
+        let now = T0 + i as f64;
+        match line {
+            [0, b'c', ..] => {
+                let old = std::mem::replace(&mut slots[cur], Slot::new(cur));
+                close(old, &mut sessions, now);
+            }
+            [0, b, ..] => cur = usize::from(*b) % CONNS,
+            [0] => {}
+            _ => feed(&mut slots[cur], line, &mut sessions, now, &mut ids_seen),
+        }
+        invariants(&slots, &sessions);
+    }
+    for slot in slots {
+        close(slot, &mut sessions, T0 + 1e6);
+    }
+    assert_eq!(sessions.live_count(), 0);
+}
+
+fn feed(slot: &mut Slot, line: &[u8], sessions: &mut Sessions, now: f64, ids_seen: &mut u64) {
+    slot.lines += 1;
+    let live_before = sessions.live_count();
+    // What the server does with a line over the cap: the reader skipped it.
+    let (outcome, parsed) = if line.len() > MAX_LINE {
+        let r = Rejection::new(Code::LineTooLong, "skipped");
+        (slot.conn.reject(r.clone()), Err(r))
+    } else {
+        (slot.conn.handle(line, sessions, now), protocol::parse(line))
+    };
+    assert_eq!(slot.conn.line_number(), slot.lines);
+    match (parsed, slot.session.is_some(), outcome) {
+        (
+            Err(r),
+            _,
+            Outcome::Reply {
+                line: reply,
+                rejected,
+            },
+        ) => {
+            assert_eq!(rejected, Some(r.code));
+            check_error_line(&reply, r.code, slot.lines, None);
+        }
+        (Ok(Message::Hello(_)), false, Outcome::Reply { line, rejected }) => {
+            assert_eq!(rejected, None);
+            let v = one_json_line(&line);
+            assert_eq!(v["type"], "welcome", "{v}");
+            assert_eq!(v["v"], protocol::VERSION, "{v}");
+            assert!(v["server"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("gpumon/")));
+            // Ids are never reused: each welcome names a session newer than all before it.
+            *ids_seen += 1;
+            let id = format!("s-{ids_seen}");
+            assert_eq!(v["session"], id.as_str(), "{v}");
+            assert_eq!(sessions.live_count(), live_before + 1);
+            slot.session = Some(id);
+            slot.samples = 0;
+        }
+        (Ok(Message::Hello(_)), true, Outcome::Reply { line, rejected }) => {
+            assert_eq!(rejected, Some(Code::DuplicateHello));
+            check_error_line(&line, Code::DuplicateHello, slot.lines, None);
+        }
+        (Ok(_), false, Outcome::Reply { line, rejected }) => {
+            assert_eq!(rejected, Some(Code::NoHello));
+            check_error_line(&line, Code::NoHello, slot.lines, None);
+        }
+        (Ok(Message::Sample(_)), true, Outcome::Accepted) => slot.samples += 1,
+        (Ok(Message::Event(_)), true, Outcome::Accepted) => {}
+        (Ok(Message::Bye { .. }), true, Outcome::Bye) => {
+            let id = slot.session.take();
+            let ended = sessions.ended().last().map(|s| (s.id.clone(), s.ended));
+            assert_eq!(
+                ended,
+                Some((id.unwrap_or_default(), Some((now, Ending::Clean))))
+            );
+        }
+        (parsed, has_session, outcome) => {
+            panic!("line {line:?} with session={has_session}: parsed {parsed:?}, got {outcome:?}")
+        }
+    }
+}
+
+fn close(slot: Slot, sessions: &mut Sessions, now: f64) {
+    let live_before = sessions.live_count();
+    slot.conn.close(sessions, now);
+    let Some(id) = slot.session else {
+        assert_eq!(
+            sessions.live_count(),
+            live_before,
+            "close without a session"
+        );
+        return;
+    };
+    assert_eq!(sessions.live_count(), live_before - 1);
+    assert!(sessions.live().all(|s| s.id != id), "{id} still live");
+    let last = sessions.ended().last();
+    assert_eq!(last.map(|s| s.id.as_str()), Some(id.as_str()));
+    assert_eq!(last.and_then(|s| s.ended), Some((now, Ending::Crash)));
+    let kind = last.and_then(|s| s.events.back()).map(|e| e.kind.as_str());
+    assert_eq!(kind, Some("crash"));
+}
+
+fn invariants(slots: &[Slot], sessions: &Sessions) {
+    let open: Vec<&Slot> = slots.iter().filter(|s| s.session.is_some()).collect();
+    assert_eq!(sessions.live_count(), open.len());
+    for s in sessions.live() {
+        let slot = open
+            .iter()
+            .find(|o| o.session.as_deref() == Some(&s.id))
+            .unwrap_or_else(|| panic!("live session {} has no connection", s.id));
+        assert_eq!(s.samples, slot.samples, "{}", s.id);
+        assert!(s.series.len() <= LIMITS.points && s.series.len() as u64 <= s.samples);
+        assert!(s.events.len() <= LIMITS.events);
+        assert!(s.ended.is_none());
+    }
+    assert!(sessions.ended().count() <= LIMITS.ended_kept);
+    for s in sessions.ended() {
+        assert!(s.ended.is_some() && s.events.len() <= LIMITS.events);
+        assert!(s.series.len() <= LIMITS.points && s.series.len() as u64 <= s.samples);
+    }
+}
