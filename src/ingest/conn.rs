@@ -61,11 +61,16 @@ impl Conn {
     }
 
     pub fn handle(&mut self, raw: &[u8], sessions: &mut Sessions, now: Timestamp) -> Outcome {
+        match protocol::parse(raw) {
+            Ok(msg) => self.apply(msg, sessions, now),
+            Err(r) => self.reject(r),
+        }
+    }
+
+    /// A line already parsed (the server parses a batch outside the store lock, then applies
+    /// it under one lock); counts as the connection's next line, like `handle`.
+    pub fn apply(&mut self, msg: Message, sessions: &mut Sessions, now: Timestamp) -> Outcome {
         self.line += 1;
-        let msg = match protocol::parse(raw) {
-            Ok(m) => m,
-            Err(r) => return self.error(r),
-        };
         match (msg, self.session) {
             (Message::Hello(h), None) => {
                 let (key, id) = sessions.open(self.peer, h, now);
