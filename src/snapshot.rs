@@ -135,6 +135,15 @@ pub struct SessionView {
 }
 
 impl SessionView {
+    /// One session, live or recently ended, as it appears in the snapshot's `sessions`.
+    pub fn lookup(store: &Store, id: &str) -> Option<Self> {
+        let gpus = store
+            .latest()
+            .map(|r| r.gpus.as_slice())
+            .unwrap_or_default();
+        store.sessions.get(id).map(|s| Self::of(s, gpus))
+    }
+
     fn of(s: &Session, gpus: &[GpuReading]) -> Self {
         let last = s.last_sample.as_ref().map(|(_, x)| x);
         let skip = s.series.len().saturating_sub(SESSION_POINTS);
@@ -165,7 +174,7 @@ impl SessionView {
             ooms_total: s.ooms.total,
             ended: s.ended,
             events: s.events.iter().cloned().collect(),
-            series: s.series.since(f64::MIN).skip(skip).copied().collect(),
+            series: s.series.iter().skip(skip).collect(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::ring::Series;
+use super::session_series::SessionSeries;
 use crate::ingest::protocol::{Event, Hello, Sample, Stats};
 use crate::model::Timestamp;
 
@@ -77,7 +77,7 @@ pub struct Session {
     pub samples: u64,
     pub retries: Counter,
     pub ooms: Counter,
-    pub series: Series<SessionPoint>,
+    pub series: SessionSeries,
     pub events: VecDeque<EventRecord>,
     pub ended: Option<(Timestamp, Ending)>,
 }
@@ -136,7 +136,7 @@ impl Sessions {
                 samples: 0,
                 retries: Counter::default(),
                 ooms: Counter::default(),
-                series: Series::new(self.limits.points),
+                series: SessionSeries::new(self.limits.points),
                 events: VecDeque::new(),
                 ended: None,
             },
@@ -151,8 +151,7 @@ impl Sessions {
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
         let point = point(&s.stats, s.step, s.phase == "train");
-        // Samples arrive at step boundaries, not on a clock: no gap detection here.
-        sess.series.push(s.ts, Some(point), f64::INFINITY);
+        sess.series.push(s.ts, point);
         sess.samples += 1;
         sess.last_arrival = Some(now);
         sess.last_sample = Some((s.ts, s));
@@ -207,6 +206,14 @@ impl Sessions {
 
     pub fn ended(&self) -> impl Iterator<Item = &Session> {
         self.ended.iter()
+    }
+
+    /// A live or recently ended session by its id (`s-17`).
+    pub fn get(&self, id: &str) -> Option<&Session> {
+        let key = id.strip_prefix("s-")?.parse::<u64>().ok()?;
+        self.live
+            .get(&key)
+            .or_else(|| self.ended.iter().find(|s| s.id == id))
     }
 
     pub fn live_count(&self) -> usize {
