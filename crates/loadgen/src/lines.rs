@@ -37,7 +37,11 @@ pub fn sample(out: &mut Vec<u8>, ts: f64, step: u64) {
     num(out, b",\"reserved_bytes.all.current\":", 30 * GIB);
     num(out, b",\"active_bytes.all.current\":", allocated);
     num(out, b",\"inactive_split_bytes.all.current\":", 256 * MIB);
-    num(out, b",\"requested_bytes.all.current\":", allocated - 74 * MIB);
+    num(
+        out,
+        b",\"requested_bytes.all.current\":",
+        allocated - 74 * MIB,
+    );
     num(out, b",\"num_alloc_retries\":", 0);
     num(out, b",\"num_ooms\":", 0);
     num(out, b",\"num_sync_all_streams\":", 0);

@@ -140,7 +140,11 @@ impl fmt::Display for Report {
             self.accepted, self.secs, self.sent, self.rejected, self.rate_limited
         )?;
         if let Some(l) = &self.latencies {
-            let show = |p| self.p(p).map(|d| format!("{:.2} ms", ms(d))).unwrap_or("-".into());
+            let show = |p| {
+                self.p(p)
+                    .map(|d| format!("{:.2} ms", ms(d)))
+                    .unwrap_or("-".into())
+            };
             writeln!(
                 f,
                 "latency:     push-to-API p50 {}, p99 {}, max {} over {} probes ({} timed out), polling {}",
