@@ -151,6 +151,14 @@ pub fn cpu(pid: u32) -> anyhow::Result<Duration> {
     Ok(Duration::from_millis(total * 1000 / hz))
 }
 
+/// The 1-minute load average (0 when /proc/loadavg cannot be read).
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,7 @@ pub struct Args {
     /// 1 Hz), before the daemon's memory is read; 0 skips this.
     #[arg(long, default_value_t = 3600)]
     history: u64,
-    /// Time between latency probes, in milliseconds.
+    /// Time between latency probes, in milliseconds; 0 runs no probe (load and CPU only).
     #[arg(long, default_value_t = 10)]
     probe_interval_ms: u64,
     /// The daemon's pid, for RSS and CPU; by default learnt from the socket (SO_PEERCRED).
@@ -120,7 +120,7 @@ fn run(args: &Args) -> anyhow::Result<Report> {
         // Every hello and every history sample accepted: the rings are as full as asked.
         let want =
             start_counters.lines + 1.0 + (args.connections as f64) * (args.history as f64 + 1.0);
-        wait_for_lines(&api, want)?;
+        wait_for_lines(&api, want, start_counters.rejected)?;
         std::thread::sleep(Duration::from_millis(500));
         r.history_rss = Some(daemon::memory(pid)?.0);
     }
@@ -147,7 +147,9 @@ fn run(args: &Args) -> anyhow::Result<Report> {
             daemon::cpu(std::process::id())?,
         );
         let t0 = Instant::now();
-        let prober = s.spawn(|| probe::run(&mut probe, &api, interval, &stop_probe));
+        let load0 = daemon::load_average();
+        let prober = (!interval.is_zero())
+            .then(|| s.spawn(|| probe::run(&mut probe, &api, interval, &stop_probe)));
         std::thread::sleep(Duration::from_secs(args.seconds));
         let (c1, cpu1, sent1, own1) = (
             api.counters()?,
@@ -156,10 +158,16 @@ fn run(args: &Args) -> anyhow::Result<Report> {
             daemon::cpu(std::process::id())?,
         );
         let secs = t0.elapsed().as_secs_f64();
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        r.machine = (cpus, load0, daemon::load_average());
         stop_probe.store(true, Ordering::Relaxed);
-        let latencies = prober
-            .join()
-            .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
+        let latencies = match prober {
+            Some(p) => Some(
+                p.join()
+                    .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??,
+            ),
+            None => None,
+        };
         stop_load.store(true, Ordering::Relaxed);
         for w in writers {
             if let Ok(Err(e)) = w.join() {
@@ -176,7 +184,7 @@ fn run(args: &Args) -> anyhow::Result<Report> {
     // The load has stopped but every session is still open: the steady state to size.
     std::thread::sleep(Duration::from_secs(1));
     r.after_rss = Some(daemon::memory(pid)?);
-    r.full_sessions = full_sessions(&api, args.history.max(1))?;
+    r.live = live_sessions(&api)?;
     for t in &trainers {
         t.bye();
     }
@@ -184,34 +192,35 @@ fn run(args: &Args) -> anyhow::Result<Report> {
     Ok(r)
 }
 
-fn wait_for_lines(api: &Api, want: f64) -> anyhow::Result<()> {
+fn wait_for_lines(api: &Api, want: f64, rejected_before: f64) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         let c = api.counters()?;
         if c.lines >= want {
             return Ok(());
         }
-        if c.rejected > 0.0 || start.elapsed() > Duration::from_secs(120) {
+        if c.rejected > rejected_before || start.elapsed() > Duration::from_secs(120) {
             bail!(
                 "the daemon accepted {} of {want} lines ({} rejected); see its log",
                 c.lines,
-                c.rejected
+                c.rejected - rejected_before
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// Live load-generator sessions holding at least `points` samples.
-fn full_sessions(api: &Api, points: u64) -> anyhow::Result<usize> {
+/// How many load-generator sessions are live, and the fewest samples any of them took.
+fn live_sessions(api: &Api) -> anyhow::Result<(usize, u64)> {
     let snap = api.json("/api/v1/snapshot")?;
-    Ok(snap["sessions"]
+    let samples: Vec<u64> = snap["sessions"]
         .as_array()
         .map(|a| {
             a.iter()
                 .filter(|s| s["job"] == JOB && s["ended"].is_null())
-                .filter(|s| s["samples"].as_u64() >= Some(points))
-                .count()
+                .filter_map(|s| s["samples"].as_u64())
+                .collect()
         })
-        .unwrap_or(0))
+        .unwrap_or_default();
+    Ok((samples.len(), samples.iter().copied().min().unwrap_or(0)))
 }

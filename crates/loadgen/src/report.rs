@@ -25,10 +25,14 @@ pub struct Report {
     /// Cores' worth of CPU over the measured window.
     pub daemon_cpu: f64,
     pub own_cpu: f64,
+    /// CPUs online, and the machine's 1-minute load average at the start and end of the window:
+    /// latency tails follow what else the machine runs.
+    pub machine: (usize, f64, f64),
     pub history_rss: Option<u64>,
     /// (RSS, peak RSS) after the run.
     pub after_rss: Option<(u64, u64)>,
-    pub full_sessions: usize,
+    /// Live load-generator sessions after the run, and the fewest samples one of them took.
+    pub live: (usize, u64),
     /// Connections the daemon closed, with what it said.
     pub closed: Vec<String>,
 }
@@ -49,20 +53,28 @@ impl Report {
             latencies: None,
             daemon_cpu: 0.0,
             own_cpu: 0.0,
+            machine: (0, 0.0, 0.0),
             history_rss: None,
             after_rss: None,
-            full_sessions: 0,
+            live: (0, 0),
             closed: Vec::new(),
         }
     }
 
-    pub fn measured(&mut self, secs: f64, c0: Counters, c1: Counters, sent: f64, l: Latencies) {
+    pub fn measured(
+        &mut self,
+        secs: f64,
+        c0: Counters,
+        c1: Counters,
+        sent: f64,
+        l: Option<Latencies>,
+    ) {
         self.secs = secs;
         self.accepted = (c1.lines - c0.lines) / secs;
         self.sent = sent / secs;
         self.rejected = c1.rejected - c0.rejected;
         self.rate_limited = c1.rate_limited - c0.rate_limited;
-        self.latencies = Some(l);
+        self.latencies = l;
     }
 
     fn p(&self, pct: f64) -> Option<Duration> {
@@ -156,19 +168,20 @@ impl fmt::Display for Report {
                 l.via
             )?;
         }
+        let (cpus, load0, load1) = self.machine;
         writeln!(
             f,
-            "cpu:         daemon {:.2} cores, load generator {:.2} cores",
+            "cpu:         daemon {:.2} cores, load generator {:.2} cores; machine: {cpus} CPUs, load average {load0:.1} -> {load1:.1}",
             self.daemon_cpu, self.own_cpu
         )?;
         if let Some((rss, hwm)) = self.after_rss {
             writeln!(
                 f,
-                "memory:      daemon RSS {} after the run (peak {}); {} live sessions hold >= {} samples",
+                "memory:      daemon RSS {} after the run (peak {}); {} live sessions, each sent >= {} samples",
                 mem(rss),
                 mem(hwm),
-                self.full_sessions,
-                self.history.max(1)
+                self.live.0,
+                self.live.1
             )?;
         }
         for c in &self.closed {
