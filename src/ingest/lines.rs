@@ -32,6 +32,8 @@ pub struct LineReader<R> {
     skipping: Option<usize>,
     eof: bool,
     eof_reported: bool,
+    /// The last read filled the buffer: the socket likely holds more.
+    full_read: bool,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -46,6 +48,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             skipping: None,
             eof: false,
             eof_reported: false,
+            full_read: false,
         }
     }
 
@@ -82,6 +85,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             line = rest;
         }
         Some(Frame::Line(line))
+    }
+
+    /// More input is probably waiting: frames are still buffered, or the last read filled the
+    /// buffer. A reader that is merely keeping up says no, and needs no turn-taking.
+    pub fn backlogged(&mut self) -> bool {
+        self.full_read || self.newline().is_some()
     }
 
     /// Waits for the next frame (one at a time; the server takes batches with `fill`).
@@ -134,6 +143,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         if n == 0 {
             self.eof = true;
         }
+        self.full_read = self.end + n == self.buf.len();
         self.end += n;
         Ok(())
     }
@@ -221,6 +231,28 @@ mod tests {
         over.push(b'\n');
         let got = frames(over, 3 * CHUNK).await;
         assert_eq!(got[0], Owned::TooLong(3 * CHUNK + 1));
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_fills_its_buffer_is_backlogged_until_it_catches_up() {
+        let (mut w, r) = tokio::io::duplex(4096);
+        w.write_all(&b"a\n".repeat(100)).await.unwrap();
+        // A cap of 100 makes a 101-byte buffer: 200 bytes take two full reads and a short one.
+        let mut reader = LineReader::new(r, 100);
+        let mut seen = Vec::new();
+        while seen.len() < 100 {
+            reader.fill().await.unwrap();
+            while let Some(Frame::Line(_)) = reader.next_buffered() {
+                seen.push(());
+            }
+            let caught_up = seen.len() == 100;
+            assert_eq!(
+                reader.backlogged(),
+                !caught_up,
+                "after {} lines",
+                seen.len()
+            );
+        }
     }
 
     #[tokio::test]

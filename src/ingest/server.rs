@@ -131,9 +131,12 @@ async fn handle(
         );
         Rejection::new(Code::RateLimited, msg)
     };
+    // Made once: a fresh one per read would register with the token (a lock) every time.
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = &mut cancelled => break,
             r = reader.fill() => if r.is_err() { break },
         }
         batch.take(&mut reader, || bucket.take(), limited);
@@ -144,9 +147,11 @@ async fn handle(
         if batch.closing {
             break;
         }
-        // One batch per turn, so a connection with a full socket buffer cannot starve the
-        // other trainers or the HTTP side on the same worker.
-        tokio::task::yield_now().await;
+        if reader.backlogged() {
+            // One batch per turn, so a connection with a full socket buffer cannot starve the
+            // other trainers or the HTTP side on the same worker.
+            tokio::task::yield_now().await;
+        }
     }
     if let Ok(mut s) = store.write() {
         conn.close(&mut s.sessions, now());
