@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod ingest;
+pub mod malloc;
 pub mod model;
 pub mod outputs;
 pub mod poller;

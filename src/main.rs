@@ -43,6 +43,7 @@ fn main() -> ExitCode {
 }
 
 fn run_daemon(config: Config) -> anyhow::Result<()> {
+    gpumon::malloc::return_large_buffers();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

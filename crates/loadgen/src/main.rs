@@ -181,10 +181,11 @@ fn run(args: &Args) -> anyhow::Result<Report> {
     })?;
     r.closed = closed;
 
-    // The load has stopped but every session is still open: the steady state to size.
+    // The load has stopped but every session is still open: the steady state to size, after
+    // the daemon has also served a full snapshot of them all.
+    r.live = live_sessions(&api)?;
     std::thread::sleep(Duration::from_secs(1));
     r.after_rss = Some(daemon::memory(pid)?);
-    r.live = live_sessions(&api)?;
     for t in &trainers {
         t.bye();
     }

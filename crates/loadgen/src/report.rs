@@ -177,7 +177,7 @@ impl fmt::Display for Report {
         if let Some((rss, hwm)) = self.after_rss {
             writeln!(
                 f,
-                "memory:      daemon RSS {} after the run (peak {}); {} live sessions, each sent >= {} samples",
+                "memory:      daemon RSS {} after the run and a full snapshot (peak {}); {} live sessions, each sent >= {} samples",
                 mem(rss),
                 mem(hwm),
                 self.live.0,
