@@ -213,6 +213,7 @@ impl Sessions {
         let key = id.strip_prefix("s-")?.parse::<u64>().ok()?;
         self.live
             .get(&key)
+            .filter(|s| s.id == id)
             .or_else(|| self.ended.iter().find(|s| s.id == id))
     }
 
@@ -325,6 +326,19 @@ mod tests {
         let last = s.ended().last().unwrap();
         assert_eq!(last.ended, Some((1.0, Ending::Crash)));
         assert_eq!(last.events.back().unwrap().kind, "crash");
+    }
+
+    #[test]
+    fn sessions_are_found_by_id_live_or_ended() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let (a, _) = s.open(PEER, hello(), 0.0);
+        s.open(PEER, hello(), 0.0);
+        s.close(a, Ending::Clean, 1.0);
+        assert!(s.get("s-1").unwrap().ended.is_some());
+        assert!(s.get("s-2").unwrap().ended.is_none());
+        for missing in ["s-3", "s-02", "2", "s-", "s-x"] {
+            assert!(s.get(missing).is_none(), "{missing}");
+        }
     }
 
     #[test]
