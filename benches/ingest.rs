@@ -31,7 +31,14 @@ fn bench(c: &mut Criterion) {
         panic!("the fixture's second line is a sample")
     };
     c.bench_function("apply one sample to a full session", |b| {
-        b.iter(|| conn.apply(Message::Sample(parsed.clone()), &mut sessions, 1e9))
+        b.iter(|| {
+            conn.apply(
+                Message::Sample(parsed.clone()),
+                sample.as_bytes(),
+                &mut sessions,
+                1e9,
+            )
+        })
     });
 }
 

@@ -4,6 +4,7 @@
 //! gets exactly what handling it alone would give: its own line number, its error reply, its
 //! count; a rate-limited line ends the batch and the connection, as before.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use tokio::io::AsyncRead;
@@ -23,7 +24,8 @@ const MAX_LINES: usize = 256;
 // only add an allocation per line.
 #[allow(clippy::large_enum_variant)]
 enum Item {
-    Msg(Message),
+    /// A parsed line, and where its raw bytes lie in the reader's buffer.
+    Msg(Message, Range<usize>),
     Reject(Rejection),
     /// The peer closed in the middle of a line: counted as bad_json, no reply (it is gone).
     Partial,
@@ -68,7 +70,7 @@ impl Batch {
                     format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
                 )),
                 Frame::Line(line) => match protocol::parse(line) {
-                    Ok(msg) => Item::Msg(msg),
+                    Ok(msg) => Item::Msg(msg, reader.last_line()),
                     Err(r) => Item::Reject(r),
                 },
             };
@@ -77,13 +79,20 @@ impl Batch {
     }
 
     /// Applies the batch to the connection and the store, taking the write lock once (and only
-    /// when a line needs it). False when the store is unusable (a poisoned lock).
-    pub fn apply(&mut self, conn: &mut Conn, store: &SharedStore, stats: &IngestStats) -> bool {
+    /// when a line needs it). `reader` still holds the batch's raw lines (it has not read since
+    /// `take`). False when the store is unusable (a poisoned lock).
+    pub fn apply<R: AsyncRead + Unpin>(
+        &mut self,
+        conn: &mut Conn,
+        reader: &LineReader<R>,
+        store: &SharedStore,
+        stats: &IngestStats,
+    ) -> bool {
         let ts = now();
         let mut guard = None;
         for item in self.items.drain(..) {
             let outcome = match item {
-                Item::Msg(msg) => {
+                Item::Msg(msg, raw) => {
                     if guard.is_none() {
                         let Ok(g) = store.write() else { return false };
                         guard = Some(g);
@@ -91,7 +100,7 @@ impl Batch {
                     let Some(s) = guard.as_mut() else {
                         return false;
                     };
-                    conn.apply(msg, &mut s.sessions, ts)
+                    conn.apply(msg, reader.bytes(raw), &mut s.sessions, ts)
                 }
                 Item::Reject(r) => conn.reject(r),
                 Item::Partial => {

@@ -62,14 +62,20 @@ impl Conn {
 
     pub fn handle(&mut self, raw: &[u8], sessions: &mut Sessions, now: Timestamp) -> Outcome {
         match protocol::parse(raw) {
-            Ok(msg) => self.apply(msg, sessions, now),
+            Ok(msg) => self.apply(msg, raw, sessions, now),
             Err(r) => self.reject(r),
         }
     }
 
-    /// A line already parsed (the server parses a batch outside the store lock, then applies
-    /// it under one lock); counts as the connection's next line, like `handle`.
-    pub fn apply(&mut self, msg: Message, sessions: &mut Sessions, now: Timestamp) -> Outcome {
+    /// A line already parsed from `raw` (the server parses a batch outside the store lock,
+    /// then applies it under one lock); counts as the connection's next line, like `handle`.
+    pub fn apply(
+        &mut self,
+        msg: Message,
+        _raw: &[u8],
+        sessions: &mut Sessions,
+        now: Timestamp,
+    ) -> Outcome {
         self.line += 1;
         match (msg, self.session) {
             (Message::Hello(h), None) => {

@@ -3,6 +3,8 @@
 //! A line longer than the cap is skipped up to its newline without ever being buffered whole, so
 //! a client cannot make the daemon hold more than one cap's worth of bytes per connection.
 
+use std::ops::Range;
+
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// What the reader found next.
@@ -23,7 +25,8 @@ pub struct LineReader<R> {
     inner: R,
     max: usize,
     buf: Vec<u8>,
-    /// Unconsumed bytes are `buf[start..end]`.
+    /// Unconsumed bytes are `buf[start..end]`. Consumed bytes stay in place until the next
+    /// read, so the lines of a batch can be looked at again (`bytes`) while it is applied.
     start: usize,
     end: usize,
     /// `buf[start..scanned]` is known to hold no newline, so no byte is searched twice.
@@ -34,6 +37,8 @@ pub struct LineReader<R> {
     eof_reported: bool,
     /// The last read filled the buffer: the socket likely holds more.
     full_read: bool,
+    /// Where the last `Frame::Line` lies in `buf`.
+    last_line: Range<usize>,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -49,6 +54,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             eof: false,
             eof_reported: false,
             full_read: false,
+            last_line: 0..0,
         }
     }
 
@@ -80,11 +86,23 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         if i > self.max {
             return Some(Frame::TooLong { len: i });
         }
-        let mut line = &self.buf[from..from + i];
-        if let [rest @ .., b'\r'] = line {
-            line = rest;
+        let mut to = from + i;
+        if self.buf[from..to].last() == Some(&b'\r') {
+            to -= 1;
         }
-        Some(Frame::Line(line))
+        self.last_line = from..to;
+        Some(Frame::Line(&self.buf[from..to]))
+    }
+
+    /// Where the line last returned by `next_buffered` lies, for `bytes`.
+    pub fn last_line(&self) -> Range<usize> {
+        self.last_line.clone()
+    }
+
+    /// Bytes of a line taken since the last `fill` (a range from `last_line`); empty if the
+    /// range is stale.
+    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
+        self.buf.get(r).unwrap_or_default()
     }
 
     /// More input is probably waiting: frames are still buffered, or the last read filled the
@@ -258,14 +276,21 @@ mod tests {
     #[tokio::test]
     async fn what_one_read_brought_is_one_batch() {
         let (mut w, r) = tokio::io::duplex(4096);
-        w.write_all(b"a\nb\nc\nhalf").await.unwrap();
+        w.write_all(b"a\nbb\r\nc\nhalf").await.unwrap();
         let mut reader = LineReader::new(r, 100);
         reader.fill().await.unwrap();
-        let mut batch = Vec::new();
+        let (mut batch, mut ranges) = (Vec::new(), Vec::new());
         while let Some(Frame::Line(l)) = reader.next_buffered() {
             batch.push(l.to_vec());
+            ranges.push(reader.last_line());
         }
-        assert_eq!(batch, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(batch, [b"a".to_vec(), b"bb".to_vec(), b"c".to_vec()]);
+        // Until the next read, every line of the batch can be looked at again.
+        let again: Vec<_> = ranges
+            .into_iter()
+            .map(|r| reader.bytes(r).to_vec())
+            .collect();
+        assert_eq!(again, batch);
         w.write_all(b"\n").await.unwrap();
         drop(w);
         assert_eq!(reader.next().await.unwrap(), Frame::Line(b"half"));

@@ -140,7 +140,7 @@ async fn handle(
             r = reader.fill() => if r.is_err() { break },
         }
         batch.take(&mut reader, || bucket.take(), limited);
-        if !batch.apply(&mut conn, store, stats) {
+        if !batch.apply(&mut conn, &reader, store, stats) {
             break;
         }
         batch.finish(stats, send);

@@ -139,7 +139,7 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
             },
             limited,
         );
-        assert!(batch.apply(&mut conn, &store, &stats));
+        assert!(batch.apply(&mut conn, &reader, &store, &stats));
         batch.finish(&stats, |l| {
             replies
                 .borrow_mut()
