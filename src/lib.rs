@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod demo;
 pub mod detect;
 pub mod ingest;
+pub mod malloc;
 pub mod model;
 pub mod outputs;
 pub mod poller;

@@ -125,6 +125,7 @@ fn raise_fd_limit() {
 
 fn run_daemon(config: Config) -> anyhow::Result<()> {
     raise_fd_limit();
+    gpumon::malloc::return_large_buffers();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

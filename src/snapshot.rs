@@ -242,6 +242,11 @@ fn joins(s: &Session, p: &ProcessReading) -> bool {
 }
 
 impl SessionView {
+    /// One session, live or recently ended, as it appears in the snapshot's `sessions`.
+    pub fn lookup(store: &Store, id: &str) -> Option<Self> {
+        store.sessions.get(id).map(|s| Self::of(s, store.latest()))
+    }
+
     fn of(s: &Session, latest: Option<&NodeReading>) -> Self {
         let gpus = latest.map(|r| r.gpus.as_slice()).unwrap_or_default();
         let nvml = latest
@@ -282,7 +287,7 @@ impl SessionView {
             ooms_total: s.ooms.total,
             ended: s.ended,
             events: s.events.iter().cloned().collect(),
-            series: s.series.since(f64::MIN).skip(skip).copied().collect(),
+            series: s.series.iter().skip(skip).collect(),
         }
     }
 }

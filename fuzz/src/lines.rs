@@ -30,36 +30,55 @@ pub fn check(data: &[u8]) {
     assert_eq!(got, expected(input, max), "cap {max}, reads of {read_size}");
 }
 
-async fn frames(input: &[u8], read_size: usize, max: usize) -> Vec<Frame> {
-    let mut reader = LineReader::new(BufReader::with_capacity(read_size, input), max);
-    let mut out = Vec::new();
-    loop {
-        let f = reader.next().await.expect("reading memory cannot fail");
-        if let Frame::Eof { .. } = f {
-            out.push(f);
-            // The reader is reusable after EOF and reports nothing more.
-            out.push(reader.next().await.expect("reading memory cannot fail"));
-            return out;
-        }
-        out.push(f);
+/// A frame that owns its line, so frames can be collected across reads.
+#[derive(Debug, PartialEq, Eq)]
+enum Owned {
+    Line(Vec<u8>),
+    TooLong { len: usize },
+    Eof { partial: usize },
+}
+
+fn own(f: Frame<'_>) -> Owned {
+    match f {
+        Frame::Line(l) => Owned::Line(l.to_vec()),
+        Frame::TooLong { len } => Owned::TooLong { len },
+        Frame::Eof { partial } => Owned::Eof { partial },
     }
 }
 
-fn expected(input: &[u8], max: usize) -> Vec<Frame> {
+async fn frames(input: &[u8], read_size: usize, max: usize) -> Vec<Owned> {
+    let mut reader = LineReader::new(BufReader::with_capacity(read_size, input), max);
+    let mut out = Vec::new();
+    loop {
+        let f = own(reader.next().await.expect("reading memory cannot fail"));
+        let eof = matches!(f, Owned::Eof { .. });
+        out.push(f);
+        if eof {
+            // The reader is reusable after EOF and reports nothing more.
+            out.push(own(reader
+                .next()
+                .await
+                .expect("reading memory cannot fail")));
+            return out;
+        }
+    }
+}
+
+fn expected(input: &[u8], max: usize) -> Vec<Owned> {
     let mut out = Vec::new();
     let mut rest = input;
     while let Some(i) = rest.iter().position(|&c| c == b'\n') {
         let line = &rest[..i];
         out.push(if line.len() > max {
-            Frame::TooLong { len: line.len() }
+            Owned::TooLong { len: line.len() }
         } else {
-            Frame::Line(line.strip_suffix(b"\r").unwrap_or(line).to_vec())
+            Owned::Line(line.strip_suffix(b"\r").unwrap_or(line).to_vec())
         });
         rest = &rest[i + 1..];
     }
-    out.push(Frame::Eof {
+    out.push(Owned::Eof {
         partial: rest.len(),
     });
-    out.push(Frame::Eof { partial: 0 });
+    out.push(Owned::Eof { partial: 0 });
     out
 }

@@ -74,11 +74,22 @@ impl Conn {
     }
 
     pub fn handle(&mut self, raw: &[u8], sessions: &mut Sessions, now: Timestamp) -> Outcome {
+        match protocol::parse(raw) {
+            Ok(msg) => self.apply(msg, raw, sessions, now),
+            Err(r) => self.reject(r),
+        }
+    }
+
+    /// A line already parsed from `raw` (the server parses a batch outside the store lock,
+    /// then applies it under one lock); counts as the connection's next line, like `handle`.
+    pub fn apply(
+        &mut self,
+        msg: Message,
+        raw: &[u8],
+        sessions: &mut Sessions,
+        now: Timestamp,
+    ) -> Outcome {
         self.line += 1;
-        let msg = match protocol::parse(raw) {
-            Ok(m) => m,
-            Err(r) => return self.error(r),
-        };
         match (msg, self.session) {
             (Message::Hello(h), None) => {
                 let (job, rank) = (h.job.clone(), h.rank);
@@ -130,6 +141,13 @@ impl Conn {
     fn record(&mut self, raw: &[u8]) {
         if let Some(t) = self.trace.as_mut() {
             t.write(raw);
+        }
+    }
+
+    /// The daemon is shutting down: the session ends without a crash finding.
+    pub fn close_for_shutdown(self, sessions: &mut Sessions, now: Timestamp) {
+        if let Some(key) = self.session {
+            sessions.close(key, Ending::Clean, now);
         }
     }
 

@@ -1,99 +1,207 @@
-//! Newline framing with a hard cap: a line longer than the cap is skipped up to its newline
-//! without ever being buffered, so a client cannot make the daemon hold more than one cap's
-//! worth of bytes per connection.
+//! Newline framing with a hard cap, in place: lines are handed out as slices of the read buffer
+//! (no copy, no allocation per line), and everything one read brought in can be taken as a batch.
+//! A line longer than the cap is skipped up to its newline without ever being buffered whole, so
+//! a client cannot make the daemon hold more than one cap's worth of bytes per connection.
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use std::ops::Range;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// What the reader found next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Frame {
+pub enum Frame<'a> {
     /// A complete line, newline stripped (a trailing `\r` too).
-    Line(Vec<u8>),
+    Line(&'a [u8]),
     /// A line over the cap was skipped; `len` is how long it was (newline excluded).
     TooLong { len: usize },
     /// The peer closed; `partial` is how many bytes of an unterminated last line were dropped.
     Eof { partial: usize },
 }
 
+/// Read size while lines are short: a few dozen sample lines per read.
+const CHUNK: usize = 16 * 1024;
+
 pub struct LineReader<R> {
     inner: R,
     max: usize,
     buf: Vec<u8>,
+    /// Unconsumed bytes are `buf[start..end]`. Consumed bytes stay in place until the next
+    /// read, so the lines of a batch can be looked at again (`bytes`) while it is applied.
+    start: usize,
+    end: usize,
+    /// `buf[start..scanned]` is known to hold no newline, so no byte is searched twice.
+    scanned: usize,
+    /// Length so far of an over-long line being skipped.
+    skipping: Option<usize>,
+    eof: bool,
+    eof_reported: bool,
+    /// The last read filled the buffer: the socket likely holds more.
+    full_read: bool,
+    /// Where the last `Frame::Line` lies in `buf`.
+    last_line: Range<usize>,
 }
 
-impl<R: AsyncBufRead + Unpin> LineReader<R> {
+impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn new(inner: R, max: usize) -> Self {
         Self {
             inner,
             max,
-            buf: Vec::new(),
+            buf: vec![0; CHUNK.min(max + 1)],
+            start: 0,
+            end: 0,
+            scanned: 0,
+            skipping: None,
+            eof: false,
+            eof_reported: false,
+            full_read: false,
+            last_line: 0..0,
         }
     }
 
-    pub async fn next(&mut self) -> std::io::Result<Frame> {
-        self.buf.clear();
-        let mut skipped: Option<usize> = None;
-        loop {
-            let chunk = self.inner.fill_buf().await?;
-            if chunk.is_empty() {
-                let partial = skipped.unwrap_or(0) + self.buf.len();
-                self.buf.clear();
-                return Ok(Frame::Eof { partial });
+    /// Waits until at least one frame is buffered. After the `Eof` frame was taken it returns
+    /// at once and `next_buffered` yields nothing more.
+    pub async fn fill(&mut self) -> std::io::Result<()> {
+        while !self.ready() {
+            self.read_more().await?;
+        }
+        Ok(())
+    }
+
+    /// The next frame already buffered, without reading; `None` when more bytes are needed.
+    pub fn next_buffered(&mut self) -> Option<Frame<'_>> {
+        let Some(i) = self.newline() else {
+            if self.eof && !self.eof_reported {
+                self.eof_reported = true;
+                let partial = self.skipping.take().unwrap_or(0) + self.end - self.start;
+                self.start = self.end;
+                return Some(Frame::Eof { partial });
             }
-            let (take, done) = match memchr(chunk) {
-                Some(i) => (i, true),
-                None => (chunk.len(), false),
-            };
-            match skipped.as_mut() {
-                Some(n) => *n += take,
-                None if self.buf.len() + take > self.max => {
-                    skipped = Some(self.buf.len() + take);
-                    self.buf.clear();
-                    self.buf.shrink_to(self.max.min(4096));
-                }
-                None => self.buf.extend_from_slice(&chunk[..take]),
-            }
-            self.inner.consume(if done { take + 1 } else { take });
-            if done {
-                return Ok(match skipped {
-                    Some(len) => Frame::TooLong { len },
-                    None => {
-                        if self.buf.last() == Some(&b'\r') {
-                            self.buf.pop();
-                        }
-                        Frame::Line(std::mem::take(&mut self.buf))
-                    }
-                });
+            return None;
+        };
+        let from = self.start;
+        self.start += i + 1;
+        if let Some(skipped) = self.skipping.take() {
+            return Some(Frame::TooLong { len: skipped + i });
+        }
+        if i > self.max {
+            return Some(Frame::TooLong { len: i });
+        }
+        let mut to = from + i;
+        if self.buf[from..to].last() == Some(&b'\r') {
+            to -= 1;
+        }
+        self.last_line = from..to;
+        Some(Frame::Line(&self.buf[from..to]))
+    }
+
+    /// Where the line last returned by `next_buffered` lies, for `bytes`.
+    pub fn last_line(&self) -> Range<usize> {
+        self.last_line.clone()
+    }
+
+    /// Bytes of a line taken since the last `fill` (a range from `last_line`); empty if the
+    /// range is stale.
+    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
+        self.buf.get(r).unwrap_or_default()
+    }
+
+    /// More input is probably waiting: frames are still buffered, or the last read filled the
+    /// buffer. A reader that is merely keeping up says no, and needs no turn-taking.
+    pub fn backlogged(&mut self) -> bool {
+        self.full_read || self.newline().is_some()
+    }
+
+    /// Waits for the next frame (one at a time; the server takes batches with `fill`).
+    pub async fn next(&mut self) -> std::io::Result<Frame<'_>> {
+        self.fill().await?;
+        Ok(self.next_buffered().unwrap_or(Frame::Eof { partial: 0 }))
+    }
+
+    fn ready(&mut self) -> bool {
+        self.eof || self.newline().is_some()
+    }
+
+    /// Where the next newline is, relative to `start`.
+    fn newline(&mut self) -> Option<usize> {
+        let from = self.scanned.max(self.start);
+        match memchr::memchr(b'\n', &self.buf[from..self.end]) {
+            Some(i) => Some(from - self.start + i),
+            None => {
+                self.scanned = self.end;
+                None
             }
         }
     }
-}
 
-fn memchr(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
+    /// Reads once more. Called only when no newline is buffered, so the pending bytes are the
+    /// start of one unfinished line.
+    async fn read_more(&mut self) -> std::io::Result<()> {
+        let pending = self.end - self.start;
+        if self.skipping.is_some() || pending > self.max {
+            // Over the cap: forget the bytes, remember only how many there were.
+            *self.skipping.get_or_insert(0) += pending;
+            self.end = 0;
+        } else if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end = pending;
+        }
+        self.start = 0;
+        self.scanned = self.end;
+        if self.end == 0 && self.buf.len() > CHUNK {
+            // A long line has gone; give its memory back.
+            self.buf.truncate(CHUNK);
+            self.buf.shrink_to_fit();
+        }
+        if self.end == self.buf.len() {
+            // A line longer than the buffer but within the cap (plus its newline).
+            let grown = (self.buf.len() * 2).min(self.max + 1);
+            self.buf.resize(grown, 0);
+        }
+        let n = self.inner.read(&mut self.buf[self.end..]).await?;
+        if n == 0 {
+            self.eof = true;
+        }
+        self.full_read = self.end + n == self.buf.len();
+        self.end += n;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
 
-    async fn frames(input: Vec<u8>, max: usize) -> Vec<Frame> {
-        let (mut w, r) = tokio::io::duplex(1024);
+    #[derive(Debug, PartialEq, Eq)]
+    enum Owned {
+        Line(Vec<u8>),
+        TooLong(usize),
+        Eof(usize),
+    }
+
+    /// All frames, taken in batches as the server does.
+    async fn frames(input: Vec<u8>, max: usize) -> Vec<Owned> {
+        let (mut w, r) = tokio::io::duplex(64);
         tokio::spawn(async move {
             // Written in small pieces so lines straddle reads.
             for piece in input.chunks(7) {
                 w.write_all(piece).await.unwrap();
             }
         });
-        let mut reader = LineReader::new(BufReader::with_capacity(64, r), max);
+        let mut reader = LineReader::new(r, max);
         let mut out = Vec::new();
         loop {
-            let f = reader.next().await.unwrap();
-            let end = matches!(f, Frame::Eof { .. });
-            out.push(f);
-            if end {
-                return out;
+            reader.fill().await.unwrap();
+            while let Some(f) = reader.next_buffered() {
+                let end = matches!(f, Frame::Eof { .. });
+                out.push(match f {
+                    Frame::Line(l) => Owned::Line(l.to_vec()),
+                    Frame::TooLong { len } => Owned::TooLong(len),
+                    Frame::Eof { partial } => Owned::Eof(partial),
+                });
+                if end {
+                    return out;
+                }
             }
         }
     }
@@ -104,10 +212,10 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Frame::Line(b"one".to_vec()),
-                Frame::Line(b"two".to_vec()),
-                Frame::Line(vec![]),
-                Frame::Eof { partial: 5 },
+                Owned::Line(b"one".to_vec()),
+                Owned::Line(b"two".to_vec()),
+                Owned::Line(vec![]),
+                Owned::Eof(5),
             ]
         );
     }
@@ -121,18 +229,71 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Frame::TooLong { len: 10_000 },
-                Frame::Line(b"ok".to_vec()),
-                Frame::Eof { partial: 300 },
+                Owned::TooLong(10_000),
+                Owned::Line(b"ok".to_vec()),
+                Owned::Eof(300)
             ]
         );
     }
 
     #[tokio::test]
-    async fn a_line_of_exactly_the_cap_is_accepted() {
-        let mut input = vec![b'a'; 100];
-        input.push(b'\n');
-        let got = frames(input, 100).await;
-        assert_eq!(got[0], Frame::Line(vec![b'a'; 100]));
+    async fn lines_up_to_the_cap_are_kept_even_past_the_read_size() {
+        for len in [100, CHUNK + 10, 3 * CHUNK] {
+            let mut input = vec![b'a'; len];
+            input.extend_from_slice(b"\nb\n");
+            let got = frames(input, 3 * CHUNK).await;
+            assert_eq!(got[0], Owned::Line(vec![b'a'; len]), "len {len}");
+            assert_eq!(got[1], Owned::Line(b"b".to_vec()));
+        }
+        let mut over = vec![b'a'; 3 * CHUNK + 1];
+        over.push(b'\n');
+        let got = frames(over, 3 * CHUNK).await;
+        assert_eq!(got[0], Owned::TooLong(3 * CHUNK + 1));
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_fills_its_buffer_is_backlogged_until_it_catches_up() {
+        let (mut w, r) = tokio::io::duplex(4096);
+        w.write_all(&b"a\n".repeat(100)).await.unwrap();
+        // A cap of 100 makes a 101-byte buffer: 200 bytes take two full reads and a short one.
+        let mut reader = LineReader::new(r, 100);
+        let mut seen = Vec::new();
+        while seen.len() < 100 {
+            reader.fill().await.unwrap();
+            while let Some(Frame::Line(_)) = reader.next_buffered() {
+                seen.push(());
+            }
+            let caught_up = seen.len() == 100;
+            assert_eq!(
+                reader.backlogged(),
+                !caught_up,
+                "after {} lines",
+                seen.len()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn what_one_read_brought_is_one_batch() {
+        let (mut w, r) = tokio::io::duplex(4096);
+        w.write_all(b"a\nbb\r\nc\nhalf").await.unwrap();
+        let mut reader = LineReader::new(r, 100);
+        reader.fill().await.unwrap();
+        let (mut batch, mut ranges) = (Vec::new(), Vec::new());
+        while let Some(Frame::Line(l)) = reader.next_buffered() {
+            batch.push(l.to_vec());
+            ranges.push(reader.last_line());
+        }
+        assert_eq!(batch, [b"a".to_vec(), b"bb".to_vec(), b"c".to_vec()]);
+        // Until the next read, every line of the batch can be looked at again.
+        let again: Vec<_> = ranges
+            .into_iter()
+            .map(|r| reader.bytes(r).to_vec())
+            .collect();
+        assert_eq!(again, batch);
+        w.write_all(b"\n").await.unwrap();
+        drop(w);
+        assert_eq!(reader.next().await.unwrap(), Frame::Line(b"half"));
+        assert_eq!(reader.next().await.unwrap(), Frame::Eof { partial: 0 });
     }
 }

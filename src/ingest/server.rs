@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::io::BufReader;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::batch::Batch;
 use super::conn::{Conn, Outcome};
-use super::lines::{Frame, LineReader};
+use super::lines::LineReader;
 use super::protocol::{Code, Rejection, MAX_LINE};
 use super::record::Recorder;
 use crate::model::now;
@@ -39,7 +39,7 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
-    fn reject(&self, code: Code) {
+    pub(super) fn reject(&self, code: Code) {
         if let Some(i) = Code::ALL.iter().position(|c| *c == code) {
             self.rejected[i].fetch_add(1, Ordering::Relaxed);
         }
@@ -118,72 +118,56 @@ async fn handle(
         }
     };
     let (read, write) = stream.into_split();
-    let mut reader = LineReader::new(BufReader::with_capacity(16 * 1024, read), MAX_LINE);
+    let mut reader = LineReader::new(read, MAX_LINE);
     let mut conn = Conn::new(peer).recording(recorder);
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
+    let mut batch = Batch::default();
     let send = |line: &[u8]| {
         // Never wait on the client: a full socket buffer means the reply is dropped.
         if !matches!(write.try_write(line), Ok(n) if n == line.len()) {
             stats.replies_dropped.fetch_add(1, Ordering::Relaxed);
         }
     };
+    let limited = || {
+        let msg = format!(
+            "more than {} lines/s (ingest.max_lines_per_second); closing. Send one sample per step, or raise the limit",
+            limits.max_lines_per_second
+        );
+        Rejection::new(Code::RateLimited, msg)
+    };
+    // Made once: a fresh one per read would register with the token (a lock) every time.
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
+    let mut stopping = false;
     loop {
-        let frame = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            f = reader.next() => match f {
-                Ok(f) => f,
-                Err(_) => break,
-            },
-        };
-        let outcome = match frame {
-            Frame::Eof { partial } => {
-                if partial > 0 {
-                    stats.reject(Code::BadJson);
-                }
+        tokio::select! {
+            _ = &mut cancelled => {
+                stopping = true;
                 break;
             }
-            _ if !bucket.take() => {
-                stats.reject(Code::RateLimited);
-                let msg = format!(
-                    "more than {} lines/s (ingest.max_lines_per_second); closing. Send one sample per step, or raise the limit",
-                    limits.max_lines_per_second
-                );
-                if let Outcome::Reply { line, .. } =
-                    conn.reject(Rejection::new(Code::RateLimited, msg))
-                {
-                    send(&line);
-                }
-                break;
-            }
-            Frame::TooLong { len } => conn.reject(Rejection::new(
-                Code::LineTooLong,
-                format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
-            )),
-            Frame::Line(line) => {
-                let Ok(mut s) = store.write() else { break };
-                conn.handle(&line, &mut s.sessions, now())
-            }
-        };
-        match outcome {
-            Outcome::Accepted => {
-                stats.lines.fetch_add(1, Ordering::Relaxed);
-            }
-            Outcome::Reply { line, rejected } => {
-                match rejected {
-                    Some(code) => stats.reject(code),
-                    None => {
-                        stats.lines.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                send(&line);
-            }
-            Outcome::Bye => {
-                stats.lines.fetch_add(1, Ordering::Relaxed);
-            }
+            r = reader.fill() => if r.is_err() { break },
+        }
+        batch.take(&mut reader, || bucket.take(), limited);
+        if !batch.apply(&mut conn, &reader, store, stats) {
+            break;
+        }
+        batch.finish(stats, send);
+        if batch.closing {
+            break;
+        }
+        if reader.backlogged() {
+            // One batch per turn, so a connection with a full socket buffer cannot starve the
+            // other trainers or the HTTP side on the same worker.
+            tokio::task::yield_now().await;
         }
     }
     if let Ok(mut s) = store.write() {
-        conn.close(&mut s.sessions, now());
+        if stopping {
+            // The daemon is going away, not the trainer: no crash to report.
+            conn.close_for_shutdown(&mut s.sessions, now());
+        } else {
+            conn.close(&mut s.sessions, now());
+        }
     }
 }
 

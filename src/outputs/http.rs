@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::prometheus::Exporter;
 use crate::ingest::server::IngestStats;
-use crate::snapshot::{IngestView, Snapshot};
+use crate::snapshot::{IngestView, SessionView, Snapshot};
 use crate::store::SharedStore;
 
 #[derive(Clone)]
@@ -27,13 +27,14 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/api/v1/snapshot", get(snapshot))
+        .route("/api/v1/sessions/{id}", get(session))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
 }
 
 async fn index() -> &'static str {
-    "gpumon: see /metrics, /api/v1/snapshot, /healthz, /readyz\n"
+    "gpumon: see /metrics, /api/v1/snapshot, /api/v1/sessions/{id}, /healthz, /readyz\n"
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
@@ -86,6 +87,25 @@ async fn snapshot(
         }
     };
     Json(snap).into_response()
+}
+
+/// One trainer session, shaped as in the snapshot: a cheap poll for a dashboard (or a probe)
+/// that follows one trainer, without serialising every session.
+async fn session(State(s): State<AppState>, Path(id): Path<String>) -> Response {
+    let view = match s.store.read() {
+        Ok(store) => SessionView::lookup(&store, &id),
+        Err(_) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response()
+        }
+    };
+    match view {
+        Some(v) => Json(v).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no session {id:?}: it never existed or ended too long ago; /api/v1/snapshot lists them\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// Ready once the first collection attempt has finished, whatever its outcome: from then on

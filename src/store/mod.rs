@@ -3,6 +3,7 @@
 //! dropped at the next collection and memory stays bounded however many pids come and go.
 
 pub mod ring;
+pub mod session_series;
 pub mod sessions;
 
 use std::collections::{HashMap, HashSet};

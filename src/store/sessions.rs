@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::ring::Series;
+use super::session_series::SessionSeries;
 use crate::detect::findings::Subject;
 use crate::detect::{DetectConfig, Findings, Obs, SessionDetect};
 use crate::ingest::protocol::{Event, Hello, Sample, Stats};
@@ -79,7 +79,7 @@ pub struct Session {
     pub samples: u64,
     pub retries: Counter,
     pub ooms: Counter,
-    pub series: Series<SessionPoint>,
+    pub series: SessionSeries,
     pub events: VecDeque<EventRecord>,
     pub ended: Option<(Timestamp, Ending)>,
     /// Who this session is, as findings name it.
@@ -158,7 +158,7 @@ impl Sessions {
                 samples: 0,
                 retries: Counter::default(),
                 ooms: Counter::default(),
-                series: Series::new(self.limits.points),
+                series: SessionSeries::new(self.limits.points),
                 events: VecDeque::new(),
                 ended: None,
                 subject,
@@ -181,8 +181,7 @@ impl Sessions {
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase == "train");
-        // Samples arrive at step boundaries, not on a clock: no gap detection here.
-        sess.series.push(s.ts, Some(point), f64::INFINITY);
+        sess.series.push(s.ts, point);
         sess.samples += 1;
         sess.last_arrival = Some(now);
         sess.last_sample = Some((s.ts, s));
@@ -252,6 +251,15 @@ impl Sessions {
     /// Time passes with no sample: held findings (crashes) expire.
     pub fn tick(&mut self, now: Timestamp) {
         self.findings.tick(now, self.detect.crash_hold_seconds);
+    }
+
+    /// A live or recently ended session by its id (`s-17`).
+    pub fn get(&self, id: &str) -> Option<&Session> {
+        let key = id.strip_prefix("s-")?.parse::<u64>().ok()?;
+        self.live
+            .get(&key)
+            .filter(|s| s.id == id)
+            .or_else(|| self.ended.iter().find(|s| s.id == id))
     }
 
     pub fn live_count(&self) -> usize {
@@ -363,6 +371,19 @@ mod tests {
         let last = s.ended().last().unwrap();
         assert_eq!(last.ended, Some((1.0, Ending::Crash)));
         assert_eq!(last.events.back().unwrap().kind, "crash");
+    }
+
+    #[test]
+    fn sessions_are_found_by_id_live_or_ended() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let (a, _) = s.open(PEER, hello(), 0.0);
+        s.open(PEER, hello(), 0.0);
+        s.close(a, Ending::Clean, 1.0);
+        assert!(s.get("s-1").unwrap().ended.is_some());
+        assert!(s.get("s-2").unwrap().ended.is_none());
+        for missing in ["s-3", "s-02", "2", "s-", "s-x"] {
+            assert!(s.get(missing).is_none(), "{missing}");
+        }
     }
 
     #[test]
