@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     // The TUI owns the terminal: log lines on stderr would be drawn over it.
     let owns_terminal = match &cli.command {
         Command::Tui(_) => true,
-        Command::Demo(d) => !d.headless,
+        Command::Demo(d) => !d.headless && std::io::IsTerminal::is_terminal(&std::io::stdout()),
         _ => false,
     };
     if !owns_terminal {
