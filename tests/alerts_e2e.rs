@@ -3,13 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod stack;
 mod tools;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -30,14 +29,6 @@ impl Drop for Alertmanager {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_alertmanager() -> Option<Alertmanager> {
     let bin = tools::find("prometheus-alertmanager", "prometheus-alertmanager")?;
     let dir = tempfile::tempdir().unwrap();
@@ -47,7 +38,7 @@ fn start_alertmanager() -> Option<Alertmanager> {
         "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n",
     )
     .unwrap();
-    let port = free_port();
+    let port = stack::free_port();
     let child = Command::new(bin)
         .arg(format!("--config.file={}", cfg.display()))
         .arg(format!(
@@ -77,38 +68,6 @@ fn start_alertmanager() -> Option<Alertmanager> {
         std::thread::sleep(Duration::from_millis(100));
     }
     Some(am)
-}
-
-/// A minimal HTTP receiver that keeps every request body.
-fn webhook() -> (String, Arc<Mutex<Vec<String>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hook", l.local_addr().unwrap());
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let sink = bodies.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let mut len = 0;
-            loop {
-                let mut h = String::new();
-                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; len];
-            let _ = r.read_exact(&mut body);
-            sink.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&body).into_owned());
-            let _ =
-                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-        }
-    });
-    (url, bodies)
 }
 
 fn push_session(d: &Daemon, job: &str, leak_per_step: u64, steps: u64) -> UnixStream {
@@ -141,7 +100,7 @@ fn a_live_leak_reaches_alertmanager_and_the_webhook_and_resolves_after_bye() {
     let Some(am) = start_alertmanager() else {
         return;
     };
-    let (hook, bodies) = webhook();
+    let (hook, bodies) = stack::webhook();
     let two_gpus = scenario("two_gpus");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&two_gpus),
@@ -227,8 +186,7 @@ fn a_live_leak_reaches_alertmanager_and_the_webhook_and_resolves_after_bye() {
                 .lock()
                 .unwrap()
                 .iter()
-                .flat_map(|b| {
-                    let v: serde_json::Value = serde_json::from_str(b).unwrap();
+                .flat_map(|v| {
                     v["findings"]
                         .as_array()
                         .unwrap()

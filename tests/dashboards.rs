@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod grafana;
 mod tools;
 
 use std::collections::BTreeSet;
@@ -20,9 +21,6 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/dashboards");
 const RULES: &str = "prometheus/gpumon.rules.yml";
 const RULE_TESTS: &str = "prometheus/gpumon.rules.test.yml";
 const DASHBOARD: &str = "gpumon-gpu-memory.json";
-/// Grafana's own variables a query may use besides the dashboard's.
-const GRAFANA_VARS: &[&str] = &["__rate_interval", "__interval", "__range"];
-
 fn read(rel: &str) -> String {
     std::fs::read_to_string(Path::new(DIR).join(rel)).unwrap()
 }
@@ -228,39 +226,6 @@ fn dashboard_is_importable_with_a_datasource_variable_and_sane_panels() {
     assert!(exprs(&d).len() >= 30, "the dashboard lost queries");
 }
 
-/// The expr with Grafana variables replaced the way a query runs with "All" selected.
-fn substituted(expr: &str, vars: &BTreeSet<String>) -> String {
-    let mut out = String::new();
-    let mut rest = expr;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let (name, len) = match after.strip_prefix('{') {
-            Some(inner) => {
-                let end = inner.find('}').unwrap();
-                (&inner[..end], end + 2)
-            }
-            None => {
-                let end = after
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(after.len());
-                (&after[..end], end)
-            }
-        };
-        let value = if GRAFANA_VARS.contains(&name) {
-            "1m"
-        } else if vars.contains(name) {
-            ".*"
-        } else {
-            panic!("{expr} uses ${name}, which the dashboard does not define");
-        };
-        out.push_str(value);
-        rest = &after[len..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[test]
 fn every_dashboard_query_is_valid_promql() {
     if tools::find("promtool", "prometheus").is_none() {
@@ -276,7 +241,7 @@ fn every_dashboard_query_is_valid_promql() {
     // promtool parses PromQL only inside rule files: one recording rule per query.
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, (_, expr)) in exprs(&d).iter().enumerate() {
-        let e = serde_json::to_string(&substituted(expr, &vars)).unwrap();
+        let e = serde_json::to_string(&grafana::substituted(expr, &vars)).unwrap();
         rules.push_str(&format!("      - record: q{i}\n        expr: {e}\n"));
     }
     let dir = tempfile::tempdir().unwrap();
