@@ -1,4 +1,4 @@
-"""python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] (SCRIPT | -m MODULE) [ARGS...]
+"""python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F] (SCRIPT | -m MODULE) [ARGS...]
 
 Runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run it.
 """
@@ -8,7 +8,14 @@ import runpy
 import sys
 from typing import Dict, List, Optional
 
-USAGE = "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] (SCRIPT | -m MODULE) [ARGS...]\n"
+USAGE = (
+    "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
+    " (SCRIPT | -m MODULE) [ARGS...]\n"
+    "  --every N      at least N training steps between samples (default 1)\n"
+    "  --max-rate R   at most R samples per second; 0: no limit (default 10)\n"
+    "  --budget F     share of step time the client may spend; 0: no limit (default 0.005)\n"
+)
+_CONVERT = {"--job": str, "--socket": str, "--every": int, "--max-rate": float, "--budget": float}
 
 
 def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
@@ -16,13 +23,20 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
     # script, options included, exactly as with the python command.
     if not argv or argv[0] != "run":
         return None
-    opts: Dict[str, object] = {"job": None, "socket": None, "every": 1, "module": None, "target": []}
+    opts: Dict[str, object] = {
+        "job": None,
+        "socket": None,
+        "every": 1,
+        "max_rate": 10.0,
+        "budget": 0.005,
+        "module": None,
+        "target": [],
+    }
     rest = argv[1:]
     while rest:
         arg = rest.pop(0)
-        if arg in ("--job", "--socket", "--every") and rest:
-            value = rest.pop(0)
-            opts[arg[2:]] = int(value) if arg == "--every" else value
+        if arg in _CONVERT and rest:
+            opts[arg[2:].replace("-", "_")] = _CONVERT[arg](rest.pop(0))
         elif arg == "-m" and rest:
             opts["module"] = rest.pop(0)
             opts["target"] = rest
@@ -38,16 +52,36 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         opts = _parse(sys.argv[1:] if argv is None else argv)
-    except ValueError:
+    except ValueError as exc:
+        sys.stderr.write("python -m gpumon_client run: %s\n" % exc)
         opts = None
     if opts is None:
         sys.stderr.write(USAGE)
         return 2
-
-    from . import attach
-
-    attach(job=opts["job"], socket=opts["socket"], every=opts["every"])  # type: ignore[arg-type]
     target: List[str] = opts["target"]  # type: ignore[assignment]
+    script = None if opts["module"] is not None else target[0]
+    if script is not None and not os.path.isfile(script):
+        # What `python nope.py` says, instead of a runpy traceback.
+        path = os.path.abspath(script)
+        reason = "[Errno 21] Is a directory" if os.path.isdir(path) else "[Errno 2] No such file or directory"
+        sys.stderr.write("python -m gpumon_client run: can't open file %r: %s\n" % (path, reason))
+        return 2
+
+    from . import _env, attach
+
+    try:
+        state = attach(
+            job=opts["job"],  # type: ignore[arg-type]
+            socket=opts["socket"],  # type: ignore[arg-type]
+            every=opts["every"],  # type: ignore[arg-type]
+            max_rate=opts["max_rate"],  # type: ignore[arg-type]
+            budget=opts["budget"],  # type: ignore[arg-type]
+        )
+    except ValueError as exc:
+        sys.stderr.write("python -m gpumon_client run: %s\n%s" % (exc, USAGE))
+        return 2
+    if state.client is None and not _env.disabled():
+        sys.stderr.write("gpumon: %s; nothing will be reported to gpumon (the script runs anyway)\n" % state.reason)
     # The script sees the argv and sys.path it would see when run directly.
     if opts["module"] is not None:
         sys.argv = [str(opts["module"])] + target

@@ -4,9 +4,11 @@ The framework is imported only when a callback class is first looked up
 (`gpumon_client.callbacks.LightningCallback`), so importing gpumon_client needs neither.
 """
 
+from time import perf_counter
 from typing import Any, Dict, Optional
 
 from . import phases as _phase
+from .cadence import Cadence
 from .reporter import Reporter
 
 __all__ = ["LightningCallback", "HFCallback"]
@@ -15,9 +17,18 @@ __all__ = ["LightningCallback", "HFCallback"]
 class _Core:
     """Shared behaviour: one sample per new global step, eval as its own phase."""
 
-    def _gpumon_init(self, job: Optional[str] = None, **reporter_kwargs: Any) -> None:
+    def _gpumon_init(
+        self,
+        job: Optional[str] = None,
+        every: int = 1,
+        max_rate: Optional[float] = 10.0,
+        budget: Optional[float] = 0.005,
+        **reporter_kwargs: Any,
+    ) -> None:
         self._gpumon_job = job
         self._gpumon_kwargs = reporter_kwargs
+        # The same cadence as attach(): a global step costs a counter unless it is sampled.
+        self._gpumon_cadence = Cadence(every=every, max_rate=max_rate, budget=budget)
         self._gpumon_reporter: Optional[Reporter] = None
         self._gpumon_last_step: Optional[int] = None
         self._gpumon_outer_phase: Optional[str] = None
@@ -38,7 +49,11 @@ class _Core:
         if step == self._gpumon_last_step:
             return
         self._gpumon_last_step = step
-        self.reporter.report(step)
+        cadence = self._gpumon_cadence
+        if cadence.due():
+            t0 = perf_counter()
+            self.reporter.report(step)
+            cadence.spent(perf_counter() - t0)
 
     def _gpumon_eval_begin(self) -> None:
         if self._gpumon_outer_phase is None:
@@ -62,9 +77,9 @@ def _lightning_class() -> type:
     except ImportError:
         from pytorch_lightning import Callback  # the package's older name
 
-    def __init__(self: Any, job: Optional[str] = None, **reporter_kwargs: Any) -> None:
+    def __init__(self: Any, job: Optional[str] = None, **kwargs: Any) -> None:
         Callback.__init__(self)
-        self._gpumon_init(job, **reporter_kwargs)
+        self._gpumon_init(job, **kwargs)
 
     def on_train_batch_end(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
         self._gpumon_step(getattr(trainer, "global_step", None))
@@ -96,9 +111,9 @@ def _lightning_class() -> type:
 def _hf_class() -> type:
     from transformers import TrainerCallback
 
-    def __init__(self: Any, job: Optional[str] = None, **reporter_kwargs: Any) -> None:
+    def __init__(self: Any, job: Optional[str] = None, **kwargs: Any) -> None:
         TrainerCallback.__init__(self)
-        self._gpumon_init(job, **reporter_kwargs)
+        self._gpumon_init(job, **kwargs)
 
     def on_step_end(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._gpumon_step(getattr(state, "global_step", None))

@@ -7,16 +7,17 @@ import logging
 import os
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 from . import _env, protocol
 from . import phases as _phase
-from .stats import StatsSource, TorchStatsSource
+from .stats import StatsSource, TorchStatsSource, default_source
 from .transport import Transport
 
 log = logging.getLogger("gpumon_client")
 
 _clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_DEVICE_EVERY = 1.0  # seconds between reads of device free/total and the allocator cap
 
 
 class Client:
@@ -51,11 +52,18 @@ class Client:
         self.job = job or os.environ.get("GPUMON_JOB") or None
         self.rank = rank if rank is not None else _env.int_env("RANK")
         self.world_size = world_size if world_size is not None else _env.int_env("WORLD_SIZE")
-        self.source = source if source is not None else TorchStatsSource()
+        if source is None:
+            source = default_source() or TorchStatsSource(keys=stats_keys)
+        self.source = source
         self.stats_keys = tuple(stats_keys) if stats_keys is not None else None
         self._clock = clock
         self._pid = pid
         self._hello_msg: Optional[Dict[str, Any]] = None
+        self._monotonic = time.monotonic
+        self._device_due = 0.0  # when device free/total and the allocator cap are next read
+        self._mem: Optional[Tuple[int, int]] = None
+        self._limit: Optional[int] = None  # the allocator's cap, latest known
+        self._limit_sent: Optional[int] = None  # the cap as the daemon last heard it
         paths = (lambda: [socket]) if socket else None
         self.transport = Transport(
             self._hello,
@@ -79,7 +87,9 @@ class Client:
         try:
             source = self.source
             stats = source.memory_stats()
-            mem = source.mem_get_info()
+            now = self._monotonic()
+            if now >= self._device_due:
+                self._refresh_device(source, now)
             keys = self.stats_keys
             msg = {
                 "type": "sample",
@@ -90,12 +100,27 @@ class Client:
             }
             if step is None:
                 del msg["step"]  # optional for timer samples; omitted rather than null
+            mem = self._mem
             if mem is not None:
                 msg["device_free"] = mem[0]
                 msg["device_total"] = mem[1]
+            if self._limit != self._limit_sent:
+                # Sent when it first becomes known or changes; the daemon keeps the last value.
+                msg["alloc_limit"] = self._limit_sent = self._limit
             self.transport.send(msg)
         except Exception as exc:
             self.transport._internal_error(exc)
+
+    def _refresh_device(self, source: StatsSource, now: float) -> None:
+        # cudaMemGetInfo and the allocator's fraction change slowly; reading them once a second
+        # rather than at every sample keeps a sample's cost down to memory_stats().
+        self._device_due = now + _DEVICE_EVERY
+        self._mem = source.mem_get_info()
+        get_limit = getattr(source, "alloc_limit", None)
+        limit = get_limit() if get_limit is not None else None
+        if limit is None and self._limit is not None and self._mem is not None:
+            limit = self._mem[1]  # a cap that was lifted: the whole device again
+        self._limit = None if limit is None else int(limit)
 
     def event(self, kind: str, **fields: Any) -> None:
         """Sends an event; see the protocol for the fields of each kind."""
@@ -113,10 +138,19 @@ class Client:
         """Tells the daemon a memory snapshot was written to `path`."""
         self.event("snapshot", path=os.fspath(path))
 
-    def oom(self, alloc_bytes: int, device_free: Optional[int] = None, device: Optional[int] = None) -> None:
+    def oom(
+        self,
+        alloc_bytes: int,
+        device_free: Optional[int] = None,
+        device: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> None:
+        """An `oom` event. `limit`: what the allocator was allowed (its cap, or the device total)."""
         where = "" if device is None else " on device %d" % device
         detail = "CUDA out of memory%s. Tried to allocate %s" % (where, _human(alloc_bytes))
-        self.event("oom", alloc_bytes=int(alloc_bytes), device_free=device_free, detail=detail)
+        if limit is not None:
+            detail += " (%s allowed)" % _human(limit)
+        self.event("oom", alloc_bytes=int(alloc_bytes), device_free=device_free, alloc_limit=limit, detail=detail)
 
     def close(self, timeout: float = 0.5) -> None:
         """Sends bye, waiting at most `timeout` seconds for queued lines to go out."""
@@ -152,6 +186,8 @@ class Client:
                 log.debug("gpumon: device info unavailable: %r", exc)
                 info = {}
             fields = {k: info.get(k) for k in ("cuda_device", "gpu_uuid", "torch", "allocator", "expandable_segments")}
+            if self._limit is None and info.get("alloc_limit") is not None:
+                self._limit = int(info["alloc_limit"])
             self._hello_msg = protocol.hello(
                 pid=self._pid or os.getpid(),
                 job=self.job,
@@ -159,6 +195,10 @@ class Client:
                 world_size=self.world_size,
                 **fields,
             )
+        # A reconnect's hello carries the cap as it is now, not as it was at the first hello.
+        if self._limit is not None:
+            self._hello_msg["alloc_limit"] = self._limit
+        self._limit_sent = self._limit
         return self._hello_msg
 
 

@@ -4,14 +4,17 @@
 """
 
 import atexit
+import importlib
 import logging
 import sys
 import threading
+from time import perf_counter
 from typing import Any, Iterable, Optional, Set
 
 from . import _env, protocol
+from .cadence import Cadence
 from .client import Client
-from .stats import StatsSource, TorchStatsSource
+from .stats import StatsSource, TorchStatsSource, default_source
 
 log = logging.getLogger("gpumon_client")
 
@@ -24,9 +27,11 @@ _atexit_registered = False
 class Attachment:
     """What attach() returns. `client` is None when attaching was a no-op (disabled, no torch/CUDA)."""
 
-    def __init__(self, client: Optional[Client] = None, every: int = 1) -> None:
+    def __init__(self, client: Optional[Client] = None, cadence: Optional[Cadence] = None, reason: str = "") -> None:
         self.client = client
-        self.every = max(1, int(every))
+        self.cadence = cadence or Cadence()
+        # Why attaching was a no-op ("" when active or disabled on purpose), for the launcher.
+        self.reason = reason
         self.step = 0
         self._stepped: Set[int] = set()
         self._hook_handle: Any = None
@@ -55,8 +60,11 @@ class Attachment:
         if self._oom_pending:
             self._oom_pending = False
             _install_oom_observer(self._torch, now=True)
-        if self.step % self.every == 0:
+        cadence = self.cadence
+        if cadence.due():
+            t0 = perf_counter()
             client.sample(step=self.step)
+            cadence.spent(perf_counter() - t0)
 
     def detach(self, timeout: float = 0.5) -> None:
         """Removes the hook and ends the session with bye."""
@@ -83,14 +91,18 @@ def attach(
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
     every: int = 1,
+    max_rate: Optional[float] = 10.0,
+    budget: Optional[float] = 0.005,
     oom: bool = True,
     stats_keys: Optional[Iterable[str]] = protocol.KNOWN_STATS_KEYS,
     max_buffer: int = 1024,
 ) -> Attachment:
-    """Instruments the process: a sample per optimizer step and an `oom` event on CUDA OOM.
+    """Instruments the process: samples at optimizer steps and an `oom` event on CUDA OOM.
 
-    Safe to call more than once (later calls return the first attachment) and never raises.
-    Returns a no-op Attachment when GPUMON_DISABLE=1, or torch or CUDA is unavailable.
+    Samples follow a cadence (cadence.py): at most `max_rate` per second, at least `every` steps
+    apart, within `budget` of the step time. Safe to call more than once (later calls return the
+    first attachment) and never raises. Returns a no-op Attachment (its `reason` says why) when
+    GPUMON_DISABLE=1, or torch or CUDA is unavailable.
     """
     global _state, _atexit_registered
     if _env.disabled():
@@ -99,15 +111,24 @@ def attach(
         if _state is not None:
             return _state
         try:
+            cadence = Cadence(every=every, max_rate=max_rate, budget=budget)
             torch = _import_torch()
             if torch is None:
-                log.info("gpumon: torch is not importable; attach() does nothing")
-                return Attachment()
+                return _noop("torch is not importable")
+            if source is None:
+                source = default_source()
             if source is None:
                 if not TorchStatsSource.available():
-                    log.info("gpumon: CUDA is not available; attach() does nothing")
-                    return Attachment()
-                source = TorchStatsSource(device)
+                    return _noop("CUDA is not available to torch %s" % _torch_version(torch))
+                source = TorchStatsSource(device, keys=stats_keys)
+            register = _step_hook_registrar(torch)
+            if register is None:
+                return _noop(
+                    "torch %s has no optimizer step hooks (torch.optim.optimizer."
+                    "register_optimizer_step_post_hook, torch >= 2.0); use Reporter or a trainer callback"
+                    % _torch_version(torch),
+                    level=logging.WARNING,
+                )
             client = Client(
                 job,
                 source=source,
@@ -117,13 +138,9 @@ def attach(
                 stats_keys=stats_keys,
                 max_buffer=max_buffer,
             )
-            state = Attachment(client, every=every)
+            state = Attachment(client, cadence)
             state._torch = torch
-            register = getattr(getattr(getattr(torch, "optim", None), "optimizer", None), "register_optimizer_step_post_hook", None)
-            if register is None:
-                log.warning("gpumon: this torch has no optimizer step hooks (needs >= 2.0); use Reporter")
-            else:
-                state._hook_handle = register(_optimizer_hook)
+            state._hook_handle = register(_optimizer_hook)
             if oom:
                 state._oom_pending = not _install_oom_observer(torch)
             _state = state
@@ -131,9 +148,16 @@ def attach(
                 atexit.register(_at_exit)
                 _atexit_registered = True
             return state
+        except ValueError:
+            raise  # a bad argument (every, max_rate, budget) is the caller's to fix, at attach time
         except Exception as exc:
             log.warning("gpumon: attach failed (training continues without it): %r", exc)
-            return Attachment()
+            return Attachment(reason="attach failed: %r" % (exc,))
+
+
+def _noop(reason: str, level: int = logging.INFO) -> Attachment:
+    log.log(level, "gpumon: %s; attach() reports nothing", reason)
+    return Attachment(reason=reason)
 
 
 def detach(timeout: float = 0.5) -> None:
@@ -158,6 +182,20 @@ def _import_torch() -> Any:
     return torch
 
 
+def _torch_version(torch: Any) -> str:
+    return str(getattr(torch, "__version__", "?"))
+
+
+def _step_hook_registrar(torch: Any) -> Any:
+    # Imported as a module: `torch.optim.optimizer` is not an attribute of `torch.optim` on
+    # current torch (2.11 and later), only a submodule that has to be imported.
+    try:
+        optimizer_mod = importlib.import_module("torch.optim.optimizer")
+    except Exception:
+        return None
+    return getattr(optimizer_mod, "register_optimizer_step_post_hook", None)
+
+
 def _optimizer_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     state = _state
     if state is None:
@@ -169,13 +207,16 @@ def _optimizer_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
             state.client.transport._internal_error(exc)
 
 
-def _oom_observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
-    # Called by the caching allocator when an allocation fails, before torch raises OutOfMemoryError.
+def _oom_observer(device: int, alloc: int, limit: int, device_free: int) -> None:
+    # Called by the caching allocator when an allocation fails, before torch raises
+    # OutOfMemoryError, as observer(device, alloc_size, limit, device_free): `limit` is the
+    # allocator's allowed maximum when set_per_process_memory_fraction was used, else the device
+    # total (c10/cuda/CUDACachingAllocator.cpp).
     state = _state
     if state is None or state.client is None:
         return
     try:
-        state.client.oom(alloc, device_free=int(device_free), device=int(device))
+        state.client.oom(alloc, device_free=int(device_free), device=int(device), limit=int(limit))
     except Exception:
         pass
 

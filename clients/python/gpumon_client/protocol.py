@@ -62,6 +62,7 @@ def hello(
     allocator: Optional[str] = None,
     expandable_segments: Optional[bool] = None,
     client: str = CLIENT,
+    alloc_limit: Optional[int] = None,
 ) -> Dict[str, Any]:
     msg: Dict[str, Any] = {"type": "hello", "v": VERSION, "pid": pid}
     _put(msg, "job", job)
@@ -73,6 +74,7 @@ def hello(
     _put(msg, "torch", torch)
     _put(msg, "allocator", allocator)
     _put(msg, "expandable_segments", expandable_segments)
+    _put(msg, "alloc_limit", alloc_limit)
     return msg
 
 
@@ -90,6 +92,7 @@ def sample(
     phase: str = "train",
     device_free: Optional[int] = None,
     device_total: Optional[int] = None,
+    alloc_limit: Optional[int] = None,
 ) -> Dict[str, Any]:
     msg: Dict[str, Any] = {"type": "sample", "ts": ts}
     _put(msg, "step", step)
@@ -97,6 +100,7 @@ def sample(
     msg["stats"] = stats
     _put(msg, "device_free", device_free)
     _put(msg, "device_total", device_total)
+    _put(msg, "alloc_limit", alloc_limit)
     return msg
 
 
@@ -107,8 +111,10 @@ def event(ts: float, kind: str, **fields: Any) -> Dict[str, Any]:
     return msg
 
 
-def oom_event(ts: float, alloc_bytes: int, device_free: Optional[int], detail: str) -> Dict[str, Any]:
-    return event(ts, "oom", alloc_bytes=alloc_bytes, device_free=device_free, detail=detail)
+def oom_event(
+    ts: float, alloc_bytes: int, device_free: Optional[int], detail: str, alloc_limit: Optional[int] = None
+) -> Dict[str, Any]:
+    return event(ts, "oom", alloc_bytes=alloc_bytes, device_free=device_free, alloc_limit=alloc_limit, detail=detail)
 
 
 def phase_event(ts: float, phase: str) -> Dict[str, Any]:

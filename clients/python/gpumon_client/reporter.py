@@ -4,7 +4,8 @@ from typing import Any, Optional
 
 from . import hooks as _attach
 from .client import Client
-from .stats import StatsSource, TorchStatsSource
+from .protocol import KNOWN_STATS_KEYS
+from .stats import StatsSource, TorchStatsSource, default_source
 
 
 class Reporter:
@@ -31,7 +32,8 @@ class Reporter:
             self._owns_client = False
         else:
             if source is None:
-                source = TorchStatsSource(device)
+                keys = client_kwargs.get("stats_keys", KNOWN_STATS_KEYS)
+                source = default_source() or TorchStatsSource(device, keys=keys)
             self.client = Client(job, source=source, socket=socket, **client_kwargs)
         self.client.explicit_steps = True
 

@@ -4,20 +4,24 @@ TorchStatsSource is the real one. It imports torch only when first used, so impo
 gpumon_client never pulls torch in.
 """
 
+import importlib
 import os
 import sys
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+from .protocol import KNOWN_STATS_KEYS
 
 
 class StatsSource:
     """What the client needs from the allocator. Subclass it, or pass any object with these methods."""
 
     def device_info(self) -> Dict[str, Any]:
-        """hello fields: cuda_device, gpu_uuid, torch, allocator, expandable_segments (all optional)."""
+        """hello fields: cuda_device, gpu_uuid, torch, allocator, expandable_segments, alloc_limit
+        (all optional)."""
         return {}
 
     def memory_stats(self) -> Mapping[str, Any]:
-        """torch.cuda.memory_stats() for the reported device."""
+        """torch.cuda.memory_stats() for the reported device (flat keys; only the ones sent suffice)."""
         return {}
 
     def mem_get_info(self) -> Optional[Tuple[int, int]]:
@@ -25,8 +29,26 @@ class StatsSource:
         return None
 
 
+INFO_KEYS = ("cuda_device", "gpu_uuid", "torch", "allocator", "expandable_segments", "alloc_limit")
+
+_default: Optional[StatsSource] = None
+
+
+def default_source() -> Optional[StatsSource]:
+    """The source set with testing.use_source(), used where none is passed; None: torch.cuda."""
+    return _default
+
+
+def set_default_source(source: Optional[StatsSource]) -> None:
+    global _default
+    _default = source
+
+
 class StaticStatsSource(StatsSource):
-    """Returns fixed (or caller-updated) values: for tests, benches and fixture generation."""
+    """Returns fixed (or caller-updated) values: for tests, benches and fixture generation.
+
+    info: hello fields (INFO_KEYS); `alloc_limit` there is also what alloc_limit() returns.
+    """
 
     def __init__(
         self,
@@ -34,6 +56,12 @@ class StaticStatsSource(StatsSource):
         mem_info: Optional[Tuple[int, int]] = None,
         info: Optional[Dict[str, Any]] = None,
     ) -> None:
+        unknown = sorted(set(info or {}) - set(INFO_KEYS))
+        if unknown:
+            raise ValueError(
+                "StaticStatsSource: unknown info key(s) %s; the hello fields are %s"
+                % (", ".join(map(repr, unknown)), ", ".join(INFO_KEYS))
+            )
         self.stats: Mapping[str, Any] = dict(stats or {})
         self.mem_info = mem_info
         self.info = dict(info or {})
@@ -46,6 +74,9 @@ class StaticStatsSource(StatsSource):
 
     def mem_get_info(self) -> Optional[Tuple[int, int]]:
         return self.mem_info
+
+    def alloc_limit(self) -> Optional[int]:
+        return self.info.get("alloc_limit")
 
 
 def expandable_segments_from_env(env: Optional[Mapping[str, str]] = None) -> bool:
@@ -65,11 +96,17 @@ class TorchStatsSource(StatsSource):
 
     The device is resolved lazily because trainers usually call torch.cuda.set_device(local_rank)
     after attach(); by the first optimizer step it is settled.
+
+    keys: the memory_stats() keys to read. They are picked straight from the allocator's nested
+    stats (`memory_stats_as_nested_dict`), skipping the flatten-and-sort of every one of its ~130
+    counters that `memory_stats()` does in Python on each call. None reads `memory_stats()` whole.
     """
 
-    def __init__(self, device: Optional[int] = None) -> None:
+    def __init__(self, device: Optional[int] = None, keys: Optional[Iterable[str]] = KNOWN_STATS_KEYS) -> None:
         self._device = device
         self._torch: Any = None
+        self._nested: Any = None
+        self._paths = None if keys is None else [(k, tuple(k.split("."))) for k in keys]
 
     @staticmethod
     def available() -> bool:
@@ -88,6 +125,10 @@ class TorchStatsSource(StatsSource):
         if self._torch is None:
             import torch
 
+            memory = importlib.import_module("torch.cuda.memory")
+            self._nested = getattr(memory, "memory_stats_as_nested_dict", None)
+            if getattr(memory, "get_per_process_memory_fraction", None) is None:
+                _record_fractions(torch, memory)
             self._torch = torch
         return self._torch
 
@@ -111,11 +152,65 @@ class TorchStatsSource(StatsSource):
         except Exception:
             pass
         info["expandable_segments"] = expandable_segments_from_env()
+        try:
+            info["alloc_limit"] = self.alloc_limit()
+        except Exception:
+            pass
         return info
 
     def memory_stats(self) -> Mapping[str, Any]:
-        return self._mod().cuda.memory_stats(self.device)
+        torch = self._mod()
+        nested_fn, paths = self._nested, self._paths
+        if nested_fn is None or paths is None:
+            return torch.cuda.memory_stats(self.device)
+        nested = nested_fn(self.device)
+        out = {}
+        for key, path in paths:
+            value: Any = nested
+            try:
+                for part in path:
+                    value = value[part]
+            except (KeyError, TypeError, IndexError):
+                continue  # a counter this torch does not have (older versions lack some)
+            out[key] = value
+        return out
 
     def mem_get_info(self) -> Optional[Tuple[int, int]]:
         free, total = self._mod().cuda.mem_get_info(self.device)
         return int(free), int(total)
+
+    def alloc_limit(self) -> Optional[int]:
+        """The caching allocator's cap on this device, from set_per_process_memory_fraction; None
+        when no fraction below 1 is set. torch's rule: allowed = fraction x device total."""
+        torch = self._mod()
+        get = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        fraction = get(self.device) if get is not None else _fractions.get(self.device)
+        if fraction is None or fraction >= 1.0:
+            return None
+        _free, total = self._mod().cuda.mem_get_info(self.device)
+        return int(fraction * total)
+
+
+# Fractions set through set_per_process_memory_fraction, by device, on torch builds that have no
+# getter for them (added in torch 2.8).
+_fractions: Dict[int, float] = {}
+
+
+def _record_fractions(torch: Any, memory: Any) -> None:
+    setter = getattr(memory, "set_per_process_memory_fraction", None)
+    if setter is None or getattr(setter, "_gpumon_wrapped", False):
+        return
+
+    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+        setter(fraction, device)
+        try:
+            index = torch.cuda.current_device() if device is None else torch.cuda._get_device_index(device)
+            _fractions[int(index)] = float(fraction)
+        except Exception:
+            pass
+
+    set_per_process_memory_fraction.__doc__ = setter.__doc__
+    set_per_process_memory_fraction._gpumon_wrapped = True  # type: ignore[attr-defined]
+    memory.set_per_process_memory_fraction = set_per_process_memory_fraction
+    if getattr(torch.cuda, "set_per_process_memory_fraction", None) is setter:
+        torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from .stats import StatsSource, set_default_source
+
 
 class _Conn:
     def __init__(self, sock: socket.socket) -> None:
@@ -169,3 +171,11 @@ class FakeDaemon:
                 conn.sock.sendall(json.dumps(out).encode() + b"\n")
             except OSError:
                 pass
+
+
+def use_source(source: Optional[StatsSource]) -> None:
+    """Makes `source` the stats source that attach(), the launcher, Reporter and the trainer
+    callbacks use when none is passed (None: torch.cuda again). For tests on machines without
+    CUDA: the rest of torch stays real, only the allocator's numbers come from `source`. A
+    `sitecustomize.py` that calls it applies it to `python -m gpumon_client run` unmodified."""
+    set_default_source(source)

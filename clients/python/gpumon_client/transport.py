@@ -230,7 +230,8 @@ class Transport:
             if n < len(data):
                 break
         self._since_read += 1
-        if self._since_read >= _READ_EVERY:
+        # Until the welcome arrives every send looks for it, so stats()["session"] is set early.
+        if self._since_read >= _READ_EVERY or self.session is None:
             self._since_read = 0
             self._read_replies()
 

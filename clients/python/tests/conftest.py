@@ -31,12 +31,3 @@ def sock_path():
     d = tempfile.mkdtemp(prefix="gpm")
     yield os.path.join(d, "ingest.sock")
     shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def fake_torch(monkeypatch):
-    import fake_torch as ft
-
-    module = ft.make()
-    monkeypatch.setitem(sys.modules, "torch", module)
-    return module
