@@ -179,3 +179,32 @@ def use_source(source: Optional[StatsSource]) -> None:
     CUDA: the rest of torch stays real, only the allocator's numbers come from `source`. A
     `sitecustomize.py` that calls it applies it to `python -m gpumon_client run` unmodified."""
     set_default_source(source)
+
+
+_STAT_GROUPS = (
+    "allocation", "segment", "active", "inactive_split",
+    "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+)
+
+
+def nested_allocator_stats(allocated: int = 20 << 30, reserved: int = 24 << 30, retries: int = 0) -> Dict[str, Any]:
+    """A dict shaped like `torch.cuda.memory_stats_as_nested_dict()` on a busy device (the
+    caching allocator's ~130 counters), for tests and benches on machines without CUDA."""
+    out: Dict[str, Any] = {}
+    for i, group in enumerate(_STAT_GROUPS):
+        scale = allocated if group in ("allocated_bytes", "active_bytes", "requested_bytes") else reserved
+        if not group.endswith("bytes"):
+            scale = 100 + i
+        pools = {}
+        for j, pool in enumerate(("all", "large_pool", "small_pool")):
+            cur = scale >> j
+            pools[pool] = {"current": cur, "peak": cur + (cur >> 3), "allocated": cur * 40, "freed": cur * 39}
+        out[group] = pools
+    out["inactive_split_bytes"]["all"]["current"] = reserved - allocated
+    out.update(
+        num_alloc_retries=retries, num_ooms=0, num_sync_all_streams=2, num_device_alloc=120, num_device_free=3,
+        max_split_size=-1,
+        oversize_allocations={"current": 0, "peak": 0, "allocated": 0, "freed": 0},
+        oversize_segments={"current": 0, "peak": 0, "allocated": 0, "freed": 0},
+    )
+    return out
