@@ -5,11 +5,14 @@ gpumon_client never pulls torch in.
 """
 
 import importlib
+import logging
 import os
 import sys
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from .protocol import KNOWN_STATS_KEYS
+
+log = logging.getLogger("gpumon_client")
 
 
 class StatsSource:
@@ -144,7 +147,11 @@ class TorchStatsSource(StatsSource):
         torch = self._mod()
         info: Dict[str, Any] = {"cuda_device": self.device, "torch": str(getattr(torch, "__version__", "")) or None}
         try:
-            info["gpu_uuid"] = format_gpu_uuid(torch.cuda.get_device_properties(self.device).uuid)
+            uuid = getattr(torch.cuda.get_device_properties(self.device), "uuid", None)
+            if uuid is not None:
+                info["gpu_uuid"] = format_gpu_uuid(uuid)
+            elif not _warned_uuid:
+                _warn_no_uuid(info["torch"])
         except Exception:
             pass
         try:
@@ -189,6 +196,19 @@ class TorchStatsSource(StatsSource):
             return None
         _free, total = self._mod().cuda.mem_get_info(self.device)
         return int(fraction * total)
+
+
+_warned_uuid = False
+
+
+def _warn_no_uuid(version: Any) -> None:
+    global _warned_uuid
+    _warned_uuid = True
+    log.warning(
+        "gpumon: torch %s does not report the device UUID (get_device_properties().uuid); the daemon "
+        "matches this trainer to its GPU by process id only",
+        version,
+    )
 
 
 # Fractions set through set_per_process_memory_fraction, by device, on torch builds that have no

@@ -94,3 +94,16 @@ def test_alloc_limit_from_the_fraction(cuda, monkeypatch):
         torch.cuda.set_per_process_memory_fraction(0.0594, 0)
         assert calls == [(0.0594, 0)]
     assert source.alloc_limit() == int(0.0594 * TOTAL)
+
+
+def test_a_device_without_uuid_is_one_warning(cuda, monkeypatch, caplog):
+    class OldProps:
+        name = "NVIDIA A100"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: OldProps())
+    monkeypatch.setattr("gpumon_client.stats._warned_uuid", False)
+    with caplog.at_level("WARNING", logger="gpumon_client"):
+        assert "gpu_uuid" not in TorchStatsSource(0).device_info()
+        assert "gpu_uuid" not in TorchStatsSource(0).device_info()
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and ("torch %s does not report the device UUID" % torch.__version__) in warnings[0]
