@@ -49,6 +49,7 @@ class Cadence:
         self._since = self.every  # steps since the last sample: the first step is due
         self._last_step: Optional[float] = None
         self._last_sample = -float("inf")
+        self._samples = 0
 
     def due(self) -> bool:
         """Called at each step; True when this step should be sampled (then call `spent`)."""
@@ -71,6 +72,14 @@ class Cadence:
         self._since = 0
         self._last_sample = self._last_step if self._last_step is not None else self._clock()
         seconds = max(0.0, float(seconds))
-        self.cost = seconds if self.cost == 0.0 else self.cost + _EWMA * (seconds - self.cost)
+        self._samples += 1
+        if self._samples == 1:
+            pass  # the first sample also connects and builds the hello: charged, but no estimate
+        elif self.cost == 0.0:
+            self.cost = seconds
+        else:
+            # One preempted or stalled sample moves the estimate at most 4x its current value.
+            capped = seconds if seconds < 4 * self.cost else 4 * self.cost
+            self.cost += _EWMA * (capped - self.cost)
         if self.budget:
             self.credit -= seconds

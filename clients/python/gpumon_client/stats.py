@@ -212,7 +212,7 @@ def _warn_no_uuid(version: Any) -> None:
 
 
 # Fractions set through set_per_process_memory_fraction, by device, on torch builds that have no
-# getter for them (added in torch 2.8).
+# getter for them (added in torch 2.6).
 _fractions: Dict[int, float] = {}
 
 

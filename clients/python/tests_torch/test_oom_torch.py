@@ -1,0 +1,94 @@
+"""The OOM observer registered with the real torch._C._cuda_attach_out_of_memory_observer."""
+
+import pytest
+
+import support
+from support import of_type, train_step
+
+torch = support.require("torch")
+
+import gpumon_client  # noqa: E402
+
+REAL_ATTACH = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+pytestmark = pytest.mark.skipif(REAL_ATTACH is None, reason="this torch build has no CUDA allocator (CPU-only wheel)")
+
+
+def run_cuda_init_callbacks(start):
+    """Runs what torch.cuda._lazy_init runs right after CUDA initialises: the callbacks queued
+    since index `start`. (No GPU here, so CUDA never initialises by itself.)"""
+    for queued in list(torch.cuda._queued_calls[start:]):
+        queued[0]()
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """The observers the client hands to torch; each is also passed on to the real function."""
+    handed, raised = [], []
+
+    def spy(fn):
+        handed.append(fn)
+        try:
+            REAL_ATTACH(fn)
+        except Exception as exc:  # torch raises without an NVIDIA driver; the client must cope
+            raised.append(exc)
+            raise
+
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", spy)
+    return handed, raised
+
+
+def test_the_real_registration_does_not_raise_into_the_trainer(ingest, source, registered):
+    handed, raised = registered
+    queued = len(torch.cuda._queued_calls)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = gpumon_client.attach("oom", source=source, socket=ingest.path, oom=True, max_rate=None, budget=None)
+    assert handle.active
+    train_step(torch, model, [opt], seed=0)
+    run_cuda_init_callbacks(queued)  # as if the trainer had now initialised CUDA
+    train_step(torch, model, [opt], seed=1)
+    assert len(handed) >= 1 and all(fn is handed[0] for fn in handed)
+    if not torch.cuda.is_available():
+        assert raised, "torch accepted an OOM observer without a GPU: this test no longer covers the failure"
+    gpumon_client.detach()
+    msgs = ingest.messages()
+    if ingest.up:
+        assert [m["step"] for m in of_type(msgs, "sample")] == [1, 2]
+        assert msgs[-1]["type"] == "bye"
+
+
+def test_observer_called_like_torch_calls_it_sends_an_oom_event(ingest, source, registered):
+    handed, _ = registered
+    queued = len(torch.cuda._queued_calls)
+    handle = gpumon_client.attach("oom", source=source, socket=ingest.path, oom=True, max_rate=None, budget=None)
+    assert handle.active
+    run_cuda_init_callbacks(queued)
+    if not handed:  # a client that installs at the first optimizer step instead
+        model = torch.nn.Linear(8, 1)
+        train_step(torch, model, [torch.optim.SGD(model.parameters(), lr=0.1)], seed=0)
+    assert handed, "the client never gave torch an OOM observer"
+    # c10/cuda/CUDACachingAllocator.cpp: observer(device, alloc_size, limit, device_free), where
+    # limit is the set_per_process_memory_fraction cap, else the device total.
+    device, alloc, limit, free = 1, 2 << 30, 40 << 30, 100 << 20
+    handed[0](device, alloc, limit, free)
+    gpumon_client.detach()
+    msgs = ingest.messages()
+    if not ingest.up:
+        return
+    events = [m for m in of_type(msgs, "event") if m["kind"] == "oom"]
+    assert len(events) == 1
+    oom = events[0]
+    assert (oom["alloc_bytes"], oom["device_free"], oom["alloc_limit"]) == (alloc, free, limit)
+    assert "2.00 GiB" in oom["detail"] and "device 1" in oom["detail"] and "40.00 GiB" in oom["detail"]
+    assert isinstance(oom["ts"], float)
+
+
+def test_observer_without_an_attachment_is_harmless(source, registered, sock_dir):
+    # torch keeps the observer for the life of the process; after detach() it must do nothing.
+    handed, _ = registered
+    queued = len(torch.cuda._queued_calls)
+    gpumon_client.attach("oom", source=source, socket=sock_dir + "/absent.sock", oom=True)
+    run_cuda_init_callbacks(queued)
+    gpumon_client.detach()
+    assert handed
+    handed[0](0, 1 << 20, 1 << 30, 0)

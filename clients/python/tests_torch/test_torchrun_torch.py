@@ -1,0 +1,64 @@
+"""`torchrun --nproc-per-node 2 -m gpumon_client run train.py`: DDP over gloo on CPU, one session
+per rank, labelled from torchrun's RANK and WORLD_SIZE."""
+
+import os
+import sys
+
+import support
+from support import check_sample_payload, of_type, run_child
+
+support.require("torch")
+
+STEPS = 3
+DDP_TRAIN = """\
+import sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+gen = torch.Generator().manual_seed(rank)  # different data per rank: DDP must average the grads
+for _ in range(int(sys.argv[1])):
+    opt.zero_grad(set_to_none=True)
+    model(torch.randn(4, 8, generator=gen)).pow(2).mean().backward()
+    opt.step()
+weights = [torch.zeros_like(model.module.weight) for _ in range(dist.get_world_size())]
+dist.all_gather(weights, model.module.weight.detach())
+assert all(torch.equal(w, weights[0]) for w in weights), "ranks diverged"
+dist.destroy_process_group()
+print("rank", rank, "done", flush=True)
+"""
+
+
+def torchrun():
+    # The console script next to this Python, else the module it runs.
+    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def test_torchrun_two_ranks_two_sessions(tmp_path, child_env, ingest):
+    script = tmp_path / "train.py"
+    script.write_text(DDP_TRAIN)
+    env = dict(child_env, OMP_NUM_THREADS="1")
+    argv = torchrun() + ["--standalone", "--nproc-per-node", "2", "-m", "gpumon_client", "run", "--job", "ddp", "--socket", ingest.path, "--max-rate", "0", "--budget", "0", str(script), str(STEPS)]
+    child = run_child(argv, env=env, cwd=str(tmp_path), timeout=180)
+    assert child.returncode == 0, child
+    assert "rank 0 done" in child.stdout and "rank 1 done" in child.stdout, child
+    if not ingest.up:
+        return
+    sessions = ingest.sessions(byes=2, timeout=10)
+    assert len(sessions) == 2, sessions
+    labels = sorted((s[0]["rank"], s[0]["world_size"]) for s in sessions)
+    assert labels == [(0, 2), (1, 2)]
+    assert len({s[0]["pid"] for s in sessions}) == 2
+    for msgs in sessions:
+        assert msgs[0]["type"] == "hello" and msgs[0]["job"] == "ddp"
+        samples = of_type(msgs, "sample")
+        assert [m["step"] for m in samples] == list(range(1, STEPS + 1)), msgs
+        for sample in samples:
+            check_sample_payload(sample)
+        assert msgs[-1]["type"] == "bye"
