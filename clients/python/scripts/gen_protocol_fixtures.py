@@ -88,6 +88,24 @@ def _minimal(path: str) -> None:
     c.close(timeout=2.0)
 
 
+def _capped(path: str) -> None:
+    # A trainer on a shared GPU: set_per_process_memory_fraction(0.0594) caps the allocator at
+    # 4.73 GiB of the 79.6 GiB device, then the trainer raises the cap; it OOMs against the cap.
+    stats = dict(STATS, **{"allocated_bytes.all.current": 4500000000, "allocated_bytes.all.peak": 4950000000,
+                           "reserved_bytes.all.current": 4980000000, "active_bytes.all.current": 4500000000,
+                           "requested_bytes.all.current": 4490000000, "num_alloc_retries": 7})
+    source = StaticStatsSource(stats, (75000000000, 85520809984), dict(DEVICE, alloc_limit=5080000000))
+    c = Client("shared-ft", source=source, socket=path, clock=_clock(1763700200.0), pid=4343, jitter=False)
+    c._monotonic = _clock(100.0, tick=0.5)  # device info and the cap are re-read once a second
+    c.sample(step=1)
+    c.sample(step=2)
+    source.info["alloc_limit"] = 6000000000
+    c.sample(step=3)
+    c.sample(step=4)
+    c.oom(402653184, device_free=75000000000, device=0, limit=6000000000)
+    c.close(timeout=2.0)
+
+
 def _reconnect(path: str) -> Dict[str, object]:
     # The daemon is down for steps 1-6 with room for 4 lines; it is up for step 7.
     c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
@@ -125,6 +143,7 @@ def generate() -> Dict[str, bytes]:
     return {
         "client_session.jsonl": _capture(_session),
         "client_minimal.jsonl": _capture(_minimal),
+        "client_capped.jsonl": _capture(_capped),
         "client_reconnect.jsonl": _capture(_reconnect, late_daemon=True),
     }
 
