@@ -1,6 +1,9 @@
+import os
 import subprocess
 import sys
-import os
+import time
+
+import pytest
 
 import gpumon_client
 from gpumon_client import Client, StaticStatsSource, protocol
@@ -172,3 +175,40 @@ def test_unclosed_clients_say_bye_at_exit(tmp_path, sock_path):
     with FakeDaemon(sock_path) as d:
         subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=30)
         assert [m["type"] for m in d.wait_for(3)] == ["hello", "sample", "bye"]
+
+
+def test_static_source_rejects_unknown_info_keys():
+    with pytest.raises(ValueError, match=r"unknown info key\(s\) 'index', 'uuid'; the hello fields are cuda_device, gpu_uuid"):
+        StaticStatsSource(info={"uuid": "GPU-1", "index": 0})
+
+
+def test_alloc_limit_in_hello_then_only_when_it_changes(sock_path):
+    src = StaticStatsSource({"num_ooms": 0}, (10, 100), {"alloc_limit": 50})
+    with FakeDaemon(sock_path) as d:
+        c = Client(source=src, socket=sock_path)
+        ticks = iter(range(100))
+        c._monotonic = lambda: float(next(ticks))  # one second per sample: the cap is re-read each time
+        c.sample(step=1)
+        c.sample(step=2)
+        src.info["alloc_limit"] = 70
+        c.sample(step=3)
+        src.info["alloc_limit"] = None  # the cap lifted: the device total again, said once
+        c.sample(step=4)
+        c.sample(step=5)
+        c.close()
+        msgs = d.wait_for(7)
+    assert msgs[0]["alloc_limit"] == 50
+    assert [m.get("alloc_limit") for m in msgs[1:6]] == [50, None, 70, 100, None]
+
+
+def test_stats_session_is_known_after_the_first_sample(sock_path):
+    with FakeDaemon(sock_path, session="s-9") as d:
+        c = Client(source=source(), socket=sock_path)
+        c.sample(step=1)
+        d.wait_for(2)
+        deadline = time.time() + 2
+        while c.stats()["session"] is None and time.time() < deadline:
+            c.sample(step=2)
+            time.sleep(0.01)
+        assert c.stats()["session"] == "s-9"
+        c.close()
