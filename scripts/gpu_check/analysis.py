@@ -1,0 +1,409 @@
+"""The judgement half of gpu-check: pure functions over what was observed (snapshots of the
+daemon's JSON API, /metrics text, nvidia-smi output, trainer result files, timings). Nothing here
+starts a process or opens a socket, so all of it is tested without a GPU (test_gpu_check.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def fmt_bytes(b: Optional[float], decimals: int = 1) -> str:
+    """Binary units as the daemon prints them (src/units.rs): '64.0 MiB', '1.5 GiB'."""
+    if b is None:
+        return "n/a"
+    v = float(abs(b))
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    unit = 0
+    while v >= 1024.0 and unit < len(units) - 1:
+        v /= 1024.0
+        unit += 1
+    sign = "-" if b < 0 else ""
+    if unit == 0:
+        return "%s%d B" % (sign, int(abs(b)))
+    return "%s%.*f %s" % (sign, decimals, v, units[unit])
+
+
+def fmt_us(seconds: Optional[float]) -> str:
+    return "n/a" if seconds is None else "%.1f us" % (seconds * 1e6)
+
+
+def fmt_ms(seconds: Optional[float]) -> str:
+    return "n/a" if seconds is None else "%.3f ms" % (seconds * 1e3)
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+
+def median(xs: Iterable[float]) -> Optional[float]:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return statistics.median(xs) if xs else None
+
+
+def percentile(xs: Iterable[float], q: float) -> Optional[float]:
+    """Nearest-rank percentile, q in [0, 100]."""
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    rank = max(1, int(math.ceil(q / 100.0 * len(xs))))
+    return xs[min(rank, len(xs)) - 1]
+
+
+# --- nvidia-smi ----------------------------------------------------------------------------------
+
+
+def parse_smi_compute_apps(text: str) -> List[Dict[str, Any]]:
+    """`nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits`.
+
+    Also accepts the two-column form (pid, used_memory). Rows NVML cannot fill ('[N/A]',
+    '[Not Supported]') keep used_mib None. A line that is not a row raises ValueError naming it.
+    """
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.lower().startswith("no running"):
+            continue
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) not in (2, 3) or not cols[0].isdigit():
+            raise ValueError("nvidia-smi: unexpected line %r" % line)
+        uuid = cols[1] if len(cols) == 3 else None
+        mem = cols[-1]
+        rows.append({"pid": int(cols[0]), "gpu_uuid": uuid, "used_mib": int(mem) if mem.isdigit() else None})
+    return rows
+
+
+# --- /metrics ------------------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_metrics(text: str) -> Dict[str, List[Tuple[Dict[str, str], float]]]:
+    """Prometheus text format, enough of it for gpumon's own series: name -> [(labels, value)]."""
+    out: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels: Dict[str, str] = {}
+        if m.group(2):
+            for k, v in re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2)):
+                labels[k] = v
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        out.setdefault(m.group(1), []).append((labels, value))
+    return out
+
+
+def metric_value(metrics: Dict[str, List[Tuple[Dict[str, str], float]]], name: str) -> Optional[float]:
+    series = metrics.get(name)
+    return series[0][1] if series else None
+
+
+def distinct_polls(observations: Sequence[Tuple[float, float]]) -> List[float]:
+    """Poll durations from repeated reads of (gpumon_nvml_polls_total, gpumon_nvml_poll_duration_seconds):
+    one per distinct poll count, so a poll read twice counts once."""
+    seen = {}
+    for count, duration in observations:
+        if count is not None and duration is not None:
+            seen.setdefault(count, duration)
+    return [seen[k] for k in sorted(seen)]
+
+
+# --- snapshots -----------------------------------------------------------------------------------
+
+
+def sessions_of_job(snapshot: Dict[str, Any], job: str) -> List[Dict[str, Any]]:
+    return [s for s in snapshot.get("sessions") or [] if s.get("job") == job]
+
+
+def findings_of_session(snapshot: Dict[str, Any], session: str, kind: Optional[str] = None) -> List[Dict[str, Any]]:
+    return [
+        f
+        for f in snapshot.get("findings") or []
+        if f.get("session") == session and (kind is None or f.get("kind") == kind)
+    ]
+
+
+def ended_clean(session: Dict[str, Any]) -> bool:
+    ended = session.get("ended")
+    return bool(ended) and len(ended) == 2 and ended[1] == "clean"
+
+
+def latest_sessions(history: Sequence[Dict[str, Any]], job: str) -> List[Dict[str, Any]]:
+    """The last view of every session of `job` across a history of snapshots, by session id."""
+    by_id: Dict[str, Dict[str, Any]] = {}
+    for snap in history:
+        for s in sessions_of_job(snap, job):
+            by_id[s["session"]] = s
+    return [by_id[k] for k in sorted(by_id, key=_session_order)]
+
+
+def _session_order(sid: str) -> Tuple[int, str]:
+    m = re.match(r"s-(\d+)$", sid)
+    return (int(m.group(1)) if m else 1 << 60, sid)
+
+
+def finding_timeline(history: Sequence[Dict[str, Any]], session: str, kind: str) -> List[Tuple[float, str, str]]:
+    """(snapshot ts, finding id, state) for every observation of `kind` findings of `session`."""
+    out = []
+    for snap in history:
+        for f in findings_of_session(snap, session, kind):
+            out.append((float(snap.get("ts") or 0.0), str(f.get("id")), str(f.get("state"))))
+    return out
+
+
+def first_observed(history: Sequence[Dict[str, Any]], session: str, kind: str, state: str = "firing") -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """(snapshot, finding) at the first snapshot where a `kind` finding of `session` is in `state`."""
+    for snap in history:
+        for f in findings_of_session(snap, session, kind):
+            if f.get("state") == state:
+                return snap, f
+    return None
+
+
+def episodes(timeline: Sequence[Tuple[float, str, str]], live_until: Optional[float]) -> Dict[str, Any]:
+    """How a finding behaved while its session was live: distinct raises (ids; a re-raise gets
+    `#n`), resolutions seen before the session ended, and the share of observations after the
+    first firing one that were firing."""
+    ids = []
+    resolved_live = set()
+    firing_seen = False
+    after, firing_after = 0, 0
+    for ts, fid, state in timeline:
+        if fid not in ids:
+            ids.append(fid)
+        if live_until is not None and ts > live_until:
+            continue
+        if state == "resolved":
+            resolved_live.add(fid)
+        if state == "firing":
+            firing_seen = True
+        if firing_seen:
+            after += 1
+            firing_after += state == "firing"
+    return {
+        "raised": len(ids),
+        "resolved_while_live": len(resolved_live),
+        "firing_share": (firing_after / after) if after else 0.0,
+        "ever_firing": firing_seen,
+    }
+
+
+# --- trace files ---------------------------------------------------------------------------------
+
+
+def read_trace(text: str) -> List[Dict[str, Any]]:
+    """A trace file (one JSON object per line, hello first); a torn last line is ignored."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def trace_summary(lines: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    samples = [m for m in lines if m.get("type") == "sample"]
+    train = [m for m in samples if m.get("phase", "train") == "train"]
+    evals = [m for m in samples if m.get("phase") == "eval"]
+    steps = [m.get("step") for m in train if isinstance(m.get("step"), int)]
+    return {
+        "hello": bool(lines) and lines[0].get("type") == "hello",
+        "train_samples": len(train),
+        "eval_samples": len(evals),
+        # Trainer callbacks mark evaluation with phase events (samples come from training steps).
+        "eval_marks": sum(1 for m in lines if m.get("type") == "event" and m.get("kind") == "phase" and m.get("phase") == "eval"),
+        "last_step": max(steps) if steps else None,
+        "steps_monotonic": all(a <= b for a, b in zip(steps, steps[1:])),
+        "bye": any(m.get("type") == "bye" for m in lines),
+        "oom_events": [m for m in lines if m.get("type") == "event" and m.get("kind") == "oom"],
+    }
+
+
+# --- the checks' verdicts ------------------------------------------------------------------------
+
+
+def compare_process_memory(
+    before: Dict[str, Any], smi_rows: Sequence[Dict[str, Any]], after: Dict[str, Any], gpu_uuid: str
+) -> List[Dict[str, Any]]:
+    """Per-process memory on one GPU: the daemon's (from the snapshot before and after one
+    nvidia-smi call) against nvidia-smi's MiB. A process whose daemon value changed between the
+    two snapshots was allocating at the time and is marked unstable (not comparable)."""
+
+    def daemon_view(snap: Dict[str, Any]) -> Dict[int, Optional[int]]:
+        # nvidia-smi's compute-apps query lists compute contexts only; graphics-only processes
+        # (Xorg) are the daemon's alone.
+        return {
+            int(p["pid"]): p.get("used_memory_bytes")
+            for p in snap.get("processes") or []
+            if (p.get("uuid") == gpu_uuid or p.get("mig_uuid") == gpu_uuid) and p.get("kind", "compute") != "graphics"
+        }
+
+    b, a = daemon_view(before), daemon_view(after)
+    out = []
+    for row in smi_rows:
+        if row.get("gpu_uuid") not in (None, gpu_uuid):
+            continue
+        pid = row["pid"]
+        entry: Dict[str, Any] = {"pid": pid, "smi_mib": row.get("used_mib"), "daemon_bytes": a.get(pid)}
+        if pid not in b and pid not in a:
+            entry["status"] = "missing"  # nvidia-smi lists it, the daemon did neither time
+        elif pid not in b or pid not in a or b[pid] != a[pid] or a[pid] is None or row.get("used_mib") is None:
+            entry["status"] = "unstable"
+        else:
+            diff = abs(a[pid] // MIB - row["used_mib"])
+            entry["diff_mib"] = diff
+            entry["status"] = "match" if diff <= 1 else "mismatch"
+        out.append(entry)
+    smi_pids = {r["pid"] for r in smi_rows if r.get("gpu_uuid") in (None, gpu_uuid)}
+    for pid in sorted(set(b) & set(a) - smi_pids):
+        out.append({"pid": pid, "smi_mib": None, "daemon_bytes": a[pid], "status": "not_in_smi"})
+    return out
+
+
+def memory_verdict(comparisons: Sequence[Dict[str, Any]], trainer_pids: Iterable[int]) -> Tuple[bool, str]:
+    """Passes when every comparable reading matched to the MiB, at least one instrumented
+    trainer's was among them, and no process was listed by one side only (both sides read once
+    NVML list each time, so a pid on one side only means pid namespaces differ)."""
+    trainer_pids = set(trainer_pids)
+    matched = [c for c in comparisons if c["status"] == "match"]
+    mismatched = [c for c in comparisons if c["status"] == "mismatch"]
+    one_sided = [c for c in comparisons if c["status"] in ("missing", "not_in_smi")]
+    trainers = {c["pid"] for c in matched} & trainer_pids
+    worst = max([c.get("diff_mib", 0) for c in matched + mismatched] or [0])
+    figure = "%d/%d readings match (max diff %d MiB), %d trainer pids compared, %d one-sided" % (
+        len(matched),
+        len(matched) + len(mismatched),
+        worst,
+        len(trainers),
+        len(one_sided),
+    )
+    ok = bool(matched) and not mismatched and bool(trainers) and not one_sided
+    return ok, figure
+
+
+def leak_verdict(
+    finding: Optional[Dict[str, Any]],
+    first_snapshot_ts: Optional[float],
+    trainer: Dict[str, Any],
+    device_total: Optional[int],
+) -> Tuple[bool, str]:
+    """The leak finding against the trainer's ground truth (`trainer`: its result file: onset
+    step and time, bytes leaked per step). Passes when it was raised at or after the onset and
+    fired before the floor grew max(2 GiB, 3% of the device) past it (docs/detection.md)."""
+    if finding is None:
+        return False, "no leak finding fired (%s steps run, %s leaked)" % (
+            trainer.get("steps"),
+            fmt_bytes(trainer.get("leaked_bytes")),
+        )
+    onset = trainer.get("onset_step")
+    per_step = trainer.get("leak_bytes_per_step") or 0
+    first = finding.get("first_step")
+    ev = finding.get("evidence") or {}
+    true_growth = None
+    if first is not None and onset is not None:
+        true_growth = max(0, first - onset) * per_step
+    allowed = max(2 * GIB, 0.03 * device_total) if device_total else 2 * GIB
+    secs = None
+    if first_snapshot_ts is not None and trainer.get("onset_ts") is not None:
+        secs = first_snapshot_ts - trainer["onset_ts"]
+    figure = "first step %s (onset %s, +%s steps); growth %s by the finding, %s true; firing %s after onset" % (
+        first,
+        onset,
+        (first - onset) if (first is not None and onset is not None) else "?",
+        fmt_bytes(ev.get("growth_bytes")),
+        fmt_bytes(true_growth),
+        "%.1f s" % secs if secs is not None else "?",
+    )
+    ok = first is not None and onset is not None and first >= onset and true_growth is not None and true_growth <= allowed
+    if first is not None and onset is not None and first < onset:
+        figure += " (raised BEFORE the leak began)"
+    elif true_growth is not None and true_growth > allowed:
+        figure += " (over the allowed %s)" % fmt_bytes(allowed)
+    return ok, figure
+
+
+def cap_texts(cap: int) -> List[str]:
+    """Ways a message can spell the allocator cap: the daemon's '1.5 GiB', torch's '1.50 GiB'."""
+    out = []
+    for decimals in (1, 2):
+        out.append(fmt_bytes(cap, decimals))
+    return out
+
+
+def oom_names_cap(finding: Dict[str, Any], cap: int) -> Tuple[bool, str]:
+    """Whether an oom finding carries the allocator cap: `alloc_limit` in its evidence within
+    2 MiB of `cap` (set_per_process_memory_fraction rounds), or the cap spelled in its message or
+    detail."""
+    ev = finding.get("evidence") or {}
+    limit = ev.get("alloc_limit", finding.get("alloc_limit"))
+    if isinstance(limit, (int, float)) and abs(limit - cap) <= 2 * MIB:
+        return True, "evidence.alloc_limit = %s" % fmt_bytes(limit, 2)
+    for field in ("message", "detail"):
+        text = finding.get(field) if field == "message" else ev.get(field)
+        if not text:
+            continue
+        for spelled in cap_texts(cap):
+            if spelled in text:
+                return True, "%s says %s" % (field, spelled)
+    return False, "cap %s not in evidence.alloc_limit (%r), message or detail" % (fmt_bytes(cap), limit)
+
+
+def overhead(bare: Sequence[float], attached: Sequence[float]) -> Dict[str, Optional[float]]:
+    """Client cost per step from paired repeats (seconds per step each): the median of the
+    per-repeat differences, which cancels drift that affects both runs of a pair."""
+    pairs = list(zip(bare, attached))
+    diffs = [a - b for b, a in pairs]
+    step = median(bare)
+    cost = median(diffs)
+    return {
+        "step": step,
+        "cost": cost,
+        "share": (cost / step) if (cost is not None and step) else None,
+        "spread": (max(diffs) - min(diffs)) if diffs else None,
+    }
+
+
+def overhead_verdict(o: Dict[str, Optional[float]], limit_share: float) -> Tuple[bool, str]:
+    if o["step"] is None or o["cost"] is None:
+        return False, "not measured"
+    figure = "step %s, client %s/step (%.2f%%; pairs spread %s)" % (
+        fmt_ms(o["step"]),
+        fmt_us(o["cost"]),
+        100.0 * (o["share"] or 0.0),
+        fmt_us(o["spread"]),
+    )
+    return (o["share"] or 0.0) <= limit_share, figure
+
+
+def poll_verdict(daemon: Sequence[float], bare: Sequence[float]) -> Tuple[bool, str]:
+    """The daemon's NVML poll against the same NVML calls made bare: the daemon may spend at most
+    twice the bare time plus 1 ms (it also reads /proc for new processes and builds its model)."""
+    d50, d95, b50 = median(daemon), percentile(daemon, 95), median(bare)
+    if d50 is None or b50 is None:
+        return False, "not measured (daemon polls %d, bare polls %d)" % (len(daemon), len(bare))
+    figure = "daemon p50 %s p95 %s over %d polls; bare NVML p50 %s over %d" % (
+        fmt_ms(d50),
+        fmt_ms(d95),
+        len(daemon),
+        fmt_ms(b50),
+        len(bare),
+    )
+    return d50 <= 2 * b50 + 0.001, figure

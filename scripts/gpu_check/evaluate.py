@@ -1,0 +1,415 @@
+"""From observations to checks: one function per check, each reading the bundle the driver
+gathered (`obs`, described in driver.py's `Run.observations`) and returning a report.Check.
+No I/O here, so every verdict is tested on synthetic bundles."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+import analysis as a
+from report import FAIL, INFO, PASS, SKIP, Check
+
+JOBS = {
+    "healthy": "gpu-check-healthy",
+    "leak": "gpu-check-leak",
+    "near_limit": "gpu-check-near-limit",
+    "oom": "gpu-check-oom",
+    "lightning": "gpu-check-lightning",
+    "hf": "gpu-check-hf",
+    "ddp": "gpu-check-ddp",
+}
+
+# The client may spend 0.5% of a step by design (cadence.py); a check fails at 2%, which leaves
+# room for timing noise but not for a cadence that samples every step.
+CLIENT_COST_LIMIT = 0.02
+
+
+def _trainer_problem(obs: Dict[str, Any], name: str) -> Optional[str]:
+    """Why a trainer's run cannot be judged (did not run, failed, timed out), or None."""
+    t = obs["trainers"].get(name)
+    if t is None:
+        return "not run"
+    if t.get("timed_out"):
+        return "timed out; log: %s" % _tail(t)
+    if t.get("rc") != 0:
+        return "exited with status %s; log: %s" % (t.get("rc"), _tail(t))
+    return None
+
+
+def _tail(t: Dict[str, Any]) -> str:
+    lines = [l for l in (t.get("log_tail") or "").splitlines() if l.strip()]
+    return " / ".join(lines[-3:])[-400:] or "(empty)"
+
+
+def _one_session(obs: Dict[str, Any], name: str) -> Optional[Dict[str, Any]]:
+    sessions = a.latest_sessions(obs["history"], JOBS[name])
+    return sessions[-1] if sessions else None
+
+
+def _skipped(obs: Dict[str, Any], name: str, check: str) -> Optional[Check]:
+    t = obs["trainers"].get(name)
+    if t is not None and t.get("skipped"):
+        return Check(check, SKIP, t["skipped"])
+    if t is None and name in obs.get("not_selected", ()):
+        return Check(check, SKIP, "not selected (--only)")
+    return None
+
+
+def check_daemon(obs: Dict[str, Any]) -> Check:
+    d = obs["daemon"]
+    if d.get("error"):
+        lines = [l for l in d["error"].splitlines() if l.strip()]
+        figure = lines[0] + (" ... " + lines[-1] if len(lines) > 1 else " (no output)")
+        return Check("daemon starts and sees the GPUs", FAIL, figure[:400], " / ".join(lines[1:])[-1500:])
+    snap = obs["history"][0] if obs["history"] else {}
+    nvml = snap.get("nvml") or {}
+    gpus = snap.get("gpus") or []
+    g0 = gpus[0] if gpus else {}
+    mem = (g0.get("memory") or {}).get("total")
+    figure = "ready in %.1f s; NVML %s, driver %s; %d GPU(s); GPU 0 %s, %s" % (
+        d.get("ready_s") or 0.0,
+        "up" if nvml.get("up") else "DOWN (%s)" % nvml.get("error"),
+        nvml.get("driver_version"),
+        len(gpus),
+        g0.get("name"),
+        a.fmt_bytes(mem),
+    )
+    return Check.verdict("daemon starts and sees the GPUs", bool(nvml.get("up")) and bool(gpus), figure)
+
+
+def check_healthy(obs: Dict[str, Any]) -> Check:
+    name = "healthy trainer: sampled, no findings"
+    skip = _skipped(obs, "healthy", name)
+    if skip:
+        return skip
+    problem = _trainer_problem(obs, "healthy")
+    s = _one_session(obs, "healthy")
+    if problem or s is None:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS["healthy"])
+    result = obs["trainers"]["healthy"].get("result") or {}
+    steps, seconds = result.get("steps") or 0, result.get("seconds") or 0.0
+    kinds = sorted({f["kind"] for snap in obs["history"] for f in a.findings_of_session(snap, s["session"])})
+    rate = (s.get("samples") or 0) / seconds if seconds else 0.0
+    max_rate = obs.get("max_rate", 10.0)
+    ok = (
+        (s.get("samples") or 0) > 0
+        and not kinds
+        and a.ended_clean(s)
+        and 0 < (s.get("step") or 0) <= steps
+        and rate <= max_rate * 1.2 + 1
+    )
+    figure = "%d samples over %d steps in %.0f s (%.1f/s), last sampled step %s, findings: %s, %s" % (
+        s.get("samples") or 0,
+        steps,
+        seconds,
+        rate,
+        s.get("step"),
+        ", ".join(kinds) or "none",
+        "bye" if a.ended_clean(s) else "no bye (%s)" % (s.get("ended"),),
+    )
+    return Check.verdict(name, ok, figure)
+
+
+def check_leak(obs: Dict[str, Any]) -> Check:
+    name = "leak detected (step, growth)"
+    skip = _skipped(obs, "leak", name)
+    if skip:
+        return skip
+    problem = _trainer_problem(obs, "leak")
+    s = _one_session(obs, "leak")
+    if problem or s is None:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS["leak"])
+    result = obs["trainers"]["leak"].get("result") or {}
+    first = a.first_observed(obs["history"], s["session"], "leak", "firing")
+    snap, finding = first if first else (None, None)
+    total = result.get("device_total") or s.get("device_total")
+    ok, figure = a.leak_verdict(finding, snap.get("ts") if snap else None, result, total)
+    others = sorted(
+        {f["kind"] for sn in obs["history"] for f in a.findings_of_session(sn, s["session"]) if f["kind"] != "leak"}
+    )
+    if others:
+        figure += "; also raised: %s" % ", ".join(others)
+    detail = ""
+    if finding is not None:
+        ev = finding.get("evidence") or {}
+        detail = "slope %s/step (true %s/step), forecast %s steps to OOM; message: %s" % (
+            a.fmt_bytes(ev.get("slope_bytes_per_step")),
+            a.fmt_bytes(result.get("leak_bytes_per_step")),
+            ev.get("oom_eta_steps"),
+            finding.get("message"),
+        )
+    return Check(name, PASS if ok else FAIL, figure, detail)
+
+
+def check_near_limit(obs: Dict[str, Any]) -> Check:
+    name = "near_limit fires and stays firing"
+    skip = _skipped(obs, "near_limit", name)
+    if skip:
+        return skip
+    problem = _trainer_problem(obs, "near_limit")
+    s = _one_session(obs, "near_limit")
+    if problem or s is None:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS["near_limit"])
+    result = obs["trainers"]["near_limit"].get("result") or {}
+    ended_ts = s["ended"][0] if s.get("ended") else None
+    ep = a.episodes(a.finding_timeline(obs["history"], s["session"], "near_limit"), ended_ts)
+    first = a.first_observed(obs["history"], s["session"], "near_limit", "firing")
+    after = "%.1f s" % (first[0]["ts"] - s["started"]) if first else "never"
+    figure = "fired after %s; raised %d time(s), resolved %d time(s) while running, firing in %.0f%% of polls after; retries %s (torch %s)" % (
+        after,
+        ep["raised"],
+        ep["resolved_while_live"],
+        100 * ep["firing_share"],
+        s.get("alloc_retries_total"),
+        result.get("num_alloc_retries", "n/a"),
+    )
+    ok = ep["ever_firing"] and ep["raised"] == 1 and ep["resolved_while_live"] == 0 and ep["firing_share"] >= 0.9
+    return Check.verdict(name, ok, figure)
+
+
+def check_oom(obs: Dict[str, Any]) -> Check:
+    name = "OOM reported against the allocator cap"
+    skip = _skipped(obs, "oom", name)
+    if skip:
+        return skip
+    problem = _trainer_problem(obs, "oom")
+    s = _one_session(obs, "oom")
+    if problem or s is None:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS["oom"])
+    result = obs["trainers"]["oom"].get("result") or {}
+    cap = result.get("cap")
+    finding = None
+    for snap in obs["history"]:
+        for f in a.findings_of_session(snap, s["session"], "oom"):
+            finding = f  # the last view: the evidence as it ended
+    if finding is None or cap is None:
+        return Check(name, FAIL, "no oom finding (trainer OOM at step %s: %s)" % (result.get("oom_step"), result.get("oom_message")))
+    ok, how = a.oom_names_cap(finding, int(cap))
+    ev = finding.get("evidence") or {}
+    alloc_ok = ev.get("alloc_bytes") == result.get("chunk_bytes")
+    figure = "cap %s: %s; tried %s (trainer asked %s); trainer OOM at step %s, finding at step %s; %s" % (
+        a.fmt_bytes(cap),
+        how,
+        a.fmt_bytes(ev.get("alloc_bytes")),
+        a.fmt_bytes(result.get("chunk_bytes")),
+        result.get("oom_step"),
+        ev.get("step", finding.get("first_step")),
+        "bye" if a.ended_clean(s) else "no bye",
+    )
+    return Check(name, PASS if (ok and alloc_ok and a.ended_clean(s)) else FAIL, figure, "message: %s" % finding.get("message"))
+
+
+def _framework(obs: Dict[str, Any], key: str, name: str) -> Check:
+    skip = _skipped(obs, key, name)
+    if skip:
+        return skip
+    problem = _trainer_problem(obs, key)
+    s = _one_session(obs, key)
+    if problem or s is None:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS[key])
+    result = obs["trainers"][key].get("result") or {}
+    steps = result.get("steps") or 0
+    t = obs["traces"].get(s["session"])
+    if t is None:
+        return Check(name, FAIL, "no trace file for %s in the record dir" % s["session"])
+    ok = (
+        t["hello"]
+        and 1 <= t["train_samples"] <= steps
+        and t["eval_samples"] + t.get("eval_marks", 0) >= 1
+        and t["steps_monotonic"]
+        and (t["last_step"] or 0) <= steps
+        and t["bye"]
+        and a.ended_clean(s)
+    )
+    figure = "%d train samples over %d steps (last step %s), eval: %d samples, %d phase marks, %s" % (
+        t["train_samples"],
+        steps,
+        t["last_step"],
+        t["eval_samples"],
+        t.get("eval_marks", 0),
+        "bye" if t["bye"] else "no bye",
+    )
+    if not t["steps_monotonic"]:
+        figure += ", steps out of order"
+    return Check.verdict(name, ok, figure)
+
+
+def check_lightning(obs: Dict[str, Any]) -> Check:
+    return _framework(obs, "lightning", "Lightning callback")
+
+
+def check_hf(obs: Dict[str, Any]) -> Check:
+    return _framework(obs, "hf", "Hugging Face callback")
+
+
+def check_ddp(obs: Dict[str, Any]) -> Check:
+    name = "torchrun, 2 ranks: a session each"
+    skip = _skipped(obs, "ddp", name)
+    if skip:
+        return skip
+    problem = _trainer_problem(obs, "ddp")
+    sessions = a.latest_sessions(obs["history"], JOBS["ddp"])
+    if problem or not sessions:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS["ddp"])
+    joined = {
+        s["session"]
+        for snap in obs["history"]
+        for s in a.sessions_of_job(snap, JOBS["ddp"])
+        if s.get("nvml")
+    }
+    ranks = sorted(s.get("rank") for s in sessions if s.get("rank") is not None)
+    ok = (
+        len(sessions) == 2
+        and ranks == [0, 1]
+        and all(s.get("world_size") == 2 for s in sessions)
+        and all((s.get("samples") or 0) > 0 and a.ended_clean(s) for s in sessions)
+        and len({s["pid"] for s in sessions}) == 2
+        and joined == {s["session"] for s in sessions}
+    )
+    backend = (obs["trainers"]["ddp"].get("result") or {}).get("backend")
+    figure = "%d sessions, ranks %s, samples %s, %d joined to NVML processes, backend %s" % (
+        len(sessions),
+        ranks,
+        [s.get("samples") for s in sessions],
+        len(joined),
+        backend,
+    )
+    return Check.verdict(name, ok, figure)
+
+
+def check_memory(obs: Dict[str, Any]) -> Check:
+    name = "per-process memory = nvidia-smi (MiB)"
+    if not obs.get("smi"):
+        return Check(name, FAIL, "nvidia-smi not found")
+    trainer_pids = {s["pid"] for snap in obs["history"] for s in snap.get("sessions") or []}
+    ok, figure = a.memory_verdict(obs["comparisons"], trainer_pids)
+    errors = obs.get("smi_errors") or []
+    if errors:
+        figure += "; %d nvidia-smi errors (first: %s)" % (len(errors), errors[0][:200])
+    mismatched = [c for c in obs["comparisons"] if c["status"] in ("mismatch", "missing", "not_in_smi")]
+    detail = "; ".join(
+        "pid %s: smi %s MiB, daemon %s (%s)" % (c["pid"], c.get("smi_mib"), a.fmt_bytes(c.get("daemon_bytes")), c["status"])
+        for c in mismatched[:5]
+    )
+    return Check(name, PASS if ok else FAIL, figure, detail)
+
+
+def check_client_cost(obs: Dict[str, Any], size: str) -> List[Check]:
+    label = {"small": "~0.4 ms", "large": "~5 ms"}[size]
+    name = "client cost per %s step" % label
+    skip = _skipped(obs, "bench", name)
+    if skip:
+        return [skip]
+    problem = _trainer_problem(obs, "bench")
+    result = (obs["trainers"].get("bench") or {}).get("result") or {}
+    entry = (result.get("sizes") or {}).get(size)
+    if problem or entry is None:
+        return [Check(name, FAIL, problem or "no measurement for the %s step" % size)]
+    runs = entry["runs"]
+    sent = entry.get("lines_sent") or {}
+    out = []
+    default = a.overhead(runs["bare"], runs["default"])
+    ok, figure = a.overhead_verdict(default, CLIENT_COST_LIMIT)
+    attached = all(isinstance(n, int) and n > 0 for n in sent.get("default") or [None])
+    if not attached:
+        ok, figure = False, figure + "; the client sent nothing (%s)" % (sent.get("default"),)
+    out.append(Check(name, PASS if ok else FAIL, figure + "; %d layers" % entry.get("layers", 0)))
+    every = a.overhead(runs["bare"], runs["every"])
+    out.append(
+        Check(
+            "  sampling every step (%s)" % label,
+            INFO,
+            "client %s/step (%.1f%% of the step), lines sent per run %s" % (
+                a.fmt_us(every["cost"]),
+                100 * (every["share"] or 0.0),
+                sent.get("every"),
+            ),
+        )
+    )
+    return out
+
+
+def check_stats_cost(obs: Dict[str, Any]) -> Check:
+    skip = _skipped(obs, "bench", "torch.cuda.memory_stats() cost")
+    if skip:
+        return skip
+    result = (obs["trainers"].get("bench") or {}).get("result") or {}
+    if "memory_stats_s" not in result:
+        return Check("torch.cuda.memory_stats() cost", SKIP, "not measured")
+    return Check(
+        "torch.cuda.memory_stats() cost",
+        INFO,
+        "memory_stats() %s, mem_get_info() %s per call" % (a.fmt_us(result["memory_stats_s"]), a.fmt_us(result.get("mem_get_info_s"))),
+    )
+
+
+def check_poll(obs: Dict[str, Any]) -> List[Check]:
+    daemon = a.distinct_polls(obs["metric_polls"])
+    out = []
+    if not obs["bare_polls"]:
+        out.append(Check("daemon NVML poll vs bare NVML", FAIL, "bare NVML could not be timed: %s" % (obs.get("bare_error") or "?")))
+    else:
+        ok, figure = a.poll_verdict(daemon, obs["bare_polls"])
+        out.append(Check.verdict("daemon NVML poll vs bare NVML", ok, figure))
+    smi = obs.get("smi_times") or []
+    out.append(
+        Check("  nvidia-smi, one query", INFO, "median %s over %d runs" % (a.fmt_ms(a.median(smi)), len(smi)))
+        if smi
+        else Check("  nvidia-smi, one query", SKIP, "not timed")
+    )
+    py = obs.get("pynvml_polls")
+    out.append(
+        Check("  pynvml, same calls", INFO, "median %s over %d polls" % (a.fmt_ms(a.median(py)), len(py)))
+        if py
+        else Check("  pynvml, same calls", SKIP, "pynvml is not installed" if py is None else "not timed")
+    )
+    return out
+
+
+def check_daemon_log(obs: Dict[str, Any]) -> Check:
+    log = obs.get("daemon_log") or ""
+    panics = [l for l in log.splitlines() if "panicked" in l]
+    errors = [l for l in log.splitlines() if " ERROR " in l or '"level":"ERROR"' in l]
+    figure = "%d panics, %d error lines, %d lines" % (len(panics), len(errors), len(log.splitlines()))
+    if panics:
+        figure += "; first: %s" % panics[0][:200]
+    return Check.verdict("daemon log has no panic", not panics, figure)
+
+
+def check_shutdown(obs: Dict[str, Any]) -> Check:
+    sd = obs.get("shutdown") or {}
+    ok = sd.get("rc") == 0 and (sd.get("seconds") or 99) < 10 and not sd.get("leftovers")
+    figure = "daemon exited %s in %.1f s after SIGTERM; processes left: %s" % (
+        sd.get("rc"),
+        sd.get("seconds") or 0.0,
+        sd.get("leftovers") or "none",
+    )
+    return Check.verdict("clean shutdown, nothing left running", ok, figure)
+
+
+def evaluate(obs: Dict[str, Any]) -> List[Check]:
+    """Every check, in the order of the report."""
+    if obs["daemon"].get("error"):
+        return [check_daemon(obs)]
+    steps: List[Callable[[Dict[str, Any]], Any]] = [
+        check_daemon,
+        check_healthy,
+        check_memory,
+        check_leak,
+        check_near_limit,
+        check_oom,
+        check_lightning,
+        check_hf,
+        check_ddp,
+        lambda o: check_client_cost(o, "small"),
+        lambda o: check_client_cost(o, "large"),
+        check_stats_cost,
+        check_poll,
+        check_daemon_log,
+        check_shutdown,
+    ]
+    out: List[Check] = []
+    for step in steps:
+        got = step(obs)
+        out.extend(got if isinstance(got, list) else [got])
+    return out

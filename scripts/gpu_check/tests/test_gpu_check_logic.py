@@ -1,0 +1,383 @@
+"""gpu-check's parsing, comparisons, verdicts and report, on synthetic inputs (no GPU, no torch):
+`python3 -m pytest -q scripts/gpu_check/tests`."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import analysis as a  # noqa: E402
+import evaluate as ev  # noqa: E402
+import report  # noqa: E402
+
+MIB, GIB = a.MIB, a.GIB
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+# --- formatting and parsing ----------------------------------------------------------------------
+
+
+def test_fmt_bytes_spells_sizes_like_the_daemon():
+    assert a.fmt_bytes(512) == "512 B"
+    assert a.fmt_bytes(64 * MIB) == "64.0 MiB"
+    assert a.fmt_bytes(int(1.5 * GIB)) == "1.5 GiB"
+    assert a.fmt_bytes(int(1.5 * GIB), 2) == "1.50 GiB"
+    assert a.fmt_bytes(-2 * GIB) == "-2.0 GiB"
+    assert a.fmt_bytes(None) == "n/a"
+
+
+def test_smi_rows_parse_with_and_without_uuid_and_na():
+    text = "4242, %s, 1024\n4243, %s, [N/A]\n\n" % (UUID, UUID)
+    rows = a.parse_smi_compute_apps(text)
+    assert rows == [
+        {"pid": 4242, "gpu_uuid": UUID, "used_mib": 1024},
+        {"pid": 4243, "gpu_uuid": UUID, "used_mib": None},
+    ]
+    assert a.parse_smi_compute_apps("17, 300") == [{"pid": 17, "gpu_uuid": None, "used_mib": 300}]
+    assert a.parse_smi_compute_apps("No running processes found\n") == []
+
+
+def test_smi_garbage_is_an_error_naming_the_line():
+    with pytest.raises(ValueError, match="Failed to initialize"):
+        a.parse_smi_compute_apps("Failed to initialize NVML: Driver/library version mismatch")
+
+
+def test_metrics_parse_labels_and_plain_series():
+    text = "\n".join(
+        [
+            "# HELP gpumon_nvml_poll_duration_seconds x",
+            "gpumon_nvml_poll_duration_seconds 0.0012",
+            "gpumon_nvml_polls_total 17",
+            'gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-1",pid="42",process="py",container=""} 1048576',
+            "not a metric line {",
+        ]
+    )
+    m = a.parse_metrics(text)
+    assert a.metric_value(m, "gpumon_nvml_polls_total") == 17
+    assert a.metric_value(m, "gpumon_nvml_poll_duration_seconds") == 0.0012
+    labels, value = m["gpumon_process_memory_used_bytes"][0]
+    assert labels["pid"] == "42" and labels["container"] == "" and value == 1048576
+    assert a.metric_value(m, "gpumon_absent") is None
+
+
+def test_distinct_polls_count_each_poll_once():
+    obs = [(1, 0.001), (1, 0.001), (2, 0.003), (None, 0.5), (3, None), (4, 0.002)]
+    assert a.distinct_polls(obs) == [0.001, 0.003, 0.002]
+
+
+def test_percentile_and_median():
+    xs = [5, 1, 4, 2, 3]
+    assert a.median(xs) == 3
+    assert a.percentile(xs, 95) == 5
+    assert a.percentile(xs, 20) == 1
+    assert a.median([]) is None and a.percentile([], 50) is None
+
+
+# --- comparisons -----------------------------------------------------------------------------------
+
+
+def snap(procs, ts=0.0):
+    return {"ts": ts, "processes": [{"pid": p, "uuid": UUID, "used_memory_bytes": b} for p, b in procs.items()]}
+
+
+def test_memory_matches_to_the_mib_and_flags_the_rest():
+    before = snap({1: 1024 * MIB, 2: 300 * MIB, 3: 50 * MIB, 5: 10 * MIB})
+    after = snap({1: 1024 * MIB, 2: 302 * MIB, 3: 50 * MIB, 5: 10 * MIB})
+    rows = [
+        {"pid": 1, "gpu_uuid": UUID, "used_mib": 1024},  # match
+        {"pid": 2, "gpu_uuid": UUID, "used_mib": 301},  # daemon moved meanwhile: unstable
+        {"pid": 3, "gpu_uuid": UUID, "used_mib": 53},  # 3 MiB apart: mismatch
+        {"pid": 4, "gpu_uuid": UUID, "used_mib": 9},  # the daemon never listed it
+        {"pid": 9, "gpu_uuid": "GPU-other", "used_mib": 1},  # another GPU: ignored
+    ]
+    xorg = {"pid": 6, "uuid": UUID, "kind": "graphics", "used_memory_bytes": 16 * MIB}
+    before["processes"].append(xorg)
+    after["processes"].append(xorg)
+    got = {c["pid"]: c["status"] for c in a.compare_process_memory(before, rows, after, UUID)}
+    assert got == {1: "match", 2: "unstable", 3: "mismatch", 4: "missing", 5: "not_in_smi"}
+
+
+def test_memory_verdict_needs_a_trainer_and_no_mismatch():
+    match = {"pid": 1, "status": "match", "diff_mib": 0}
+    ok, figure = a.memory_verdict([match], trainer_pids=[1])
+    assert ok and "1/1 readings match" in figure
+    assert not a.memory_verdict([match], trainer_pids=[7])[0]  # no trainer compared
+    assert not a.memory_verdict([match, {"pid": 2, "status": "mismatch", "diff_mib": 4}], [1])[0]
+    assert not a.memory_verdict([match, {"pid": 3, "status": "missing"}], [1])[0]
+    assert not a.memory_verdict([], [1])[0]
+
+
+# --- findings over time ----------------------------------------------------------------------------
+
+
+def finding(session, kind, state, fid=None, **extra):
+    f = {"id": fid or "%s/%s" % (session, kind), "session": session, "kind": kind, "state": state}
+    f.update(extra)
+    return f
+
+
+def test_episodes_count_raises_and_resolutions_while_live():
+    tl = [
+        (1.0, "s-1/near_limit", "pending"),
+        (2.0, "s-1/near_limit", "firing"),
+        (3.0, "s-1/near_limit", "firing"),
+        (4.0, "s-1/near_limit", "resolved"),
+        (5.0, "s-1/near_limit#2", "firing"),
+        (9.0, "s-1/near_limit#2", "resolved"),  # after the session ended: not counted as live
+    ]
+    e = a.episodes(tl, live_until=8.0)
+    assert e["raised"] == 2 and e["resolved_while_live"] == 1 and e["ever_firing"]
+    assert e["firing_share"] == pytest.approx(3 / 4)
+    steady = a.episodes([(1.0, "x", "firing"), (2.0, "x", "firing"), (3.0, "x", "resolved")], live_until=2.5)
+    assert steady == {"raised": 1, "resolved_while_live": 0, "firing_share": 1.0, "ever_firing": True}
+    assert not a.episodes([], None)["ever_firing"]
+
+
+def test_first_observed_and_latest_sessions():
+    h = [
+        {"ts": 1.0, "sessions": [{"session": "s-2", "job": "j", "samples": 1}], "findings": [finding("s-2", "leak", "pending")]},
+        {"ts": 2.0, "sessions": [{"session": "s-2", "job": "j", "samples": 5}, {"session": "s-10", "job": "j"}], "findings": [finding("s-2", "leak", "firing", first_step=7)]},
+    ]
+    snap_, f = a.first_observed(h, "s-2", "leak")
+    assert snap_["ts"] == 2.0 and f["first_step"] == 7
+    assert a.first_observed(h, "s-2", "oom") is None
+    latest = a.latest_sessions(h, "j")
+    assert [s["session"] for s in latest] == ["s-2", "s-10"] and latest[0]["samples"] == 5
+
+
+def test_leak_verdict_judges_against_the_ground_truth():
+    trainer = {"onset_step": 500, "onset_ts": 100.0, "leak_bytes_per_step": 2 * MIB, "steps": 2000}
+    f = finding("s-1", "leak", "firing", first_step=700, evidence={"growth_bytes": 380 * MIB})
+    ok, figure = a.leak_verdict(f, 120.0, trainer, 80 * GIB)
+    assert ok, figure
+    assert "first step 700 (onset 500, +200 steps)" in figure and "20.0 s after onset" in figure
+    early = finding("s-1", "leak", "firing", first_step=400, evidence={})
+    ok, figure = a.leak_verdict(early, 120.0, trainer, 80 * GIB)
+    assert not ok and "BEFORE" in figure
+    late = finding("s-1", "leak", "firing", first_step=500 + 3000, evidence={})
+    ok, figure = a.leak_verdict(late, 120.0, trainer, 80 * GIB)  # 6000 MiB > max(2 GiB, 2.4 GiB)
+    assert not ok and "over the allowed" in figure
+    assert not a.leak_verdict(None, None, trainer, 80 * GIB)[0]
+
+
+def test_oom_cap_found_in_evidence_or_words_and_only_there():
+    cap = int(1.5 * GIB)
+    assert a.oom_names_cap({"evidence": {"alloc_limit": cap - 4096}}, cap)[0]
+    assert a.oom_names_cap({"message": "CUDA out of memory (limit 1.5 GiB)", "evidence": {}}, cap)[0]
+    assert a.oom_names_cap({"evidence": {"detail": "Tried to allocate 64.00 MiB (1.50 GiB allowed)"}}, cap)[0]
+    ok, why = a.oom_names_cap({"message": "CUDA out of memory: tried to allocate 64.0 MiB with 70.1 GiB free", "evidence": {"alloc_limit": 80 * GIB}}, cap)
+    assert not ok and "1.5 GiB" in why
+
+
+def test_overhead_is_the_median_of_paired_differences():
+    bare = [0.00040, 0.00041, 0.00042]
+    attached = [0.000402, 0.000413, 0.000421]
+    o = a.overhead(bare, attached)
+    assert o["cost"] == pytest.approx(2e-6) and o["step"] == pytest.approx(0.00041)
+    ok, figure = a.overhead_verdict(o, 0.02)
+    assert ok and "0.49%" in figure
+    assert not a.overhead_verdict(a.overhead(bare, [b * 1.1 for b in bare]), 0.02)[0]
+    assert not a.overhead_verdict(a.overhead([], []), 0.02)[0]
+
+
+def test_poll_verdict():
+    assert a.poll_verdict([0.002] * 5, [0.0015] * 5)[0]
+    assert not a.poll_verdict([0.010] * 5, [0.002] * 5)[0]
+    assert not a.poll_verdict([], [0.001])[0]
+
+
+def test_trace_summary_counts_phases_and_bye():
+    lines = [
+        {"type": "hello", "v": 1},
+        {"type": "sample", "step": 1},
+        {"type": "sample", "step": 2, "phase": "train"},
+        {"type": "sample", "step": 2, "phase": "eval"},
+        {"type": "event", "kind": "oom"},
+        {"type": "sample", "step": 3},
+        {"type": "bye"},
+    ]
+    text = "\n".join(json.dumps(l) for l in lines) + '\n{"type": "sam'
+    t = a.trace_summary(a.read_trace(text))
+    assert t["hello"] and t["bye"] and t["steps_monotonic"]
+    assert (t["train_samples"], t["eval_samples"], t["last_step"], len(t["oom_events"])) == (3, 1, 3, 1)
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def test_report_table_markdown_and_exit_status():
+    checks = [
+        report.Check("daemon", report.PASS, "ready in 0.2 s"),
+        report.Check("leak | detected", report.FAIL, "no leak finding " * 10, detail="see logs"),
+        report.Check("pynvml", report.SKIP, "not installed"),
+    ]
+    text = report.table(checks, width=80)
+    assert "FAIL" in text and "1 passed, 1 failed, 1 skipped" in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    md = report.markdown(checks, {"date": "2026-01-01", "gpu": "H100"}, notes=["note"])
+    assert "| leak \\| detected | fail |" in md and "- gpu: H100" in md and "- note" in md
+    assert report.exit_status(checks) == 1
+    assert report.exit_status(checks[:1]) == 0
+    assert report.exit_status([]) == 1
+    with pytest.raises(ValueError):
+        report.Check("x", "passed", "")
+
+
+# --- evaluate on a synthetic run -------------------------------------------------------------------
+
+
+def session(sid, job, pid, **extra):
+    s = {"session": sid, "job": job, "pid": pid, "samples": 40, "step": 990, "started": 0.0, "ended": [30.0, "clean"], "gpu_uuid": UUID}
+    s.update(extra)
+    return s
+
+
+def bundle(**over):
+    """A run where everything went right; tests break one thing at a time."""
+    J = ev.JOBS
+    sessions = [
+        session("s-1", J["healthy"], 101),
+        session("s-2", J["leak"], 102, step=2000),
+        session("s-3", J["near_limit"], 103, alloc_retries_total=57),
+        session("s-4", J["oom"], 104),
+        session("s-5", J["lightning"], 105),
+        session("s-6", J["hf"], 106),
+        session("s-7", J["ddp"], 107, rank=0, world_size=2, nvml={"used_memory_bytes": 1}),
+        session("s-8", J["ddp"], 108, rank=1, world_size=2, nvml={"used_memory_bytes": 1}),
+    ]
+    history = []
+    for t in range(1, 31):
+        findings = [finding("s-3", "near_limit", "firing" if t >= 3 else "pending")]
+        if t >= 20:
+            findings.append(finding("s-2", "leak", "firing", first_step=900, evidence={"growth_bytes": 400 * MIB}))
+        if t >= 10:
+            findings.append(finding("s-4", "oom", "firing", evidence={"alloc_bytes": 64 * MIB, "alloc_limit": int(1.5 * GIB)}))
+        history.append(
+            {
+                "ts": float(t),
+                "nvml": {"up": True, "driver_version": "550"},
+                "gpus": [{"index": 0, "uuid": UUID, "name": "H100", "memory": {"total": 80 * GIB}}],
+                "sessions": sessions,
+                "findings": findings,
+            }
+        )
+    ok = {"rc": 0, "timed_out": False, "log_tail": ""}
+    obs = {
+        "daemon": {"ready_s": 0.3},
+        "history": history,
+        "trainers": {
+            "healthy": dict(ok, result={"steps": 1000, "seconds": 20.0}),
+            "leak": dict(ok, result={"onset_step": 700, "onset_ts": 12.0, "leak_bytes_per_step": 2 * MIB, "device_total": 80 * GIB}),
+            "near_limit": dict(ok, result={"num_alloc_retries": 60}),
+            "oom": dict(ok, result={"cap": int(1.5 * GIB), "chunk_bytes": 64 * MIB, "oom_step": 40}),
+            "lightning": dict(ok, result={"steps": 120}),
+            "hf": dict(ok, result={"steps": 80}),
+            "ddp": dict(ok, result={"backend": "gloo"}),
+            "bench": dict(
+                ok,
+                result={
+                    "memory_stats_s": 1.8e-4,
+                    "mem_get_info_s": 5e-6,
+                    "sizes": {
+                        k: {
+                            "layers": 3,
+                            "runs": {"bare": [st] * 3, "default": [st * 1.004] * 3, "every": [st * 1.3] * 3},
+                            "lines_sent": {"default": [12, 12, 12], "every": [900, 900, 900]},
+                        }
+                        for k, st in (("small", 0.0004), ("large", 0.005))
+                    },
+                },
+            ),
+        },
+        "traces": {
+            "s-5": {"hello": True, "train_samples": 120, "eval_samples": 8, "last_step": 120, "steps_monotonic": True, "bye": True},
+            "s-6": {"hello": True, "train_samples": 80, "eval_samples": 4, "last_step": 80, "steps_monotonic": True, "bye": True},
+        },
+        "comparisons": [{"pid": 101, "status": "match", "diff_mib": 0}],
+        "smi": ["nvidia-smi"],
+        "metric_polls": [(i, 0.0012) for i in range(20)],
+        "bare_polls": [0.001] * 10,
+        "smi_times": [0.05] * 5,
+        "pynvml_polls": None,
+        "daemon_log": "INFO started\n",
+        "shutdown": {"rc": 0, "seconds": 0.1, "leftovers": []},
+    }
+    obs.update(over)
+    return obs
+
+
+def statuses(obs):
+    return {c.name: c.status for c in ev.evaluate(obs)}
+
+
+def test_a_good_run_passes_every_check():
+    checks = ev.evaluate(bundle())
+    bad = [(c.name, c.status, c.figure) for c in checks if c.status not in (report.PASS, report.INFO, report.SKIP)]
+    assert not bad
+    assert report.exit_status(checks) == 0
+    names = [c.name for c in checks]
+    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 19
+
+
+def test_each_broken_part_fails_its_own_check():
+    def broken(mutate, name):
+        obs = bundle()
+        mutate(obs)
+        got = statuses(obs)
+        assert got[name] == report.FAIL, got
+        assert [n for n, s in got.items() if s == report.FAIL] == [name]
+
+    def healthy_with_finding(o):
+        for snap in o["history"]:
+            snap["findings"] = snap["findings"] + [finding("s-1", "fragmentation", "pending")]
+
+    def no_leak(o):
+        for snap in o["history"]:
+            snap["findings"] = [f for f in snap["findings"] if f["kind"] != "leak"]
+
+    def near_limit_flaps(o):
+        for snap in o["history"]:
+            if snap["ts"] == 15.0:
+                snap["findings"] = [finding("s-3", "near_limit", "resolved")]
+
+    def oom_without_cap(o):
+        for snap in o["history"]:
+            for f in snap["findings"]:
+                if f["kind"] == "oom":
+                    f["evidence"] = {"alloc_bytes": 64 * MIB}
+
+    def no_eval(o):
+        o["traces"]["s-5"] = dict(o["traces"]["s-5"], eval_samples=0)
+
+    def one_rank(o):
+        for snap in o["history"]:
+            snap["sessions"] = [s for s in snap["sessions"] if s["session"] != "s-8"]
+
+    def samples_every_step(o):
+        o["trainers"]["bench"]["result"]["sizes"]["small"]["runs"]["default"] = [0.0005] * 3
+
+    broken(healthy_with_finding, "healthy trainer: sampled, no findings")
+    broken(no_leak, "leak detected (step, growth)")
+    broken(near_limit_flaps, "near_limit fires and stays firing")
+    broken(oom_without_cap, "OOM reported against the allocator cap")
+    broken(no_eval, "Lightning callback")
+    broken(one_rank, "torchrun, 2 ranks: a session each")
+    broken(samples_every_step, "client cost per ~0.4 ms step")
+    broken(lambda o: o.update(comparisons=[{"pid": 101, "status": "mismatch", "diff_mib": 5}]), "per-process memory = nvidia-smi (MiB)")
+    broken(lambda o: o.update(metric_polls=[(i, 0.05) for i in range(9)]), "daemon NVML poll vs bare NVML")
+    broken(lambda o: o.update(daemon_log="thread 'poller' panicked at src/poller.rs:1\n"), "daemon log has no panic")
+    broken(lambda o: o.update(shutdown={"rc": -9, "seconds": 10.0, "leftovers": ["daemon"]}), "clean shutdown, nothing left running")
+    broken(lambda o: o["trainers"]["hf"].update(rc=1, log_tail="Traceback\nImportError: x"), "Hugging Face callback")
+
+
+def test_skipped_and_failed_daemon():
+    obs = bundle()
+    obs["trainers"]["lightning"] = {"skipped": "lightning is not installed"}
+    assert statuses(obs)["Lightning callback"] == report.SKIP
+    only = ev.evaluate({"daemon": {"error": "daemon exited with status 2:\nbad flag"}})
+    assert [(c.status, c.figure) for c in only] == [(report.FAIL, "daemon exited with status 2: ... bad flag")]
+    only = ev.evaluate({"daemon": {"error": "daemon exited with status 1:\n"}})
+    assert only[0].figure == "daemon exited with status 1: (no output)"
