@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import floor_model as fm  # noqa: E402
+import summary  # noqa: E402
 
 FORECAST_TOLERANCE = 0.35
 
@@ -191,6 +192,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "%d traces, %d failed (%d leak traces, %d healthy); forecast tolerance %.0f%%"
         % (len(labels), failed, len(leaks), len(labels) - len(leaks), 100 * FORECAST_TOLERANCE)
     )
+    print()
+    print("\n".join(summary.table(summary.per_kind(labels, found))))
     extra = sorted(set(found) - {lab["file"] for lab in labels})
     if extra:
         print("ignored %d analyzed traces without a label: %s" % (len(extra), ", ".join(extra)))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the leak-detection corpus: realistic trainer traces (docs/protocol.md) and labels.json.
 
-    python3 corpus/generate.py OUT_DIR [--shape NAME ...]
+    python3 corpus/generate.py OUT_DIR [--shape NAME ...] [--cadence fixed|adaptive|both]
 
 Deterministic: every trace's random stream is seeded from its file name, so the same command
 writes the same bytes, and a subset (--shape) holds the same traces as the full corpus.
@@ -12,13 +12,15 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import floor_model as fm  # noqa: E402
+from cadence import CADENCES, thin  # noqa: E402
 from sim import MIB, Config, Rng, Sim, q512, up2m  # noqa: E402
 
 KIB = fm.KIB
@@ -506,7 +508,8 @@ SHAPES: Dict[str, Tuple[str, Callable[[Rng, Config], None], str]] = {
 }
 
 
-def build(shape: str, device: str, seed: int) -> Tuple[str, List[str], Dict[str, Any]]:
+def build(shape: str, device: str, seed: int, cadences: Sequence[str] = ("fixed",)) -> Tuple[str, Dict[str, Tuple[List[str], Dict[str, Any]]]]:
+    """(file name, {cadence: (lines, label)}): one simulated run, seen at each cadence."""
     kind, fill, what = SHAPES[shape]
     name = "%s_%s_s%d.jsonl" % (shape, device, seed)
     rng = Rng(seed_of(name))
@@ -514,19 +517,62 @@ def build(shape: str, device: str, seed: int) -> Tuple[str, List[str], Dict[str,
     fill(rng, cfg)
     sim = Sim(cfg, rng)
     sim.run()
-    return name, sim.lines, label(name, what, cfg, sim)
+    views = {}
+    for cadence in cadences:
+        # The same run either way: the adaptive trace is the fixed one as the client would thin it.
+        lines = thin(sim.lines) if cadence == "adaptive" else sim.lines
+        views[cadence] = (lines, label(name, what, cfg, sim, lines, cadence))
+    return name, views
 
 
-def label(name: str, what: str, cfg: Config, sim: Sim) -> Dict[str, Any]:
+_FREE = re.compile(r'"device_free":(\d+)')
+_RETRIES = re.compile(r'"num_alloc_retries":(\d+)')
+
+
+def observe(lines: List[str]) -> Dict[str, int]:
+    """What the trace shows: allocator retries in its samples, the least free memory in its samples
+    and OOM events, sample counts. Labels are derived from this, so a thinned trace that never
+    shows a retry does not expect near_limit. (Regexes, not json: lines are the simulator's own.)"""
+    seen = {"retries": 0, "min_free": -1, "train": 0, "eval": 0}
+    for line in lines:
+        is_sample = '"type":"sample"' in line
+        if not is_sample and '"kind":"oom"' not in line:
+            continue
+        free = _FREE.search(line)
+        if free and (seen["min_free"] < 0 or int(free.group(1)) < seen["min_free"]):
+            seen["min_free"] = int(free.group(1))
+        if is_sample:
+            retries = _RETRIES.search(line)
+            seen["retries"] = max(seen["retries"], int(retries.group(1)) if retries else 0)
+            seen["train" if '"phase":"train"' in line else "eval"] += 1
+    return seen
+
+
+def truth(cfg: Config, sim: Sim) -> Dict[str, Dict[str, Any]]:
+    """When each expected condition really began (step, ts), whatever the trace samples: the
+    reference for time- and steps-to-detect."""
+    out: Dict[str, Dict[str, Any]] = {}
+    if cfg.leak is not None:
+        onset = cfg.leak["onset_step"]
+        out["leak"] = {"step": onset, "ts": sim.end_ts[onset - 1]}
+    if sim.first_retry is not None:
+        out["near_limit"] = {"step": sim.first_retry[0], "ts": sim.first_retry[1]}
+    if sim.first_oom_step is not None:
+        out["oom"] = {"step": sim.first_oom_step, "ts": sim.first_oom_ts}
+    return out
+
+
+def label(name: str, what: str, cfg: Config, sim: Sim, lines: List[str], cadence: str) -> Dict[str, Any]:
     total = cfg.total
     crashed = sim.crashed
+    seen = observe(lines)
     expect: List[str] = []
     forbid: List[str] = []
     if cfg.kind == "leak":
         expect.append("leak")
     else:
         forbid.append("leak")
-    if sim.retries_seen > 0:
+    if seen["retries"] > 0:
         expect.append("near_limit")
     if sim.ooms > 0:
         expect.append("oom")
@@ -536,7 +582,7 @@ def label(name: str, what: str, cfg: Config, sim: Sim) -> Dict[str, Any]:
         expect.append("crash")
     else:
         forbid.append("crash")
-    if sim.retries_seen == 0 and sim.min_free >= 0.2 * total:
+    if seen["retries"] == 0 and seen["min_free"] >= 0.2 * total:
         forbid += ["near_limit", "fragmentation"]
     check_intent(cfg, sim, expect)
 
@@ -563,12 +609,14 @@ def label(name: str, what: str, cfg: Config, sim: Sim) -> Dict[str, Any]:
         "growth_budget_bytes": fm.growth_budget(total),
         "step_seconds": round(sim.train_time / max(1, sim.train_steps), 4),
         "sample_every": cfg.every,
+        "cadence": cadence,
+        "truth": {k: v for k, v in truth(cfg, sim).items() if k in expect},
         "last_step": sim.last_step,
-        "train_samples": sim.samples,
-        "eval_samples": sim.eval_samples,
+        "train_samples": seen["train"],
+        "eval_samples": seen["eval"],
         "ended": "crash" if crashed else "bye",
         "warmup_end_step": warmup_end(cfg),
-        "retries_seen": sim.retries_seen,
+        "retries_seen": seen["retries"],
         "ooms": sim.ooms,
         "first_oom_step": sim.first_oom_step,
         "eval_period": cfg.eval["period"] if cfg.eval else None,
@@ -601,32 +649,54 @@ def check_intent(cfg: Config, sim: Sim, expect: List[str]) -> None:
             raise RuntimeError("%s: the leak grows only %d bytes over the run" % (where, grown))
 
 
+def write(out_dirs: Dict[str, str], shapes: Sequence[str]) -> Dict[str, Tuple[int, int]]:
+    """Writes each cadence's traces and labels.json into its directory: {cadence: (traces, bytes)}."""
+    labels: Dict[str, List[Dict[str, Any]]] = {c: [] for c in out_dirs}
+    sizes = {c: 0 for c in out_dirs}
+    for d in out_dirs.values():
+        os.makedirs(d, exist_ok=True)
+    for shape in shapes:
+        for device, seed in INSTANCES:
+            name, views = build(shape, device, seed, tuple(out_dirs))
+            for cadence, (lines, lab) in views.items():
+                data = ("\n".join(lines) + "\n").encode("utf-8")
+                with open(os.path.join(out_dirs[cadence], name), "wb") as f:
+                    f.write(data)
+                sizes[cadence] += len(data)
+                labels[cadence].append(lab)
+    for cadence, d in out_dirs.items():
+        with open(os.path.join(d, "labels.json"), "w", encoding="utf-8") as f:
+            json.dump({"version": 1, "traces": labels[cadence]}, f, indent=1)
+            f.write("\n")
+    return {c: (len(labels[c]), sizes[c]) for c in out_dirs}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("out_dir", help="directory to write the traces and labels.json into (created if missing)")
     ap.add_argument("--shape", action="append", choices=sorted(SHAPES), help="only these shapes (repeatable)")
+    ap.add_argument(
+        "--cadence",
+        choices=CADENCES + ("both",),
+        default="fixed",
+        help="fixed: a train sample every `sample_every` steps (attach(every=N) with max_rate and budget off); "
+        "adaptive: the same runs thinned as the client's default cadence would (cadence.py); "
+        "both: OUT_DIR/fixed and OUT_DIR/adaptive from one simulation",
+    )
     args = ap.parse_args(argv)
     shapes = args.shape or list(SHAPES)
-    os.makedirs(args.out_dir, exist_ok=True)
+    if args.cadence == "both":
+        out_dirs = {c: os.path.join(args.out_dir, c) for c in CADENCES}
+    else:
+        out_dirs = {args.cadence: args.out_dir}
     start = time.monotonic()
-    labels = []
-    size = 0
-    for shape in shapes:
-        for device, seed in INSTANCES:
-            name, lines, lab = build(shape, device, seed)
-            data = ("\n".join(lines) + "\n").encode("utf-8")
-            with open(os.path.join(args.out_dir, name), "wb") as f:
-                f.write(data)
-            size += len(data)
-            labels.append(lab)
-    with open(os.path.join(args.out_dir, "labels.json"), "w", encoding="utf-8") as f:
-        json.dump({"version": 1, "traces": labels}, f, indent=1)
-        f.write("\n")
-    print(
-        "wrote %d traces (%.1f MB) and labels.json to %s in %.1f s"
-        % (len(labels), size / 1e6, args.out_dir, time.monotonic() - start),
-        file=sys.stderr,
-    )
+    written = write(out_dirs, shapes)
+    for cadence, (count, size) in written.items():
+        print(
+            "wrote %d traces (%.1f MB, %s cadence) and labels.json to %s in %.1f s"
+            % (count, size / 1e6, cadence, out_dirs[cadence], time.monotonic() - start),
+            file=sys.stderr,
+        )
     return 0
 
 

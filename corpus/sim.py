@@ -152,6 +152,9 @@ class Sim:
         self.eval_samples = 0
         self.giants_done: Set[int] = set()
         self.retries_seen = 0
+        self.end_ts: List[float] = []  # end of each completed train step: end_ts[step - 1]
+        self.first_retry: Optional[List[Any]] = None  # [step, ts] of the first allocator retry
+        self.first_oom_ts: Optional[float] = None
         self._warm = sorted(cfg.warmup)
         self._shifts = sorted(cfg.shifts)
 
@@ -225,12 +228,17 @@ class Sim:
             else:
                 # cudaMalloc failed: free every cached block and try again (num_alloc_retries).
                 self.retries += 1
+                self.note_retry(step)
                 self.syncs += 1
                 self.dev_free += 1 + max(0, self.reserved - peak) // (64 * MIB)
                 self.reserved = min(self.usable2m, up2m(peak * (1.0 + self.c.min_frag)))
                 self.dev_alloc += 1
                 self.since_flush = 0
         return True
+
+    def note_retry(self, step: int) -> None:
+        if self.first_retry is None:
+            self.first_retry = [step, self.now()]
 
     def empty_cache(self, alloc: int) -> None:
         target = up2m(alloc)
@@ -348,6 +356,7 @@ class Sim:
             self.train_steps += 1
             step = s
             self.last_step = s
+            self.end_ts.append(self.now())
             if s % c.every == 0:
                 self.sample(s, "train", alloc)
             if c.eval is not None and s % c.eval["period"] == 0:
@@ -362,6 +371,7 @@ class Sim:
         c = self.c
         self.ts += dt * self.rng.u(0.3, 0.8)  # the step got part way through its forward/backward
         self.retries += 1
+        self.note_retry(s)
         self.syncs += 1
         self.dev_free += 1
         self.ooms += 1
@@ -389,6 +399,7 @@ class Sim:
         self.min_free = min(self.min_free, free)
         if self.first_oom_step is None:
             self.first_oom_step = s
+            self.first_oom_ts = self.now()
             if c.oom_policy == "crash":
                 self.event("snapshot", path="oom_snapshots/rank%d_step%d.pickle" % (c.hello.get("rank", 0), s))
         if self.ooms >= c.max_ooms and c.oom_policy == "crash":

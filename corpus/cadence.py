@@ -1,0 +1,125 @@
+"""The Python client's adaptive sampling cadence, replayed on a trace's train samples.
+
+The client (`attach()` and its callbacks, defaults `every=1, max_rate=10, budget=0.005`) decides
+at each training step whether to sample it:
+  - at least `every` steps and 1 / `max_rate` seconds since the last sample;
+  - and a cost budget: each step earns `budget * min(step time, 5 ms)` of credit (at most 25 us),
+    a sample spends what it costs (here a fixed 200 us: `torch.cuda.memory_stats()` takes about
+    180 us on an H100), credit never exceeds one sample's cost, and a step is sampled only when the
+    credit covers a sample;
+  - the first step is always sampled; its cost is charged, but the client estimates a sample's
+    cost (what the credit must cover) only from the second sample on.
+On steps of 12.5 ms or more that is one sample every 8 steps (samples at steps 1, 9, 25, 33, 41,
+...: the second sample is due once the first is paid for, the third once the second is and the
+credit covers one more); on faster steps the rate limit binds (one sample per 0.1 s).
+
+`adaptive_keep` applies that rule to the (step, ts) of a trace's train samples. A trace sampled
+every N steps is a client with `every=N`: the steps in between earn credit but cannot be sampled.
+`thin` drops the train samples the rule skips from a trace's lines, carrying their peaks into the
+next sample that is sent (the client resets the peak only when it sends one).
+"""
+
+import json
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+CADENCES = ("fixed", "adaptive")
+# The client's defaults (clients/python/gpumon_client/cadence.py).
+EVERY = 1
+MAX_RATE = 10.0
+BUDGET = 0.005
+STEP_CAP_S = 0.005
+SAMPLE_COST_S = 200e-6
+
+
+def _ns(seconds: float) -> int:
+    # Credit in integer nanoseconds: 8 x 25 us must equal 200 us exactly, not 199.99999 us.
+    return int(round(seconds * 1e9))
+
+
+def adaptive_keep(
+    points: Iterable[Tuple[int, float]],
+    every: int = EVERY,
+    max_rate: Optional[float] = MAX_RATE,
+    budget: Optional[float] = BUDGET,
+    cost: float = SAMPLE_COST_S,
+) -> List[bool]:
+    """For candidate steps [(step, ts), ...] in order, whether the client samples each one.
+
+    `step` is the training step count and `ts` the time it ended; steps absent from `points`
+    (a trace sampled every N steps) earn credit like the others, at the average step time of
+    their gap. `max_rate` or `budget` None (or 0) turns that limit off, as in the client.
+    """
+    if every < 1 or cost <= 0 or (max_rate is not None and max_rate < 0) or (budget is not None and budget < 0):
+        raise ValueError("every must be >= 1, cost > 0, max_rate and budget >= 0 (or None)")
+    min_interval = 1.0 / max_rate if max_rate else 0.0
+    cost_ns = _ns(cost)
+    estimate = 0  # the client's estimate of a sample's cost: none until the second sample
+    samples = 0
+    credit = 0
+    since = every  # the first step is due
+    last: Optional[Tuple[int, float]] = None
+    last_sample_ts = float("-inf")
+    keep: List[bool] = []
+    for step, ts in points:
+        if last is not None:
+            n = step - last[0]
+            if n <= 0 or ts < last[1]:
+                raise ValueError("steps must increase and times must not go back (step %d at %.3f after step %d at %.3f)" % (step, ts, last[0], last[1]))
+            since += n
+            if budget:
+                per_step = min((ts - last[1]) / n, STEP_CAP_S)
+                # Each step's credit is capped at one sample's estimated cost; credit only grows
+                # between samples, so capping the sum over the gap equals capping step by step.
+                credit = min(estimate, credit + n * _ns(budget * per_step))
+        last = (step, ts)
+        due = since >= every and ts - last_sample_ts >= min_interval and (not budget or credit >= estimate)
+        keep.append(due)
+        if due:
+            since = 0
+            last_sample_ts = ts
+            samples += 1
+            # The first sample also connects and sends the hello: it is charged, but the client
+            # estimates the cost from the second on (a constant cost keeps its average at it).
+            if samples >= 2:
+                estimate = cost_ns
+            if budget:
+                credit -= cost_ns
+    return keep
+
+
+PEAK = "allocated_bytes.all.peak"
+
+
+def thin(lines: Sequence[str], **rule: Any) -> List[str]:
+    """The trace's lines as the adaptive client would have sent them.
+
+    Train samples the rule skips are dropped; the next sample sent (train or eval) carries the
+    highest peak since the last one sent. Everything else (hello, events, eval samples, bye) is
+    kept byte for byte.
+    """
+    msgs: List[Optional[Dict[str, Any]]] = []
+    points: List[Tuple[int, float]] = []
+    for line in lines:
+        m = json.loads(line) if '"type":"sample"' in line else None
+        if m is not None and m.get("type") != "sample":
+            m = None
+        msgs.append(m)
+        if m is not None and m["phase"] == "train":
+            points.append((m["step"], m["ts"]))
+    keep = iter(adaptive_keep(points, **rule))
+    out: List[str] = []
+    carried = 0
+    for line, m in zip(lines, msgs):
+        if m is None:
+            out.append(line)
+            continue
+        peak = m["stats"].get(PEAK, 0)
+        if m["phase"] == "train" and not next(keep):
+            carried = max(carried, peak)
+            continue
+        if carried > peak:
+            m["stats"][PEAK] = carried
+            line = json.dumps(m, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        carried = 0
+        out.append(line)
+    return out
