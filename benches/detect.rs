@@ -23,6 +23,7 @@ fn sample(step: u64, leak: bool) -> Sample {
         },
         device_free: Some(20 * GIB),
         device_total: Some(80 * GIB),
+        alloc_limit: None,
     }
 }
 
@@ -42,6 +43,7 @@ fn bench(c: &mut Criterion) {
             torch: None,
             allocator: None,
             expandable_segments: None,
+            alloc_limit: None,
         };
         let peer = Peer {
             pid: 1000 + i,

@@ -182,6 +182,10 @@ pub struct SessionView {
     pub stats: Option<Stats>,
     pub device_free: Option<u64>,
     pub device_total: Option<u64>,
+    /// The caching allocator's cap (`set_per_process_memory_fraction`) the trainer last
+    /// reported; detection measures headroom against it.
+    #[serde(default)]
+    pub alloc_limit: Option<u64>,
     pub alloc_retries_total: u64,
     pub ooms_total: u64,
     pub ended: Option<(Timestamp, Ending)>,
@@ -283,6 +287,7 @@ impl SessionView {
             stats: last.map(|x| x.stats),
             device_free: last.and_then(|x| x.device_free),
             device_total: last.and_then(|x| x.device_total),
+            alloc_limit: s.alloc_limit,
             alloc_retries_total: s.retries.total,
             ooms_total: s.ooms.total,
             ended: s.ended,

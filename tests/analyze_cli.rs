@@ -109,3 +109,67 @@ fn an_unreadable_trace_exits_2_naming_it_and_the_others_are_still_analysed() {
     assert!(err.contains("a trace starts with a hello line"), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("200 samples"));
 }
+
+/// A trainer capped at 4.75 GiB (`set_per_process_memory_fraction`) on an 80 GB device, at 98%
+/// of its cap, that then OOMs. The cap arrives in the hello, or only in a later sample: either
+/// way the replay judges headroom and the OOM against it, as the daemon does live.
+#[test]
+fn a_capped_trace_is_judged_against_its_cap() {
+    const MIB: u64 = 1 << 20;
+    let cap = 4 * GIB + 768 * MIB;
+    for cap_in_hello in [true, false] {
+        let mut f = tempfile::Builder::new()
+            .suffix(".jsonl")
+            .tempfile()
+            .unwrap();
+        let hello_cap = if cap_in_hello {
+            format!(",\"alloc_limit\":{cap}")
+        } else {
+            String::new()
+        };
+        writeln!(f, r#"{{"type":"hello","v":1,"job":"capped"{hello_cap}}}"#).unwrap();
+        let reserved = cap / 100 * 98;
+        for s in 1..=40u64 {
+            let sample_cap = if !cap_in_hello && s == 5 {
+                format!(",\"alloc_limit\":{cap}")
+            } else {
+                String::new()
+            };
+            writeln!(
+                f,
+                r#"{{"type":"sample","ts":{},"step":{s},"stats":{{"allocated_bytes.all.current":{},"allocated_bytes.all.peak":{},"reserved_bytes.all.current":{reserved}}},"device_free":{},"device_total":{TOTAL}{sample_cap}}}"#,
+                1_763_700_000 + s,
+                3 * GIB,
+                reserved - 60 * MIB,
+                74 * GIB,
+            )
+            .unwrap();
+        }
+        writeln!(
+            f,
+            r#"{{"type":"event","ts":1763700041,"kind":"oom","alloc_bytes":{},"device_free":{},"alloc_limit":{cap}}}"#,
+            384 * MIB,
+            74 * GIB
+        )
+        .unwrap();
+        let out = analyze(&["--format", "json", f.path().to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let findings = v["traces"][0]["findings"].as_array().unwrap();
+        let message = |kind: &str| {
+            findings
+                .iter()
+                .find(|x| x["kind"] == kind)
+                .unwrap_or_else(|| panic!("no {kind} in {findings:?}"))["message"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let near = message("near_limit");
+        assert!(near.ends_with(" of the 4.75 GiB allowed"), "{near}");
+        assert_eq!(
+            message("oom"),
+            "CUDA out of memory: tried to allocate 384.0 MiB with 4.65 GiB of the 4.75 GiB allowed already reserved at step 40"
+        );
+    }
+}

@@ -77,6 +77,7 @@ fn check_bounds(msg: &Message) {
             for s in [&h.job, &h.gpu_uuid, &h.client, &h.torch, &h.allocator] {
                 label(s.as_deref());
             }
+            bytes(h.alloc_limit);
         }
         Message::Sample(s) => {
             ts(s.ts);
@@ -84,6 +85,7 @@ fn check_bounds(msg: &Message) {
             stats(&s.stats);
             bytes(s.device_free);
             bytes(s.device_total);
+            bytes(s.alloc_limit);
         }
         Message::Event(e) => {
             ts(e.ts);
@@ -91,6 +93,7 @@ fn check_bounds(msg: &Message) {
             label(e.phase.as_deref());
             bytes(e.alloc_bytes);
             bytes(e.device_free);
+            bytes(e.alloc_limit);
             for t in [&e.detail, &e.path] {
                 assert!(t.as_ref().is_none_or(|t| t.len() <= MAX_TEXT));
             }
@@ -169,6 +172,7 @@ fn round_trip(msg: &Message) {
             put("torch", json!(h.torch));
             put("allocator", json!(h.allocator));
             put("expandable_segments", json!(h.expandable_segments));
+            put("alloc_limit", json!(h.alloc_limit));
         }
         Message::Sample(s) => {
             put("type", json!("sample"));
@@ -182,6 +186,7 @@ fn round_trip(msg: &Message) {
             put("stats", Value::Object(stats));
             put("device_free", json!(s.device_free));
             put("device_total", json!(s.device_total));
+            put("alloc_limit", json!(s.alloc_limit));
         }
         Message::Event(e) => {
             put("type", json!("event"));
@@ -189,6 +194,7 @@ fn round_trip(msg: &Message) {
             put("kind", json!(e.kind));
             put("alloc_bytes", json!(e.alloc_bytes));
             put("device_free", json!(e.device_free));
+            put("alloc_limit", json!(e.alloc_limit));
             put("phase", json!(e.phase));
             put("detail", json!(e.detail));
             put("path", json!(e.path));

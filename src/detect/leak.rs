@@ -83,7 +83,10 @@ pub struct Leak {
     materiality_ratio: f64,
     train_samples: u64,
     levels: Vec<Level>,
-    device_total: Option<u64>,
+    /// What the process can use at most: the device, or the allocator's cap when lower.
+    capacity: Option<u64>,
+    /// That cap, when it binds (for the message).
+    cap: Option<u64>,
     limit: Option<u64>,
     floor: f64,
 }
@@ -94,14 +97,17 @@ impl Leak {
             materiality_ratio,
             train_samples: 0,
             levels: Vec::new(),
-            device_total: None,
+            capacity: None,
+            cap: None,
             limit: None,
             floor: 0.0,
         }
     }
 
+    /// Growth worth reporting: a share of what the process can use, so a leak under a small
+    /// cap is material sooner than on the whole device.
     fn material(&self) -> f64 {
-        match self.device_total {
+        match self.capacity {
             Some(t) => (t as f64 * self.materiality_ratio).max(MIN_MATERIAL),
             None => FALLBACK_MATERIAL,
         }
@@ -193,6 +199,7 @@ impl Leak {
                 onset_step: Some(v.onset_step),
                 oom_eta_steps: eta_steps,
                 oom_eta_seconds: eta_steps.zip(secs_per_step).map(|(n, s)| n as f64 * s),
+                alloc_limit: self.cap,
                 step: Some(step),
                 detail: Some(format!("window of {span} steps")),
                 ..Evidence::default()
@@ -244,9 +251,11 @@ impl Detector for Leak {
 
     fn sample(&mut self, obs: &Obs) -> Option<Signal> {
         let s = obs.sample;
-        if s.device_total.is_some() {
-            self.device_total = s.device_total;
+        if let Some(c) = obs.capacity() {
+            self.capacity = Some(c);
+            self.cap = obs.cap();
         }
+        // The limit is capped too: the forecast is to the cap, where the OOM will come.
         if let Some(l) = obs.limit() {
             self.limit = Some(l);
         }

@@ -1,13 +1,16 @@
 //! Findings in words a person understands, and a short remedy from the usual PyTorch fixes.
 
 use super::{Evidence, Kind};
-use crate::units::bytes;
+use crate::units::{bytes, bytes_fine};
 
 pub fn describe(kind: Kind, e: &Evidence) -> String {
     match kind {
         Kind::Leak => {
             let slope = e.slope_bytes_per_step.unwrap_or(0.0);
-            let mut m = format!("allocated floor grows {}/step", bytes(slope.max(0.0) as u64));
+            let mut m = format!(
+                "allocated floor grows {}/step",
+                bytes(slope.max(0.0) as u64)
+            );
             if let Some(s) = e.onset_step {
                 m.push_str(&format!(" since step {}", thousands(s)));
             }
@@ -16,7 +19,11 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             }
             if let (Some(secs), Some(steps)) = (e.oom_eta_seconds, e.oom_eta_steps) {
                 let at = e.step.map(|s| s + steps);
-                m.push_str(&format!("; at this rate the GPU is full in ~{}", duration(secs)));
+                let full = match e.alloc_limit {
+                    Some(cap) => format!("the {} allowed is used up", bytes_fine(cap)),
+                    None => "the GPU is full".into(),
+                };
+                m.push_str(&format!("; at this rate {full} in ~{}", duration(secs)));
                 if let Some(at) = at {
                     m.push_str(&format!(" (step ~{})", thousands(round_step(at))));
                 }
@@ -31,8 +38,17 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                     if r == 1 { "" } else { "s" }
                 ));
             }
-            if let Some(h) = e.headroom_bytes {
-                parts.push(format!("headroom at the step peak is {}", signed_bytes(h)));
+            match (e.headroom_bytes, e.alloc_limit) {
+                (Some(h), Some(cap)) => parts.push(format!(
+                    "headroom at the step peak is {} of the {} allowed",
+                    signed_bytes(h, bytes_fine),
+                    bytes_fine(cap)
+                )),
+                (Some(h), None) => parts.push(format!(
+                    "headroom at the step peak is {}",
+                    signed_bytes(h, bytes)
+                )),
+                (None, _) => {}
             }
             if parts.is_empty() {
                 "memory is near the device limit".into()
@@ -41,17 +57,31 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             }
         }
         Kind::Fragmentation => format!(
-            "{:.0}% of reserved memory ({}) is cached but not allocated while the device is nearly full",
+            "{:.0}% of reserved memory ({}) is cached but not allocated while {}",
             e.ratio.unwrap_or(0.0) * 100.0,
-            bytes(e.fragmented_bytes.unwrap_or(0))
+            bytes(e.fragmented_bytes.unwrap_or(0)),
+            match e.alloc_limit {
+                Some(cap) => format!("the process is near the {} allowed", bytes_fine(cap)),
+                None => "the device is nearly full".into(),
+            }
         ),
         Kind::Oom => {
             let mut m = "CUDA out of memory".to_string();
             if let Some(a) = e.alloc_bytes {
                 m.push_str(&format!(": tried to allocate {}", bytes(a)));
             }
-            if let Some(f) = e.device_free {
-                m.push_str(&format!(" with {} free", bytes(f)));
+            // Under a cap, the device's free memory is beside the point: the cap was hit.
+            match (e.alloc_limit, e.reserved_bytes, e.device_free) {
+                (Some(cap), Some(r), _) => m.push_str(&format!(
+                    " with {} of the {} allowed already reserved",
+                    bytes_fine(r),
+                    bytes_fine(cap)
+                )),
+                (Some(cap), None, _) => {
+                    m.push_str(&format!(" with the process capped at {}", bytes_fine(cap)))
+                }
+                (None, _, Some(f)) => m.push_str(&format!(" with {} free", bytes(f))),
+                (None, _, None) => {}
             }
             if let Some(s) = e.step {
                 m.push_str(&format!(" at step {}", thousands(s)));
@@ -59,7 +89,8 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             m
         }
         Kind::Crash => {
-            let mut m = "the trainer's connection closed without bye: it exited or was killed".to_string();
+            let mut m =
+                "the trainer's connection closed without bye: it exited or was killed".to_string();
             if let Some(s) = e.step {
                 m.push_str(&format!("; last step {}", thousands(s)));
             }
@@ -74,6 +105,7 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
 pub fn hint(kind: Kind, e: &Evidence) -> Option<&'static str> {
     Some(match kind {
         Kind::Leak => "memory that survives each step keeps growing: look for tensors kept across steps, e.g. `losses.append(loss)` keeps each graph alive; store `loss.item()` or `loss.detach()` instead",
+        Kind::NearLimit | Kind::Oom if e.alloc_limit.is_some() => "this process may use only part of the GPU (torch.cuda.set_per_process_memory_fraction): raise the fraction if the device has room, or lower the batch size or sequence length, or use gradient checkpointing",
         Kind::NearLimit if e.retries.is_some_and(|r| r > 0) => "the caching allocator is flushing to fit: lower the batch size or sequence length, use gradient checkpointing, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
         Kind::NearLimit => "little room is left at the step peak: lower the batch size or sequence length, or use gradient checkpointing",
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
@@ -115,11 +147,11 @@ fn round_step(n: u64) -> u64 {
     (n + mag / 2) / mag * mag
 }
 
-fn signed_bytes(v: i64) -> String {
+fn signed_bytes(v: i64, fmt: fn(u64) -> String) -> String {
     if v < 0 {
-        format!("-{}", bytes(v.unsigned_abs()))
+        format!("-{}", fmt(v.unsigned_abs()))
     } else {
-        bytes(v as u64)
+        fmt(v as u64)
     }
 }
 

@@ -12,6 +12,7 @@ pub mod near_limit;
 pub mod oom;
 pub mod session;
 pub mod stats;
+pub mod window;
 
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +91,11 @@ pub struct Evidence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    /// The allocator's cap (`set_per_process_memory_fraction`), when it is below the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -103,11 +109,35 @@ pub struct Signal {
     pub evidence: Evidence,
 }
 
-/// One sample as detectors see it, with the session's reset-proof counters.
+/// Where an observation sits in the run: its step (absent on timer samples) and its time.
+/// Windows and quiet periods are measured in both, never in a count of samples, because the
+/// client samples at most 10 times a second and, on slow steps, only every few steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pos {
+    pub step: Option<u64>,
+    pub ts: Timestamp,
+}
+
+impl Pos {
+    /// Whether `later` is at least `steps` steps and `secs` seconds on from here. Steps count
+    /// only when both ends have one (a timer sample has none) and the count did not start over
+    /// (a trainer that restarts its step count would otherwise hold a window open for good).
+    pub fn reached(&self, later: &Pos, steps: u64, secs: f64) -> bool {
+        let by_steps = match (self.step, later.step) {
+            (Some(a), Some(b)) if b >= a => b - a >= steps,
+            _ => true,
+        };
+        by_steps && later.ts - self.ts >= secs
+    }
+}
+
+/// One sample as detectors see it, with the session's reset-proof counters and the latest
+/// allocator cap the session reported.
 pub struct Obs<'a> {
     pub sample: &'a Sample,
     pub retries_total: u64,
     pub ooms_total: u64,
+    pub alloc_limit: Option<u64>,
 }
 
 impl Obs<'_> {
@@ -115,14 +145,57 @@ impl Obs<'_> {
         self.sample.ts
     }
 
-    /// What the caching allocator could hold at most: what it has plus what the device has free.
-    /// Falls back to the device total when the trainer does not send `device_free`.
+    pub fn pos(&self) -> Pos {
+        Pos {
+            step: self.sample.step,
+            ts: self.sample.ts,
+        }
+    }
+
+    /// What the caching allocator could hold at most: what it has plus what the device has free,
+    /// and never more than its cap. Falls back to the device total (or the cap) when the trainer
+    /// does not send `device_free`.
     pub fn limit(&self) -> Option<u64> {
         let s = self.sample;
-        match (s.device_free, s.stats.reserved) {
+        let device = match (s.device_free, s.stats.reserved) {
             (Some(f), Some(r)) => Some(f.saturating_add(r)),
             _ => s.device_total,
-        }
+        };
+        min_known(device, self.alloc_limit)
+    }
+
+    /// The most this process can ever use: the device, or the cap when it is lower.
+    pub fn capacity(&self) -> Option<u64> {
+        min_known(self.sample.device_total, self.alloc_limit)
+    }
+
+    /// The cap, when it binds: below the device total (or the device total is unknown). A cap
+    /// at or above the device (torch reports the total when no fraction is set) is no cap.
+    pub fn cap(&self) -> Option<u64> {
+        cap(self.alloc_limit, self.sample.device_total)
+    }
+
+    /// What the allocator could still take on top of what it reserved: the device's free memory,
+    /// or what is left under the cap when that is less. None without either.
+    pub fn room(&self) -> Option<u64> {
+        let s = self.sample;
+        let under_cap = self
+            .alloc_limit
+            .map(|l| l.saturating_sub(s.stats.reserved.unwrap_or(0)));
+        min_known(s.device_free, under_cap)
+    }
+}
+
+/// The cap named in messages: `limit` when it is below the device total or that is unknown.
+pub fn cap(limit: Option<u64>, device_total: Option<u64>) -> Option<u64> {
+    limit.filter(|l| device_total.is_none_or(|t| *l < t))
+}
+
+/// The smaller of two optional bounds; either alone when the other is unknown.
+fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -138,8 +211,8 @@ pub trait Detector: Send + Sync {
 /// Settings from the `[detect]` config section.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DetectConfig {
-    /// near_limit also fires when headroom (device free + reserved − allocated peak) stays under
-    /// this many bytes.
+    /// near_limit also fires when headroom (what the allocator could hold, `Obs::limit`, minus
+    /// the allocated peak) stays under this many bytes.
     pub headroom_margin_bytes: u64,
     /// A leak is reported only once the floor has grown by this share of the device memory.
     pub leak_materiality_ratio: f64,

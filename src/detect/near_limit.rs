@@ -1,32 +1,47 @@
 //! `near_limit`: the caching allocator is at the edge. Either `num_alloc_retries` keeps rising
 //! (a cudaMalloc failed, the allocator freed its cache and tried again: slow, and one step from
-//! an OOM), or the headroom at the step peak (device free + reserved − peak) stays under the
-//! configured margin.
+//! an OOM), or the headroom at the step peak (what the allocator could hold, capped by
+//! `set_per_process_memory_fraction`, minus the peak) stays under the configured margin.
+//!
+//! Windows are in steps and seconds (`window::Recent`), not samples: retries come in bursts
+//! tens to hundreds of steps apart, and how many samples cover those steps depends on the
+//! client's cadence. Holding the finding between bursts is the lifecycle's quiet period
+//! (`session.rs`).
 
-use std::collections::VecDeque;
-
+use super::window::Recent;
 use super::{Detector, Evidence, Kind, Obs, Signal};
 
-/// Samples the detector looks back over.
-const WINDOW: usize = 100;
+/// Retries are counted over the last `RETRY_STEPS` steps or `RETRY_SECS` seconds, whichever
+/// reaches further back: bursts in the corpus and in real runs come 20–300 steps apart.
+const RETRY_STEPS: u64 = 300;
+const RETRY_SECS: f64 = 300.0;
 /// Retries within the window that count as rising (one could be a one-off).
 const RETRIES: u64 = 2;
-/// Of the last `TIGHT_WINDOW` samples, this many under the margin count as tight.
-const TIGHT_WINDOW: usize = 20;
-const TIGHT: usize = 10;
+/// Headroom is judged over the last `TIGHT_STEPS` steps or `TIGHT_SECS` seconds, and at least
+/// the last `TIGHT_KEEP` samples, so one step with an unusual peak is not "tight" and sparse
+/// samples still make a window.
+const TIGHT_STEPS: u64 = 20;
+const TIGHT_SECS: f64 = 10.0;
+const TIGHT_KEEP: usize = 3;
+/// Tight samples needed in that window: at least this many, and at least half of them.
+const TIGHT_MIN: usize = 2;
 
 pub struct NearLimit {
     margin: u64,
-    retries: VecDeque<u64>,
-    tight: VecDeque<bool>,
+    last_total: Option<u64>,
+    /// Retries seen, where they happened.
+    retries: Recent<u64>,
+    /// Whether each recent sample's headroom was under the margin.
+    tight: Recent<bool>,
 }
 
 impl NearLimit {
     pub fn new(margin_bytes: u64) -> Self {
         Self {
             margin: margin_bytes,
-            retries: VecDeque::with_capacity(WINDOW + 1),
-            tight: VecDeque::with_capacity(TIGHT_WINDOW + 1),
+            last_total: None,
+            retries: Recent::new(RETRY_STEPS, RETRY_SECS, 0),
+            tight: Recent::new(TIGHT_STEPS, TIGHT_SECS, TIGHT_KEEP),
         }
     }
 }
@@ -37,31 +52,42 @@ impl Detector for NearLimit {
     }
 
     fn sample(&mut self, obs: &Obs) -> Option<Signal> {
-        self.retries.push_back(obs.retries_total);
-        if self.retries.len() > WINDOW {
-            self.retries.pop_front();
+        let at = obs.pos();
+        // The first sample's counter is history from before the session (a client attached
+        // mid-run): it may be hours old, so it is not "recent".
+        let new = obs
+            .retries_total
+            .saturating_sub(self.last_total.unwrap_or(obs.retries_total));
+        self.last_total = Some(obs.retries_total);
+        if new > 0 {
+            self.retries.push(at, new);
+        } else {
+            self.retries.forget(at);
         }
-        let recent = obs.retries_total - self.retries.front().copied().unwrap_or(0);
+        let recent: u64 = self.retries.values().sum();
         let st = &obs.sample.stats;
         let used = st.allocated_peak.max(st.allocated);
         let headroom = match (obs.limit(), used) {
             (Some(limit), Some(used)) => Some(limit as i64 - used as i64),
             _ => None,
         };
-        self.tight
-            .push_back(headroom.is_some_and(|h| h < self.margin as i64));
-        if self.tight.len() > TIGHT_WINDOW {
-            self.tight.pop_front();
+        if let Some(h) = headroom {
+            self.tight.push(at, h < self.margin as i64);
         }
-        let tight = self.tight.iter().filter(|t| **t).count() >= TIGHT;
+        let tight_count = self.tight.values().filter(|t| **t).count();
+        let tight = tight_count >= TIGHT_MIN && 2 * tight_count >= self.tight.len();
         Some(Signal {
             active: recent >= RETRIES || tight,
             evidence: Evidence {
                 retries: Some(recent),
                 headroom_bytes: headroom,
+                alloc_limit: obs.cap(),
                 step: obs.sample.step,
                 ..Evidence::default()
             },
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,9 +2,10 @@
 //! lines arrive (live) or by `gpumon analyze` (offline): same calls, same verdicts.
 
 use super::findings::{Finding, FindingState, Findings, Severity, Subject};
-use super::lifecycle::{Change, Lifecycle};
+use super::lifecycle::{Change, Lifecycle, Span};
 use super::{
-    crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Kind, Obs, Signal,
+    crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Kind, Obs, Pos,
+    Signal,
 };
 use crate::ingest::protocol::Sample;
 use crate::model::Timestamp;
@@ -22,6 +23,21 @@ pub struct SessionDetect {
     tracks: Vec<Track>,
 }
 
+/// near_limit resolves only after this long without pressure (no retries in the detector's
+/// window, room at the peak): retries come in bursts, and each gap between bursts must not
+/// resolve it and raise it again.
+const NEAR_LIMIT_QUIET: Span = Span {
+    samples: 3,
+    steps: 100,
+    secs: 120.0,
+};
+/// Fragmentation must persist, and be gone, for this long: a while in steps and in time.
+const FRAGMENTATION_HOLDS: Span = Span {
+    samples: 5,
+    steps: 50,
+    secs: 30.0,
+};
+
 impl SessionDetect {
     pub fn new(cfg: &DetectConfig) -> Self {
         let track = |det: Box<dyn Detector>, raise, clear| Track {
@@ -32,15 +48,29 @@ impl SessionDetect {
         };
         Self {
             tracks: vec![
-                // The leak detector confirms on its own (a rising window seen twice).
-                track(Box::new(leak::Leak::new(cfg.leak_materiality_ratio)), 1, 3),
+                // The leak detector confirms on its own (a rising window seen twice); its
+                // observations are evaluations of whole segments, not samples.
+                track(
+                    Box::new(leak::Leak::new(cfg.leak_materiality_ratio)),
+                    Span::samples(1),
+                    Span::samples(3),
+                ),
                 track(
                     Box::new(near_limit::NearLimit::new(cfg.headroom_margin_bytes)),
-                    2,
-                    20,
+                    Span::samples(2),
+                    NEAR_LIMIT_QUIET,
                 ),
-                track(Box::<fragmentation::Fragmentation>::default(), 20, 20),
-                track(Box::<oom::Oom>::default(), 1, 1),
+                track(
+                    Box::<fragmentation::Fragmentation>::default(),
+                    FRAGMENTATION_HOLDS,
+                    FRAGMENTATION_HOLDS,
+                ),
+                // The OOM detector holds its own signal for a while after the last OOM.
+                track(
+                    Box::<oom::Oom>::default(),
+                    Span::samples(1),
+                    Span::samples(1),
+                ),
             ],
         }
     }
@@ -123,7 +153,7 @@ fn apply(
     findings: &mut Findings,
 ) {
     let kind = t.det.kind();
-    match t.life.step(sig.active) {
+    match t.life.step(sig.active, Pos { step, ts }) {
         Change::Quiet => {}
         Change::Dropped => t.current = None,
         Change::Pending | Change::Fired | Change::Firing => {

@@ -119,6 +119,8 @@ pub struct Hello {
     pub torch: Option<String>,
     pub allocator: Option<String>,
     pub expandable_segments: Option<bool>,
+    /// The caching allocator's cap (`set_per_process_memory_fraction`), when one is set.
+    pub alloc_limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +132,8 @@ pub struct Sample {
     pub stats: Stats,
     pub device_free: Option<u64>,
     pub device_total: Option<u64>,
+    /// Sent when the allocator's cap first becomes known or changes.
+    pub alloc_limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +142,8 @@ pub struct Event {
     pub kind: String,
     pub alloc_bytes: Option<u64>,
     pub device_free: Option<u64>,
+    /// On `oom`: the most the allocator was allowed to hold (the cap, else the device total).
+    pub alloc_limit: Option<u64>,
     pub phase: Option<String>,
     pub detail: Option<String>,
     pub path: Option<String>,
@@ -182,6 +188,8 @@ struct Raw<'a> {
     stats: Option<RawStats>,
     device_free: Option<u64>,
     device_total: Option<u64>,
+    /// Taken as any JSON value so that a bad one is quoted back with the field's name.
+    alloc_limit: Option<serde_json::Value>,
     alloc_bytes: Option<u64>,
     #[serde(borrow)]
     detail: Option<Cow<'a, str>>,
@@ -326,6 +334,7 @@ fn hello(r: Raw) -> Result<Hello, Rejection> {
         torch: label("torch", r.torch)?,
         allocator: label("allocator", r.allocator)?,
         expandable_segments: r.expandable_segments,
+        alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
     })
 }
 
@@ -349,6 +358,7 @@ fn sample(r: Raw) -> Result<Sample, Rejection> {
         stats,
         device_free: bytes("device_free", r.device_free)?,
         device_total: bytes("device_total", r.device_total)?,
+        alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
     })
 }
 
@@ -363,6 +373,7 @@ fn event(r: Raw) -> Result<Event, Rejection> {
         })?,
         alloc_bytes: bytes("alloc_bytes", r.alloc_bytes)?,
         device_free: bytes("device_free", r.device_free)?,
+        alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
         phase: label("phase", r.phase)?,
         detail: text("detail", r.detail)?,
         path: text("path", r.path)?,
@@ -393,6 +404,22 @@ fn bytes(field: &str, v: Option<u64>) -> Result<Option<u64>, Rejection> {
             format!("{field} = {b} is not a plausible byte count (limit 2^50)"),
         )),
         other => Ok(other),
+    }
+}
+
+/// A byte count that arrived as any JSON value: an integer up to 2^50, or a `bad_field` that
+/// names the field and quotes the value.
+fn byte_value(field: &str, v: Option<serde_json::Value>) -> Result<Option<u64>, Rejection> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Number(n)) if n.as_u64().is_some() => bytes(field, n.as_u64()),
+        Some(other) => Err(Rejection::new(
+            Code::BadField,
+            format!(
+                "{field} = {} is not a byte count; send an integer from 0 to 2^50",
+                shorten(&other.to_string(), MAX_QUOTE)
+            ),
+        )),
     }
 }
 

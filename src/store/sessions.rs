@@ -58,6 +58,9 @@ pub struct EventRecord {
     pub detail: Option<String>,
     pub alloc_bytes: Option<u64>,
     pub device_free: Option<u64>,
+    /// The allocator's cap at the time: the event's own, else the latest the session reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +82,9 @@ pub struct Session {
     pub samples: u64,
     pub retries: Counter,
     pub ooms: Counter,
+    /// The caching allocator's cap, as last reported (hello, then any sample or event that
+    /// carries `alloc_limit`); None when the trainer never said.
+    pub alloc_limit: Option<u64>,
     pub series: SessionSeries,
     pub events: VecDeque<EventRecord>,
     pub ended: Option<(Timestamp, Ending)>,
@@ -138,6 +144,7 @@ impl Sessions {
         let key = self.next_id;
         self.next_id += 1;
         let id = format!("s-{key}");
+        let alloc_limit = hello.alloc_limit;
         let subject = Subject {
             session: id.clone(),
             job: hello.job.clone(),
@@ -158,6 +165,7 @@ impl Sessions {
                 samples: 0,
                 retries: Counter::default(),
                 ooms: Counter::default(),
+                alloc_limit,
                 series: SessionSeries::new(self.limits.points),
                 events: VecDeque::new(),
                 ended: None,
@@ -174,10 +182,12 @@ impl Sessions {
         };
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
+        sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);
         let obs = Obs {
             sample: &s,
             retries_total: sess.retries.total,
             ooms_total: sess.ooms.total,
+            alloc_limit: sess.alloc_limit,
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase == "train");
@@ -190,12 +200,14 @@ impl Sessions {
     pub fn event(&mut self, key: u64, e: Event) {
         let limit = self.limits.events;
         if let Some(sess) = self.live.get_mut(&key) {
+            sess.alloc_limit = e.alloc_limit.or(sess.alloc_limit);
             let rec = EventRecord {
                 ts: e.ts,
                 kind: e.kind,
                 detail: e.detail.or(e.path).or(e.phase),
                 alloc_bytes: e.alloc_bytes,
                 device_free: e.device_free,
+                alloc_limit: sess.alloc_limit,
             };
             sess.detect.event(&sess.subject, &rec, &mut self.findings);
             push_event(sess, limit, rec);
@@ -218,6 +230,7 @@ impl Sessions {
                     detail,
                     alloc_bytes: None,
                     device_free: None,
+                    alloc_limit: None,
                 },
             );
         }
@@ -301,6 +314,7 @@ mod tests {
             torch: None,
             allocator: None,
             expandable_segments: None,
+            alloc_limit: None,
         }
     }
 
@@ -316,6 +330,7 @@ mod tests {
             },
             device_free: None,
             device_total: None,
+            alloc_limit: None,
         }
     }
 
@@ -355,6 +370,7 @@ mod tests {
                         kind: "mark".into(),
                         alloc_bytes: None,
                         device_free: None,
+                        alloc_limit: None,
                         phase: None,
                         detail: Some("x".into()),
                         path: None,
@@ -395,5 +411,55 @@ mod tests {
         let sess = s.ended().next().unwrap();
         assert!(sess.events.is_empty());
         assert_eq!(sess.retries.total, 2);
+    }
+
+    #[test]
+    fn the_session_keeps_the_latest_alloc_limit() {
+        const GIB: u64 = 1 << 30;
+        let mut s = Sessions::new(SessionLimits::default());
+        let (key, _) = s.open(
+            PEER,
+            Hello {
+                alloc_limit: Some(4 * GIB),
+                ..hello()
+            },
+            0.0,
+        );
+        let limit = |s: &Sessions| s.live().next().unwrap().alloc_limit;
+        assert_eq!(limit(&s), Some(4 * GIB));
+        // A sample without the field keeps it; one with it changes it.
+        s.sample(key, sample(1.0, 0), 1.0);
+        assert_eq!(limit(&s), Some(4 * GIB));
+        s.sample(
+            key,
+            Sample {
+                alloc_limit: Some(6 * GIB),
+                ..sample(2.0, 0)
+            },
+            2.0,
+        );
+        assert_eq!(limit(&s), Some(6 * GIB));
+        let oom = |alloc_limit| Event {
+            ts: 3.0,
+            kind: "oom".into(),
+            alloc_bytes: Some(GIB),
+            device_free: Some(70 * GIB),
+            alloc_limit,
+            phase: None,
+            detail: None,
+            path: None,
+        };
+        // An oom event without it is recorded with the session's; one with it updates it.
+        s.event(key, oom(None));
+        assert_eq!(
+            s.live().next().unwrap().events[0].alloc_limit,
+            Some(6 * GIB)
+        );
+        s.event(key, oom(Some(5 * GIB)));
+        assert_eq!(limit(&s), Some(5 * GIB));
+        assert_eq!(
+            s.live().next().unwrap().events[1].alloc_limit,
+            Some(5 * GIB)
+        );
     }
 }

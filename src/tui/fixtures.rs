@@ -141,6 +141,7 @@ pub fn trainer(
         }),
         device_free: Some(H100_TOTAL - a - 8 * GIB - H100_RESERVED),
         device_total: Some(H100_TOTAL),
+        alloc_limit: None,
         alloc_retries_total: 0,
         ooms_total: 0,
         ended: None,
@@ -277,6 +278,7 @@ pub fn leaking() -> SessionView {
             detail: Some("eval".into()),
             alloc_bytes: None,
             device_free: None,
+            alloc_limit: None,
         },
         EventRecord {
             ts: NOW - 90.0,
@@ -284,6 +286,7 @@ pub fn leaking() -> SessionView {
             detail: Some("/ckpt/step-800.pt".into()),
             alloc_bytes: None,
             device_free: None,
+            alloc_limit: None,
         },
     ];
     s

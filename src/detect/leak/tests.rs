@@ -22,11 +22,13 @@ fn first_active(floors: impl IntoIterator<Item = f64>) -> Option<u64> {
             },
             device_free: Some(TOTAL - f as u64 - (12.0 * GIB) as u64),
             device_total: Some(TOTAL),
+            alloc_limit: None,
         };
         let obs = Obs {
             sample: &s,
             retries_total: 0,
             ooms_total: 0,
+            alloc_limit: None,
         };
         if d.sample(&obs).is_some_and(|sig| sig.active) {
             return Some(step);
@@ -117,13 +119,65 @@ fn memory_is_bounded_over_a_very_long_run() {
             },
             device_free: None,
             device_total: None,
+            alloc_limit: None,
         };
         d.sample(&Obs {
             sample: &s,
             retries_total: 0,
             ooms_total: 0,
+            alloc_limit: None,
         });
     }
     assert!(d.levels.len() <= LEVELS);
     assert!(d.levels.iter().all(|l| l.done.len() <= KEEP));
+}
+
+/// A trainer capped at 8 GiB of an 80 GB device leaking 1 MiB/step: the forecast is to the cap
+/// (where torch will raise the OOM), not to the device's free memory, and the message says so.
+#[test]
+fn under_a_cap_the_forecast_is_to_the_cap() {
+    let cap = (8.0 * GIB) as u64;
+    let mut d = Leak::new(0.005);
+    let mut last = None;
+    for step in 0..3_000u64 {
+        let floor = 2.0 * GIB + step.saturating_sub(200) as f64 * MIB;
+        let s = Sample {
+            ts: 1_763_700_000.0 + step as f64 * 0.5,
+            step: Some(step),
+            phase: "train".into(),
+            stats: Stats {
+                allocated: Some(floor as u64),
+                allocated_peak: Some((floor + GIB) as u64),
+                reserved: Some((floor + 1.5 * GIB) as u64),
+                ..Stats::default()
+            },
+            device_free: Some(TOTAL - (floor + 1.5 * GIB) as u64 - (GIB as u64)),
+            device_total: Some(TOTAL),
+            alloc_limit: None,
+        };
+        let obs = Obs {
+            sample: &s,
+            retries_total: 0,
+            ooms_total: 0,
+            alloc_limit: Some(cap),
+        };
+        if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
+            last = Some((step, sig));
+            break;
+        }
+    }
+    let (step, sig) = last.expect("the leak is caught");
+    let e = &sig.evidence;
+    // Peak is floor + 1 GiB; the cap is reached when the floor is 7 GiB: step 200 + 5,120.
+    let predicted = step + e.oom_eta_steps.unwrap();
+    assert!(
+        (5_200..=5_450).contains(&predicted),
+        "OOM forecast at step {predicted}"
+    );
+    assert_eq!(e.alloc_limit, Some(cap));
+    let m = crate::detect::message::describe(Kind::Leak, e);
+    assert!(
+        m.contains("at this rate the 8.00 GiB allowed is used up in ~"),
+        "{m}"
+    );
 }

@@ -209,3 +209,67 @@ fn every_code_has_its_wire_name() {
         assert_eq!(json, format!("\"{}\"", c.as_str()));
     }
 }
+
+#[test]
+fn alloc_limit_is_read_from_hello_sample_and_event() {
+    let cap = 5_100_273_664u64;
+    let hello = format!(r#"{{"type":"hello","v":1,"alloc_limit":{cap}}}"#);
+    let Message::Hello(h) = parse(hello.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.alloc_limit, Some(cap));
+    let sample = format!(r#"{{"type":"sample","ts":1763700000,"step":3,"alloc_limit":{cap}}}"#);
+    let Message::Sample(s) = parse(sample.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.alloc_limit, Some(cap));
+    let ev = format!(
+        r#"{{"type":"event","ts":1763700000,"kind":"oom","alloc_bytes":402653184,"device_free":79456894976,"alloc_limit":{cap}}}"#
+    );
+    let Message::Event(e) = parse(ev.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (e.alloc_bytes, e.alloc_limit),
+        (Some(402_653_184), Some(cap))
+    );
+    // Optional everywhere: absent or null is "no cap known".
+    let Message::Sample(s) = parse(SAMPLE.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.alloc_limit, None);
+    let Message::Hello(h) = parse(br#"{"type":"hello","v":1,"alloc_limit":null}"#).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.alloc_limit, None);
+}
+
+#[test]
+fn a_bad_alloc_limit_is_a_bad_field_naming_it_and_its_value() {
+    let heads = [
+        r#"{"type":"hello","v":1,"#,
+        r#"{"type":"sample","ts":1763700000,"#,
+        r#"{"type":"event","ts":1763700000,"kind":"oom","#,
+    ];
+    for head in heads {
+        for (value, needle) in [
+            ("-1", "-1"),
+            ("1.5", "1.5"),
+            ("\"4GiB\"", "4GiB"),
+            ("[1]", "[1]"),
+            ("2251799813685248", "2251799813685248"),
+        ] {
+            let line = format!(r#"{head}"alloc_limit":{value}}}"#);
+            let err = parse(line.as_bytes()).unwrap_err();
+            assert_eq!(err.code, Code::BadField, "{line}");
+            assert!(err.message.contains("alloc_limit"), "{}", err.message);
+            assert!(err.message.contains(needle), "{}", err.message);
+        }
+    }
+    // A hostile value is quoted clipped, not whole.
+    let long = "9".repeat(20_000);
+    let err = parse(format!(r#"{{"type":"hello","v":1,"alloc_limit":"{long}"}}"#).as_bytes())
+        .unwrap_err();
+    assert_eq!(err.code, Code::BadField);
+    assert!(err.message.len() < 200, "{}", err.message);
+}

@@ -47,6 +47,10 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         "gpumon_trainer_inactive_split_bytes",
         "PyTorch inactive_split_bytes.all.current.",
     );
+    let mut alloc_limit = g(
+        "gpumon_trainer_alloc_limit_bytes",
+        "Cap on the trainer's caching allocator (torch.cuda.set_per_process_memory_fraction), as reported; absent when none was.",
+    );
     let mut step = g("gpumon_trainer_step", "Last step the trainer reported.");
     let mut last = g(
         "gpumon_trainer_last_sample_timestamp_seconds",
@@ -74,6 +78,9 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         info.add(&[gpu, uuid, pid, job, rank, &s.id, torch, client], 1.0);
         retries.add(&l, s.retries.total as f64);
         ooms.add(&l, s.ooms.total as f64);
+        if let Some(cap) = s.alloc_limit {
+            alloc_limit.add(&l, cap as f64);
+        }
         let Some((_, sample)) = &s.last_sample else {
             continue;
         };
@@ -100,7 +107,18 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         }
     }
     for f in [
-        info, allocated, peak, reserved, active, inactive, retries, ooms, step, last, frag,
+        info,
+        allocated,
+        peak,
+        reserved,
+        active,
+        inactive,
+        alloc_limit,
+        retries,
+        ooms,
+        step,
+        last,
+        frag,
     ] {
         f.finish(out);
     }

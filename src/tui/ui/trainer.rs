@@ -196,6 +196,11 @@ fn legend(s: &SessionView, slope: Option<f64>, zoom: bool, t: Theme) -> [Line<'s
         more.push(Span::styled("  device free ", t.dim()));
         more.push(Span::raw(format!("{} of {}", bytes(free), bytes(total))));
     }
+    // set_per_process_memory_fraction: the allocator's real limit, whatever the device has free.
+    if let Some(cap) = s.alloc_limit {
+        more.push(Span::styled("  cap ", t.dim()));
+        more.push(Span::raw(crate::units::bytes_fine(cap)));
+    }
     let mode = if zoom {
         "  · chart: floor only (z: all)"
     } else {
