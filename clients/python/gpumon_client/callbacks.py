@@ -60,7 +60,19 @@ class _Core:
             self._gpumon_outer_phase = _phase.current()
             _phase._set("eval")
 
-    def _gpumon_eval_end(self) -> None:
+    def _gpumon_train_begin(self, step: Any) -> None:
+        # A run resumed at global step N, or a first batch that only accumulates gradients, ends
+        # a batch on a step already counted: samples start at the next optimizer step.
+        try:
+            self._gpumon_last_step = int(step)
+        except (TypeError, ValueError):
+            pass
+
+    def _gpumon_eval_end(self, sample: bool = True) -> None:
+        # One sample at the end of each evaluation, marked eval: evaluation holds its own
+        # activations and caches, and its peak is what an OOM during eval would hit.
+        if sample and self._gpumon_outer_phase is not None:
+            self.reporter.report(self._gpumon_last_step, phase="eval")
         if self._gpumon_outer_phase is not None:
             _phase._set(self._gpumon_outer_phase)
             self._gpumon_outer_phase = None
@@ -81,6 +93,9 @@ def _lightning_class() -> type:
         Callback.__init__(self)
         self._gpumon_init(job, **kwargs)
 
+    def on_train_start(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        self._gpumon_train_begin(getattr(trainer, "global_step", None))
+
     def on_train_batch_end(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
         self._gpumon_step(getattr(trainer, "global_step", None))
 
@@ -88,7 +103,8 @@ def _lightning_class() -> type:
         self._gpumon_eval_begin()
 
     def on_validation_end(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
-        self._gpumon_eval_end()
+        # The sanity check before training is not an evaluation worth a sample.
+        self._gpumon_eval_end(sample=not getattr(trainer, "sanity_checking", False))
 
     def on_fit_end(self: Any, trainer: Any, *args: Any, **kwargs: Any) -> None:
         self._gpumon_close()
@@ -100,6 +116,7 @@ def _lightning_class() -> type:
             "__init__": __init__,
             "__doc__": "Lightning Callback: a gpumon sample per global step; validation as phase 'eval'.",
             "__module__": __name__,
+            "on_train_start": on_train_start,
             "on_train_batch_end": on_train_batch_end,
             "on_validation_start": on_validation_start,
             "on_validation_end": on_validation_end,
@@ -114,6 +131,9 @@ def _hf_class() -> type:
     def __init__(self: Any, job: Optional[str] = None, **kwargs: Any) -> None:
         TrainerCallback.__init__(self)
         self._gpumon_init(job, **kwargs)
+
+    def on_train_begin(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._gpumon_train_begin(getattr(state, "global_step", None))
 
     def on_step_end(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._gpumon_step(getattr(state, "global_step", None))
@@ -135,6 +155,7 @@ def _hf_class() -> type:
             "__init__": __init__,
             "__doc__": "transformers TrainerCallback: a gpumon sample per global step; evaluation as phase 'eval'.",
             "__module__": __name__,
+            "on_train_begin": on_train_begin,
             "on_step_end": on_step_end,
             "on_prediction_step": on_prediction_step,
             "on_evaluate": on_evaluate,

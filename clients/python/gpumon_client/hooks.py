@@ -11,7 +11,7 @@ import threading
 from time import perf_counter
 from typing import Any, Iterable, Optional, Set
 
-from . import _env, protocol
+from . import _env, dynamo, protocol
 from .cadence import Cadence
 from .client import Client
 from .stats import StatsSource, TorchStatsSource, default_source
@@ -141,6 +141,7 @@ def attach(
             state = Attachment(client, cadence)
             state._torch = torch
             state._hook_handle = register(_optimizer_hook)
+            dynamo.keep_step_hooks(torch)
             if oom:
                 state._oom_pending = not _install_oom_observer(torch)
             _state = state

@@ -6,6 +6,7 @@ unless GPUMON_REQUIRE_TORCH=1, which turns every such skip into a failure.
 """
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -81,16 +82,20 @@ class Ingest:
 
 
 @pytest.fixture(params=["daemon", "no_daemon"])
-def ingest(request: Any, sock_dir: str) -> Any:
-    """Each test that takes it runs twice: with a FakeDaemon, and with no daemon at the path."""
+def ingest(request: Any, sock_dir: str, caplog: Any) -> Any:
+    """Each test that takes it runs twice: with a FakeDaemon, and with no daemon at the path.
+    Either way the client must not complain: its warnings mean an error it swallowed."""
+    caplog.set_level(logging.WARNING, logger="gpumon_client")
     if request.param == "no_daemon":
         yield Ingest(os.path.join(sock_dir, "absent.sock"), None)
-        return
-    from gpumon_client.testing import FakeDaemon
+    else:
+        from gpumon_client.testing import FakeDaemon
 
-    path = os.path.join(sock_dir, "ingest.sock")
-    with FakeDaemon(path) as daemon:
-        yield Ingest(path, daemon)
+        path = os.path.join(sock_dir, "ingest.sock")
+        with FakeDaemon(path) as daemon:
+            yield Ingest(path, daemon)
+    complaints = [r.getMessage() for r in caplog.records if r.name.startswith("gpumon_client") and r.levelno >= logging.WARNING]
+    assert not complaints, complaints
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import importlib
 import json
 import os
 import subprocess
-import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -30,8 +29,8 @@ REQUIRE_TOOLS = _flag("GPUMON_REQUIRE_TOOLS")
 
 
 def require(module: str) -> Any:
-    """Imports `module`, or skips the calling test module when it is absent (fails under
-    GPUMON_REQUIRE_TORCH=1)."""
+    """Imports `module`, or skips (the calling test module, or the test whose fixture calls it)
+    when it is absent; fails instead under GPUMON_REQUIRE_TORCH=1."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -110,6 +109,11 @@ def of_type(msgs: List[Dict[str, Any]], kind: str) -> List[Dict[str, Any]]:
 
 def steps(msgs: List[Dict[str, Any]], phase: Optional[str] = None) -> List[int]:
     return [m["step"] for m in of_type(msgs, "sample") if phase is None or m.get("phase") == phase]
+
+
+def summary(msgs: List[Dict[str, Any]]) -> List[tuple]:
+    """(type, step or kind, phase) per message: short enough for an assertion's message."""
+    return [(m.get("type"), m.get("step", m.get("kind")), m.get("phase")) for m in msgs]
 
 
 def check_sample_payload(sample: Dict[str, Any]) -> None:

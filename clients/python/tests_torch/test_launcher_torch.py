@@ -66,7 +66,8 @@ def test_run_keeps_argv_and_exit_status_and_reports(workdir, child_env, ingest, 
     assert argv0 == str(workdir / ("train.py" if target == "script" else "mytrain.py")), child
     assert "trained 4" in child.stdout, child
     if how == "raise":
-        assert child.stderr.count("Traceback") == 1 and child.stderr.rstrip().endswith("RuntimeError: boom from the script"), child
+        assert child.stderr.count("Traceback") == 1, child
+        assert child.stderr.rstrip().endswith("RuntimeError: boom from the script"), child
     else:
         assert "Traceback" not in child.stderr, child
     msgs = ingest.messages()
