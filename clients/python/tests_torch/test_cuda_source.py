@@ -5,12 +5,13 @@ absence, and set_per_process_memory_fraction are the real ones of the installed 
 import importlib
 
 import pytest
-import torch
+import support
 
 from gpumon_client import protocol
 from gpumon_client.stats import TorchStatsSource, _fractions
 from gpumon_client.testing import nested_allocator_stats
 
+torch = support.require("torch")
 memory = importlib.import_module("torch.cuda.memory")
 TOTAL = 85520809984
 
