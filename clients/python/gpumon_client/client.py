@@ -5,6 +5,7 @@ to a Transport. Every public method is safe to call from a training loop: it nev
 import atexit
 import logging
 import os
+import sys
 import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
@@ -77,6 +78,7 @@ class Client:
         self.closed = False
         if not self.disabled:
             _clients.add(self)
+            _watch_uncaught()
 
     # --- messages --------------------------------------------------------------------------------
 
@@ -162,6 +164,12 @@ class Client:
             return
         # A client that never sent anything leaves no session behind: no connection just for bye.
         touched = self.transport.connects or self.transport.stats()["buffered"]
+        if touched and _uncaught is not None:
+            # The process is dying of an uncaught exception: say why, and end without bye, so the
+            # daemon records a crash rather than a clean end.
+            self.transport.send(protocol.mark_event(self._clock(), "trainer died: %s" % _uncaught))
+            self.transport.close(bye=None, timeout=timeout)
+            return
         self.transport.close(bye=protocol.bye(self._clock()) if touched else None, timeout=timeout)
 
     def stats(self) -> Dict[str, Any]:
@@ -210,6 +218,25 @@ def _human(n: int) -> str:
             return "%d bytes" % n if unit == "bytes" else "%.2f %s" % (value, unit)
         value /= 1024
     return "%.2f GiB" % value
+
+
+_uncaught: Optional[str] = None  # the exception the process is dying of, once sys.excepthook saw it
+_prev_excepthook: Optional[Callable[..., Any]] = None
+
+
+def _excepthook(exc_type: Any, exc: Any, tb: Any) -> None:
+    global _uncaught
+    if _uncaught is None:
+        _uncaught = ("%s: %s" % (getattr(exc_type, "__name__", "exception"), exc))[:300]
+    (_prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+
+def _watch_uncaught() -> None:
+    # Chained, so the trainer's own excepthook (and the traceback) still run.
+    global _prev_excepthook
+    if sys.excepthook is not _excepthook:
+        _prev_excepthook = sys.excepthook
+        sys.excepthook = _excepthook
 
 
 def _close_all() -> None:

@@ -212,3 +212,33 @@ def test_stats_session_is_known_after_the_first_sample(sock_path):
             time.sleep(0.01)
         assert c.stats()["session"] == "s-9"
         c.close()
+
+
+DYING = """
+import sys
+from gpumon_client import Client, StaticStatsSource
+c = Client("dies", source=StaticStatsSource({"num_ooms": 0}), socket=sys.argv[1])
+c.sample(step=1)
+if sys.argv[2] == "raise":
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+"""
+
+
+@pytest.mark.parametrize("how", ["raise", "return"])
+def test_a_trainer_dying_of_an_exception_ends_without_bye(sock_path, tmp_path, how):
+    script = tmp_path / "dying.py"
+    script.write_text(DYING)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with FakeDaemon(sock_path) as d:
+        proc = subprocess.run([sys.executable, str(script), sock_path, how], env=dict(os.environ, PYTHONPATH=root),
+                              capture_output=True, text=True, timeout=30)
+        msgs = d.wait_for(3)
+        time.sleep(0.2)
+        msgs = d.messages()
+    kinds = [(m["type"], m.get("kind")) for m in msgs]
+    if how == "raise":
+        assert proc.returncode == 1 and "RuntimeError: CUDA out of memory" in proc.stderr  # traceback kept
+        assert kinds == [("hello", None), ("sample", None), ("event", "mark")]
+        assert msgs[-1]["detail"] == "trainer died: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    else:
+        assert proc.returncode == 0 and kinds == [("hello", None), ("sample", None), ("bye", None)]
