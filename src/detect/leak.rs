@@ -31,6 +31,11 @@ const SHARE: f64 = 0.2;
 /// Train samples ignored at the start (optimizer state, workspaces, DDP buckets, compile: the
 /// corpus has warm-ups that climb in stairs for a few hundred steps).
 const WARMUP: u64 = 64;
+const WARMUP_STEPS: u64 = 256;
+const L0_STEPS: u64 = 16;
+fn knob(name: &str, d: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+}
 /// Materiality when the device size is unknown.
 const FALLBACK_MATERIAL: f64 = 512.0 * 1048576.0;
 /// Never report growth smaller than this, whatever the device.
@@ -44,6 +49,8 @@ struct Seg {
     t1: f64,
     min: f64,
     peak: u64,
+    samples: u32,
+    steps: u64,
 }
 
 impl Seg {
@@ -52,6 +59,8 @@ impl Seg {
         self.t1 = o.t1;
         self.min = self.min.min(o.min);
         self.peak = self.peak.max(o.peak);
+        self.samples += o.samples;
+        self.steps += o.steps;
     }
 }
 
@@ -89,6 +98,7 @@ pub struct Leak {
     cap: Option<u64>,
     limit: Option<u64>,
     floor: f64,
+    prev_step: Option<u64>,
 }
 
 impl Leak {
@@ -101,6 +111,7 @@ impl Leak {
             cap: None,
             limit: None,
             floor: 0.0,
+            prev_step: None,
         }
     }
 
@@ -128,7 +139,8 @@ impl Leak {
             None => lvl.cur = Some(seg),
         }
         lvl.parts += 1;
-        if lvl.parts < need {
+        let covered = lvl.cur.map_or(0, |c| c.steps);
+        if lvl.parts < need && !(j == 0 && covered >= knob("L0_STEPS", L0_STEPS)) {
             return false;
         }
         let Some(done) = lvl.cur.take() else {
@@ -169,6 +181,12 @@ impl Leak {
                 evidence: Evidence::default(),
             };
         };
+        if std::env::var("LEAK_DEBUG").is_ok() {
+            for (j, l) in self.levels.iter().enumerate() {
+                eprintln!("L{j} n={} streak={} conf={} slope={:?}", l.done.len(), l.streak, l.confirmed(), l.last.map(|v| v.slope));
+                for sg in &l.done { eprintln!("   {} {} {} {:.0} s{}", sg.first_step, sg.last_step, sg.steps, sg.min / 1048576.0, sg.samples); }
+            }
+        }
         let recent = &self.levels[0].done;
         let peak = recent.iter().map(|s| s.peak).max().unwrap_or(0);
         let (first, last) = (recent.front(), recent.back());
@@ -264,10 +282,12 @@ impl Detector for Leak {
         }
         let floor = s.stats.allocated?;
         self.train_samples += 1;
-        if self.train_samples <= WARMUP {
+        let step = s.step.unwrap_or(self.train_samples);
+        let covered = self.prev_step.map_or(1, |p| step.saturating_sub(p).max(1));
+        self.prev_step = Some(step);
+        if self.train_samples <= knob("WARMUP", WARMUP) && step <= knob("WARMUP_STEPS", WARMUP_STEPS) {
             return None;
         }
-        let step = s.step.unwrap_or(self.train_samples);
         self.floor = floor as f64;
         let seg = Seg {
             first_step: step,
@@ -276,6 +296,8 @@ impl Detector for Leak {
             t1: s.ts,
             min: floor as f64,
             peak: s.stats.allocated_peak.unwrap_or(floor).max(floor),
+            samples: 1,
+            steps: covered,
         };
         if self.push(0, seg) {
             Some(self.signal(step))
