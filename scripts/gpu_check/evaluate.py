@@ -4,7 +4,7 @@ No I/O here, so every verdict is tested on synthetic bundles."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import analysis as a
 from report import FAIL, INFO, PASS, SKIP, Check
@@ -55,6 +55,19 @@ def _skipped(obs: Dict[str, Any], name: str, check: str) -> Optional[Check]:
     return None
 
 
+def _opening(obs: Dict[str, Any], kind: str, name: str) -> Tuple[Optional[Check], Dict[str, Any], Dict[str, Any]]:
+    """What every per-trainer check starts with: (a verdict already reached, or None; the
+    trainer's one session; the result file the trainer wrote)."""
+    skip = _skipped(obs, kind, name)
+    if skip:
+        return skip, {}, {}
+    problem = _trainer_problem(obs, kind)
+    s = _one_session(obs, kind)
+    if problem or s is None:
+        return Check(name, FAIL, problem or "no session with job %s" % JOBS[kind]), {}, {}
+    return None, s, obs["trainers"][kind].get("result") or {}
+
+
 def check_daemon(obs: Dict[str, Any]) -> Check:
     d = obs["daemon"]
     if d.get("error"):
@@ -79,14 +92,9 @@ def check_daemon(obs: Dict[str, Any]) -> Check:
 
 def check_healthy(obs: Dict[str, Any]) -> Check:
     name = "healthy trainer: sampled, no findings"
-    skip = _skipped(obs, "healthy", name)
-    if skip:
-        return skip
-    problem = _trainer_problem(obs, "healthy")
-    s = _one_session(obs, "healthy")
-    if problem or s is None:
-        return Check(name, FAIL, problem or "no session with job %s" % JOBS["healthy"])
-    result = obs["trainers"]["healthy"].get("result") or {}
+    early, s, result = _opening(obs, "healthy", name)
+    if early is not None:
+        return early
     steps, seconds = result.get("steps") or 0, result.get("seconds") or 0.0
     kinds = sorted({f["kind"] for snap in obs["history"] for f in a.findings_of_session(snap, s["session"])})
     rate = (s.get("samples") or 0) / seconds if seconds else 0.0
@@ -112,14 +120,9 @@ def check_healthy(obs: Dict[str, Any]) -> Check:
 
 def check_leak(obs: Dict[str, Any]) -> Check:
     name = "leak detected (step, growth)"
-    skip = _skipped(obs, "leak", name)
-    if skip:
-        return skip
-    problem = _trainer_problem(obs, "leak")
-    s = _one_session(obs, "leak")
-    if problem or s is None:
-        return Check(name, FAIL, problem or "no session with job %s" % JOBS["leak"])
-    result = obs["trainers"]["leak"].get("result") or {}
+    early, s, result = _opening(obs, "leak", name)
+    if early is not None:
+        return early
     first = a.first_observed(obs["history"], s["session"], "leak", "firing")
     snap, finding = first if first else (None, None)
     total = result.get("device_total") or s.get("device_total")
@@ -143,14 +146,9 @@ def check_leak(obs: Dict[str, Any]) -> Check:
 
 def check_near_limit(obs: Dict[str, Any]) -> Check:
     name = "near_limit fires and stays firing"
-    skip = _skipped(obs, "near_limit", name)
-    if skip:
-        return skip
-    problem = _trainer_problem(obs, "near_limit")
-    s = _one_session(obs, "near_limit")
-    if problem or s is None:
-        return Check(name, FAIL, problem or "no session with job %s" % JOBS["near_limit"])
-    result = obs["trainers"]["near_limit"].get("result") or {}
+    early, s, result = _opening(obs, "near_limit", name)
+    if early is not None:
+        return early
     ended_ts = s["ended"][0] if s.get("ended") else None
     ep = a.episodes(a.finding_timeline(obs["history"], s["session"], "near_limit"), ended_ts)
     first = a.first_observed(obs["history"], s["session"], "near_limit", "firing")
@@ -169,14 +167,9 @@ def check_near_limit(obs: Dict[str, Any]) -> Check:
 
 def check_oom(obs: Dict[str, Any]) -> Check:
     name = "OOM reported against the allocator cap"
-    skip = _skipped(obs, "oom", name)
-    if skip:
-        return skip
-    problem = _trainer_problem(obs, "oom")
-    s = _one_session(obs, "oom")
-    if problem or s is None:
-        return Check(name, FAIL, problem or "no session with job %s" % JOBS["oom"])
-    result = obs["trainers"]["oom"].get("result") or {}
+    early, s, result = _opening(obs, "oom", name)
+    if early is not None:
+        return early
     cap = result.get("cap")
     finding = None
     for snap in obs["history"]:
@@ -200,14 +193,9 @@ def check_oom(obs: Dict[str, Any]) -> Check:
 
 
 def _framework(obs: Dict[str, Any], key: str, name: str) -> Check:
-    skip = _skipped(obs, key, name)
-    if skip:
-        return skip
-    problem = _trainer_problem(obs, key)
-    s = _one_session(obs, key)
-    if problem or s is None:
-        return Check(name, FAIL, problem or "no session with job %s" % JOBS[key])
-    result = obs["trainers"][key].get("result") or {}
+    early, s, result = _opening(obs, key, name)
+    if early is not None:
+        return early
     steps = result.get("steps") or 0
     t = obs["traces"].get(s["session"])
     if t is None:
