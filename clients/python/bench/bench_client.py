@@ -118,7 +118,7 @@ def run_shape(name, width, batch, seconds, sock):
         step()
     per_step = block(step, 20)
     n = max(20, int(0.25 / per_step))  # blocks of ~0.25 s
-    blocks = max(4, int(seconds / 0.25 / 2))
+    blocks = max(4, int(seconds / 0.25 / 2))  # per side
     bare, attached = [], []
     # source= only because CUDA is unavailable here: TorchStatsSource on the stand-in driver.
     state = gpumon_client.attach(job="bench", socket=sock, source=TorchStatsSource(0))
@@ -126,13 +126,17 @@ def run_shape(name, width, batch, seconds, sock):
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
     hook, spent = timed_hook()
     start_lines = state.client.transport.sent_lines
-    for _ in range(blocks):
-        bare.append(block(step, n))
-        handle = register(hook)
-        attached.append(block(step, n))
-        handle.remove()
+    for _ in range(blocks // 2):
+        # bare, attached, attached, bare: a drift in machine speed biases neither side.
+        for attach_it in (False, True, True, False):
+            if not attach_it:
+                bare.append(block(step, n))
+                continue
+            handle = register(hook)
+            attached.append(block(step, n))
+            handle.remove()
     samples = state.client.transport.sent_lines - start_lines
-    steps_attached = n * blocks
+    steps_attached = n * len(attached)
     client_time = spent[0]
     gpumon_client.detach(timeout=0.2)
     hooks._oom_observer_installed = False
