@@ -1,12 +1,18 @@
 //! `leak`: the memory that survives each training step keeps growing.
 //!
 //! The signal is the per-step floor (`allocated_bytes.all.current` at step boundaries) of train
-//! samples. It is summarised as segment minima at several time scales at once: level 0 holds
-//! minima of 4 samples, level 1 of 8, and so on, each level keeping its last `KEEP` segments.
-//! Minima ignore spikes, checkpoint saves and the peaks of an accumulation cycle; many scales let
-//! a fast leak be seen within a few hundred steps and a slow one over tens of thousands, with
-//! bounded memory (at most `LEVELS` × `KEEP` segments) and bounded work (a level is judged only
-//! when it completes a segment, so the cost per sample is constant).
+//! samples. It is summarised as segment minima at several time scales at once: a level-0 segment
+//! holds 4 samples, or fewer when they already stand for `L0_STEPS` steps (a client sampling
+//! every few steps), a level-1 segment two level-0 ones, and so on, each level keeping its last
+//! `KEEP` segments. Minima ignore spikes, checkpoint saves and the peaks of an accumulation cycle; many
+//! scales let a fast leak be seen within a few hundred steps and a slow one over tens of
+//! thousands, with bounded memory (at most `LEVELS` × `KEEP` segments) and bounded work (a level
+//! is judged only when it completes a segment, so the cost per sample is constant).
+//!
+//! Time is counted in steps where it matters, not in samples: the client samples every step
+//! only when steps are fast, and one step in 8 on typical 0.2–2 s steps. Counted in samples, the
+//! warm-up and the segments would stretch with the cadence, and a fast leak would be past its
+//! growth budget before the first window could even fill.
 //!
 //! A level's window of segment minima shows a leak when all of these hold:
 //! - a Mann–Kendall test says it rises (tie-corrected, p < `P_MAX`);
@@ -15,27 +21,39 @@
 //! - the Theil–Sen slope times the window's span is material: at least a share of the device;
 //! - and it stays so while the window moves on by a third (`confirm` evaluations in a row), so
 //!   a ramp that stops is not one either.
+//!
+//! The rate reported, and the OOM forecast made from it, is the slope of the lower envelope of
+//! that window's minima (`stats::lower_envelope_slope`): what a step leaves allocated is the
+//! floor plus whatever happens to be alive at the boundary, never less, so the floor runs along
+//! the bottom of the scatter, not through its middle. With one sample per 8 steps the finest
+//! segments hold one or two samples, and a Theil–Sen line through their minima, still a fine
+//! test of "is it rising", can be off by a quarter on a noisy floor.
 
 use std::collections::VecDeque;
 
-use super::stats::{mann_kendall, median, theil_sen};
+use super::stats::{lower_envelope_slope, mann_kendall, median, theil_sen};
 use super::{Detector, Evidence, Kind, Obs, Signal};
 
+/// Samples in a level-0 segment, at most...
 const L0: u32 = 4;
+/// ...and the steps after which it closes with fewer, so that level k spans about 8·2^k steps
+/// whatever the cadence: 4 samples sampled every 2 steps, 1 sampled every 8. The first verdict
+/// needs 13 segments: counted in samples alone that was 416 steps at one sample per 8 steps,
+/// longer than a 6 MiB/step leak takes to use up its growth budget.
+const L0_STEPS: u64 = 8;
 const LEVELS: usize = 14;
 const KEEP: usize = 32;
 const MIN_WINDOW: usize = 9;
 const P_MAX: f64 = 1e-4;
 /// Each third of the window must carry at least this share of its rise.
 const SHARE: f64 = 0.2;
-/// Train samples ignored at the start (optimizer state, workspaces, DDP buckets, compile: the
-/// corpus has warm-ups that climb in stairs for a few hundred steps).
-const WARMUP: u64 = 64;
+/// Steps ignored at the start of a session, counted from its first train sample (a resumed run
+/// starts at a high step): optimizer state, workspaces, DDP buckets and compile make the floor
+/// climb in stairs for the first few hundred steps. Counted in samples it would last 64 steps
+/// for a trainer sampled every step (where the later stairs look like a leak) and 512 for one
+/// sampled every 8 (where a 3 MiB/step leak from step 150 is past its growth budget before the
+/// first window can confirm it).
 const WARMUP_STEPS: u64 = 256;
-const L0_STEPS: u64 = 16;
-fn knob(name: &str, d: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
-}
 /// Materiality when the device size is unknown.
 const FALLBACK_MATERIAL: f64 = 512.0 * 1048576.0;
 /// Never report growth smaller than this, whatever the device.
@@ -48,8 +66,10 @@ struct Seg {
     t0: f64,
     t1: f64,
     min: f64,
+    /// The step of that minimum: where the floor was seen, for the envelope.
+    min_step: u64,
     peak: u64,
-    samples: u32,
+    /// Steps the segment stands for: from the train sample before its first one to its last.
     steps: u64,
 }
 
@@ -57,10 +77,12 @@ impl Seg {
     fn merge(&mut self, o: &Seg) {
         self.last_step = o.last_step;
         self.t1 = o.t1;
-        self.min = self.min.min(o.min);
+        if o.min < self.min {
+            self.min = o.min;
+            self.min_step = o.min_step;
+        }
         self.peak = self.peak.max(o.peak);
-        self.samples += o.samples;
-        self.steps += o.steps;
+        self.steps = self.steps.saturating_add(o.steps);
     }
 }
 
@@ -98,7 +120,11 @@ pub struct Leak {
     cap: Option<u64>,
     limit: Option<u64>,
     floor: f64,
+    /// Step of the previous train sample, warm-up included: how many steps a sample stands for.
     prev_step: Option<u64>,
+    /// Step of the first train sample: the warm-up is counted from there.
+    first_step: Option<u64>,
+    warmed_up: bool,
 }
 
 impl Leak {
@@ -112,6 +138,8 @@ impl Leak {
             limit: None,
             floor: 0.0,
             prev_step: None,
+            first_step: None,
+            warmed_up: false,
         }
     }
 
@@ -132,15 +160,21 @@ impl Leak {
         if self.levels.len() <= j {
             self.levels.push(Level::default());
         }
-        let need = if j == 0 { L0 } else { 2 };
         let lvl = &mut self.levels[j];
-        match lvl.cur.as_mut() {
-            Some(c) => c.merge(&seg),
-            None => lvl.cur = Some(seg),
-        }
+        let cur = match lvl.cur.as_mut() {
+            Some(c) => {
+                c.merge(&seg);
+                c
+            }
+            None => lvl.cur.insert(seg),
+        };
         lvl.parts += 1;
-        let covered = lvl.cur.map_or(0, |c| c.steps);
-        if lvl.parts < need && !(j == 0 && covered >= knob("L0_STEPS", L0_STEPS)) {
+        let full = if j == 0 {
+            lvl.parts >= L0 || cur.steps >= L0_STEPS
+        } else {
+            lvl.parts >= 2
+        };
+        if !full {
             return false;
         }
         let Some(done) = lvl.cur.take() else {
@@ -181,12 +215,6 @@ impl Leak {
                 evidence: Evidence::default(),
             };
         };
-        if std::env::var("LEAK_DEBUG").is_ok() {
-            for (j, l) in self.levels.iter().enumerate() {
-                eprintln!("L{j} n={} streak={} conf={} slope={:?}", l.done.len(), l.streak, l.confirmed(), l.last.map(|v| v.slope));
-                for sg in &l.done { eprintln!("   {} {} {} {:.0} s{}", sg.first_step, sg.last_step, sg.steps, sg.min / 1048576.0, sg.samples); }
-            }
-        }
         let recent = &self.levels[0].done;
         let peak = recent.iter().map(|s| s.peak).max().unwrap_or(0);
         let (first, last) = (recent.front(), recent.back());
@@ -196,11 +224,11 @@ impl Leak {
             }
             _ => None,
         };
+        let slope = envelope_slope(&lvl.done).unwrap_or(v.slope);
         // detection.md: OOM comes at the step peak, so steps ≈ (limit − recent peak) / slope.
         let eta_steps = self
             .limit
-            .map(|limit| (limit.saturating_sub(peak) as f64 / v.slope).round() as u64);
-        let slope = v.slope;
+            .map(|limit| (limit.saturating_sub(peak) as f64 / slope).round() as u64);
         let growth = (self.floor - v.onset_floor).max(0.0) as u64;
         let span = lvl
             .done
@@ -224,6 +252,15 @@ impl Leak {
             },
         }
     }
+}
+
+/// The floor's rate over a confirmed window: the lower envelope of its minima, each where it was
+/// seen. None when the envelope is not a rise (a window whose bottom is flat in the middle):
+/// the caller keeps the Theil–Sen slope that confirmed it.
+fn envelope_slope(done: &VecDeque<Seg>) -> Option<f64> {
+    let x: Vec<f64> = done.iter().map(|s| s.min_step as f64).collect();
+    let y: Vec<f64> = done.iter().map(|s| s.min).collect();
+    lower_envelope_slope(&x, &y).filter(|b| *b > 0.0)
 }
 
 /// Judges one level's window; `Some` when it shows a material, sustained rise.
@@ -283,9 +320,15 @@ impl Detector for Leak {
         let floor = s.stats.allocated?;
         self.train_samples += 1;
         let step = s.step.unwrap_or(self.train_samples);
-        let covered = self.prev_step.map_or(1, |p| step.saturating_sub(p).max(1));
+        // A step count that starts over, or a repeated step, stands for one step.
+        let covered = self
+            .prev_step
+            .map_or(1, |p| step.saturating_sub(p).max(1));
         self.prev_step = Some(step);
-        if self.train_samples <= knob("WARMUP", WARMUP) && step <= knob("WARMUP_STEPS", WARMUP_STEPS) {
+        let first = *self.first_step.get_or_insert(step);
+        // Once over, the warm-up stays over, even if the step count starts again.
+        self.warmed_up |= step.saturating_sub(first) >= WARMUP_STEPS;
+        if !self.warmed_up {
             return None;
         }
         self.floor = floor as f64;
@@ -295,8 +338,8 @@ impl Detector for Leak {
             t0: s.ts,
             t1: s.ts,
             min: floor as f64,
+            min_step: step,
             peak: s.stats.allocated_peak.unwrap_or(floor).max(floor),
-            samples: 1,
             steps: covered,
         };
         if self.push(0, seg) {

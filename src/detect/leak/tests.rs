@@ -7,8 +7,19 @@ const TOTAL: u64 = 85_520_809_984;
 
 /// Feeds floors (one per step) and returns the first step at which the leak signal is active.
 fn first_active(floors: impl IntoIterator<Item = f64>) -> Option<u64> {
+    first_signal(floors, 1, TOTAL).map(|(step, _)| step)
+}
+
+/// The same on a device of `total` bytes, sampling one step in `every` (as the client does on
+/// slow steps); returns the step and the signal. The peak is 10 GiB over the floor, reserved
+/// 12 GiB over it, the rest of the device free.
+fn first_signal(
+    floors: impl IntoIterator<Item = f64>,
+    every: usize,
+    total: u64,
+) -> Option<(u64, Signal)> {
     let mut d = Leak::new(0.005);
-    for (i, f) in floors.into_iter().enumerate() {
+    for (i, f) in floors.into_iter().enumerate().step_by(every) {
         let step = i as u64;
         let s = Sample {
             ts: 1_763_700_000.0 + step as f64 * 0.5,
@@ -20,8 +31,8 @@ fn first_active(floors: impl IntoIterator<Item = f64>) -> Option<u64> {
                 reserved: Some(f as u64 + (12.0 * GIB) as u64),
                 ..Stats::default()
             },
-            device_free: Some(TOTAL - f as u64 - (12.0 * GIB) as u64),
-            device_total: Some(TOTAL),
+            device_free: Some(total - f as u64 - (12.0 * GIB) as u64),
+            device_total: Some(total),
             alloc_limit: None,
         };
         let obs = Obs {
@@ -30,8 +41,8 @@ fn first_active(floors: impl IntoIterator<Item = f64>) -> Option<u64> {
             ooms_total: 0,
             alloc_limit: None,
         };
-        if d.sample(&obs).is_some_and(|sig| sig.active) {
-            return Some(step);
+        if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
+            return Some((step, sig));
         }
     }
     None
@@ -180,4 +191,93 @@ fn under_a_cap_the_forecast_is_to_the_cap() {
         m.contains("at this rate the 8.00 GiB allowed is used up in ~"),
         "{m}"
     );
+}
+
+/// A fast leak under a noisy floor at the client's cadence on typical steps: one sample per 8
+/// steps. 3 MiB/step from step 150 on an 80 GB device uses its growth budget (2 GiB) by step
+/// ~830; counted in samples, warm-up and segments took until step ~930. Above the floor, the
+/// last batch's outputs: 100 to 400 MiB, mostly little, as with variable sequence lengths.
+#[test]
+fn a_leak_sampled_every_8_steps_is_caught_within_budget_and_forecast() {
+    let (onset, rate) = (150usize, 3.0 * MIB);
+    for seed in 0..6 {
+        let f = (0..6_000).map(|i| {
+            let u = noise(i, seed);
+            20.0 * GIB + i.saturating_sub(onset) as f64 * rate + 100.0 * MIB + 300.0 * MIB * u * u * u
+        });
+        let (at, sig) = first_signal(f, 8, TOTAL).expect("leak caught");
+        let grown = (at as usize - onset) as f64 * rate;
+        assert!(
+            grown < 2.0 * GIB,
+            "seed {seed}: caught at step {at}, after {:.2} GiB",
+            grown / GIB
+        );
+        // The peak (floor + 10 GiB) reaches the device at floor = TOTAL − 10 GiB.
+        let oom = onset as f64 + (TOTAL as f64 - 10.0 * GIB - 20.0 * GIB) / rate;
+        let eta = sig.evidence.oom_eta_steps.expect("a forecast") as f64;
+        let err = (at as f64 + eta - oom) / (oom - at as f64);
+        assert!(err.abs() < 0.1, "seed {seed}: forecast off by {:.0}%", err * 100.0);
+    }
+}
+
+/// The warm-up of a compiled model on an A100, sampled every 8 steps: weights, gradients and
+/// Adam state in the first steps, recompiles adding 16-256 MiB up to step ~30, then more
+/// recompiles as new shapes show up, further and further apart (8 stairs at
+/// 50 + (end − 50)·(k/8)², as in the corpus's `warmup_then_flat`) and adding 15-25% of the
+/// growth budget by `end`, then flat. The warm-up ends at step 256 with some of those stairs
+/// still to come; ended at step 64, the first of these would be a leak.
+#[test]
+fn a_warm_up_climb_sampled_sparsely_is_not_a_leak() {
+    const A100: u64 = 42_505_273_344;
+    for (end, share) in [(464, 0.25), (620, 0.2), (1_000, 0.15), (1_500, 0.15)] {
+        let late: Vec<(usize, f64)> = (1..=8)
+            .map(|k| (50 + (end - 50) * k * k / 64, share * 2.0 * GIB / 8.0))
+            .collect();
+        let early = [(3, 200.0 * MIB), (9, 120.0 * MIB), (27, 60.0 * MIB)];
+        for seed in 0..4 {
+            let f = (0..12_000).map(|i| {
+                let state = match i {
+                    0 => 0.0,
+                    1 => 2.0 * GIB,
+                    _ => 6.0 * GIB,
+                };
+                let compiled: f64 = early
+                    .iter()
+                    .chain(&late)
+                    .filter(|(s, _)| *s <= i)
+                    .map(|(_, b)| b)
+                    .sum();
+                4.0 * GIB + state + compiled + noise(i, seed) * 8.0 * MIB
+            });
+            let at = first_signal(f, 8, A100).map(|(s, _)| s);
+            assert_eq!(at, None, "warm-up to step {end}, seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn zz_grid() {
+    const A100: u64 = 42_505_273_344;
+    for every in [1usize, 4, 8] {
+        for end in [464usize, 620, 720, 1000, 1500] {
+            let mut row = String::new();
+            for share in [0.1, 0.15, 0.2, 0.25, 0.3] {
+                let late: Vec<(usize, f64)> = (1..=8)
+                    .map(|k| (50 + (end - 50) * k * k / 64, share * 2.0 * GIB / 8.0))
+                    .collect();
+                let early = [(3, 200.0 * MIB), (9, 120.0 * MIB), (27, 60.0 * MIB)];
+                let mut flagged = 0;
+                for seed in 0..8 {
+                    let f = (0..12_000).map(|i| {
+                        let state = match i { 0 => 0.0, 1 => 2.0 * GIB, _ => 6.0 * GIB };
+                        let compiled: f64 = early.iter().chain(&late).filter(|(s, _)| *s <= i).map(|(_, b)| b).sum();
+                        4.0 * GIB + state + compiled + noise(i, seed) * 8.0 * MIB
+                    });
+                    if first_signal(f, every, A100).is_some() { flagged += 1; }
+                }
+                row += &format!(" {share}:{flagged}/8");
+            }
+            eprintln!("every {every} end {end}:{row}");
+        }
+    }
 }
