@@ -61,7 +61,8 @@ impl Default for AlertsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DetectSection {
-    /// near_limit fires when headroom at the step peak stays under this many bytes.
+    /// near_limit fires when headroom at the step peak stays under this many bytes (under an
+    /// allocator cap, under a tenth of the cap when that is less).
     pub headroom_margin_bytes: u64,
     /// A leak is reported once the floor's growth reaches this share of the device memory.
     pub leak_materiality_ratio: f64,
@@ -354,7 +355,8 @@ max_total_bytes = {max_total_bytes}
 
 [detect]
 # near_limit also fires when headroom at the step peak (device free + reserved - peak allocated)
-# stays under this many bytes.
+# stays under this many bytes. Under an allocator cap (set_per_process_memory_fraction) the
+# headroom is to the cap, and the margin is at most a tenth of the cap.
 headroom_margin_bytes = {headroom_margin_bytes}
 # A leak is reported once the per-step floor has grown by this share of the device's memory.
 leak_materiality_ratio = {leak_materiality_ratio}

@@ -4,10 +4,10 @@
 //! samples. It is summarised as segment minima at several time scales at once: a level-0 segment
 //! holds 4 samples, or fewer when they already stand for `L0_STEPS` steps (a client sampling
 //! every few steps), a level-1 segment two level-0 ones, and so on, each level keeping its last
-//! `KEEP` segments. Minima ignore spikes, checkpoint saves and the peaks of an accumulation cycle; many
-//! scales let a fast leak be seen within a few hundred steps and a slow one over tens of
-//! thousands, with bounded memory (at most `LEVELS` × `KEEP` segments) and bounded work (a level
-//! is judged only when it completes a segment, so the cost per sample is constant).
+//! `KEEP` segments. Minima ignore spikes, checkpoint saves and the peaks of an accumulation
+//! cycle; many scales let a fast leak be seen within a few hundred steps and a slow one over
+//! tens of thousands, with bounded memory (at most `LEVELS` × `KEEP` segments) and bounded work
+//! (a level is judged only when it completes a segment, so the cost per sample is constant).
 //!
 //! Time is counted in steps where it matters, not in samples: the client samples every step
 //! only when steps are fast, and one step in 8 on typical 0.2–2 s steps. Counted in samples, the
@@ -321,9 +321,7 @@ impl Detector for Leak {
         self.train_samples += 1;
         let step = s.step.unwrap_or(self.train_samples);
         // A step count that starts over, or a repeated step, stands for one step.
-        let covered = self
-            .prev_step
-            .map_or(1, |p| step.saturating_sub(p).max(1));
+        let covered = self.prev_step.map_or(1, |p| step.saturating_sub(p).max(1));
         self.prev_step = Some(step);
         let first = *self.first_step.get_or_insert(step);
         // Once over, the warm-up stays over, even if the step count starts again.

@@ -212,7 +212,8 @@ pub trait Detector: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DetectConfig {
     /// near_limit also fires when headroom (what the allocator could hold, `Obs::limit`, minus
-    /// the allocated peak) stays under this many bytes.
+    /// the allocated peak) stays under this many bytes, or under a tenth of the allocator's cap
+    /// when one binds and that is less.
     pub headroom_margin_bytes: u64,
     /// A leak is reported only once the floor has grown by this share of the device memory.
     pub leak_materiality_ratio: f64,

@@ -1,7 +1,9 @@
 //! `near_limit`: the caching allocator is at the edge. Either `num_alloc_retries` keeps rising
 //! (a cudaMalloc failed, the allocator freed its cache and tried again: slow, and one step from
 //! an OOM), or the headroom at the step peak (what the allocator could hold, capped by
-//! `set_per_process_memory_fraction`, minus the peak) stays under the configured margin.
+//! `set_per_process_memory_fraction`, minus the peak) stays under the configured margin. Under a
+//! cap the margin is at most a tenth of the cap: 512 MiB is a quarter of a 2 GiB cap, and would
+//! call a trainer using 75% of it near the limit.
 //!
 //! Windows are in steps and seconds (`window::Recent`), not samples: retries come in bursts
 //! tens to hundreds of steps apart, and how many samples cover those steps depends on the
@@ -25,6 +27,8 @@ const TIGHT_SECS: f64 = 10.0;
 const TIGHT_KEEP: usize = 3;
 /// Tight samples needed in that window: at least this many, and at least half of them.
 const TIGHT_MIN: usize = 2;
+/// Under an allocator cap the margin is at most 1/`CAP_MARGIN_DIV` of the cap.
+const CAP_MARGIN_DIV: u64 = 10;
 
 pub struct NearLimit {
     margin: u64,
@@ -36,6 +40,12 @@ pub struct NearLimit {
 }
 
 impl NearLimit {
+    /// The margin for this sample: the configured one, or a tenth of the cap when that is less.
+    fn margin(&self, obs: &Obs) -> u64 {
+        obs.cap()
+            .map_or(self.margin, |cap| self.margin.min(cap / CAP_MARGIN_DIV))
+    }
+
     pub fn new(margin_bytes: u64) -> Self {
         Self {
             margin: margin_bytes,
@@ -72,7 +82,8 @@ impl Detector for NearLimit {
             _ => None,
         };
         if let Some(h) = headroom {
-            self.tight.push(at, h < self.margin as i64);
+            let margin = i64::try_from(self.margin(obs)).unwrap_or(i64::MAX);
+            self.tight.push(at, h < margin);
         }
         let tight_count = self.tight.values().filter(|t| **t).count();
         let tight = tight_count >= TIGHT_MIN && 2 * tight_count >= self.tight.len();

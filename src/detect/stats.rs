@@ -211,7 +211,10 @@ mod tests {
         let b = lower_envelope_slope(&x, &line).unwrap();
         assert!((b - 1000.0).abs() < 1e-6, "{b}");
         // 64 MiB every 40 steps, starting at the first point: 64 MiB / 40 a step on average.
-        let stairs: Vec<f64> = x.iter().map(|s| ((s - 100.0) / 40.0).floor() * 64.0).collect();
+        let stairs: Vec<f64> = x
+            .iter()
+            .map(|s| ((s - 100.0) / 40.0).floor() * 64.0)
+            .collect();
         let b = lower_envelope_slope(&x, &stairs).unwrap();
         assert!((b - 64.0 / 40.0).abs() < 1e-9, "{b}");
     }

@@ -113,6 +113,26 @@ fn a_trainer_at_98_percent_of_its_cap_is_near_the_limit() {
     assert_eq!(r.near_limit(), (0, false));
 }
 
+/// The margin (512 MiB by default) is at most a tenth of the cap: a trainer capped at 2 GiB
+/// whose peaks use 80% of it (410 MiB of headroom) is fine; at 96% (82 MiB) it is near the
+/// limit. Under a 40 GiB cap the configured 512 MiB still applies.
+#[test]
+fn under_a_small_cap_the_margin_is_a_tenth_of_it() {
+    let run = |cap: u64, peak: u64| {
+        let mut r = Run::new();
+        for step in 1..=200 {
+            r.sample(sample(step, step as f64 * 0.3, cap, peak), 0, Some(cap));
+        }
+        r.near_limit()
+    };
+    let small = 2 * GIB;
+    assert_eq!(run(small, small / 100 * 80), (0, false));
+    assert_eq!(run(small, small / 100 * 96), (1, true));
+    // Headroom 400 MiB: under 512 MiB, and 512 MiB is under a tenth of 40 GiB.
+    assert_eq!(run(40 * GIB, 40 * GIB - 400 * MIB), (1, true));
+    assert_eq!(run(40 * GIB, 40 * GIB - 600 * MIB), (0, false));
+}
+
 #[test]
 fn a_cap_at_the_device_total_is_no_cap() {
     let mut r = Run::new();
