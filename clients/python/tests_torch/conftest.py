@@ -26,6 +26,7 @@ _CLIENT_ENV = ("GPUMON_DISABLE", "GPUMON_SOCKET", "GPUMON_JOB", "RANK", "WORLD_S
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "frameworks: needs Lightning or transformers (absent from the oldest-torch venv)")
+    config.addinivalue_line("markers", "torchrun: a two-rank torchrun job (run on the newest torch only, see scripts/check)")
 
 
 @pytest.fixture(autouse=True)

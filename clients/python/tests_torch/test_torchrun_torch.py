@@ -2,8 +2,10 @@
 per rank, labelled from torchrun's RANK and WORLD_SIZE."""
 
 import os
+import socket
 import sys
 
+import pytest
 import support
 from support import check_sample_payload, of_type, run_child
 
@@ -11,12 +13,13 @@ support.require("torch")
 
 STEPS = 3
 DDP_TRAIN = """\
-import sys
+import datetime, sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-dist.init_process_group("gloo")
+# A rank that cannot reach the other fails in a minute instead of gloo's default half hour.
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 rank = dist.get_rank()
 torch.manual_seed(0)
 model = DistributedDataParallel(torch.nn.Linear(8, 2))
@@ -34,18 +37,28 @@ open("done-%d" % rank, "w").close()  # both ranks share stdout, where lines can 
 """
 
 
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def torchrun():
     # The console script next to this Python, else the module it runs.
     exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
     return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "torch.distributed.run"]
 
 
+@pytest.mark.torchrun
 def test_torchrun_two_ranks_two_sessions(tmp_path, child_env, ingest):
     script = tmp_path / "train.py"
     script.write_text(DDP_TRAIN)
     env = dict(child_env, OMP_NUM_THREADS="1")
     launch = ["-m", "gpumon_client", "run", "--job", "ddp", "--socket", ingest.path, "--max-rate", "0", "--budget", "0"]
-    argv = torchrun() + ["--standalone", "--nproc-per-node", "2"] + launch + [str(script), str(STEPS)]
+    # Static rendezvous on a loopback port chosen here: --standalone's c10d rendezvous on
+    # "localhost" hung now and then on torch 2.1 on this 2-core machine.
+    rdzv = ["--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    argv = torchrun() + rdzv + launch + [str(script), str(STEPS)]
     (tmp_path / "out").mkdir()
     child = run_child(argv, env=env, cwd=str(tmp_path / "out"), timeout=180)
     assert child.returncode == 0, child
