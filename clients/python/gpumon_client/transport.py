@@ -125,6 +125,13 @@ class Transport:
             self._internal_error(exc)
 
     def stats(self) -> Dict[str, Any]:
+        if self.session is None and self._sock is not None:
+            # The welcome may have arrived after the last send: look for it now (non-blocking).
+            try:
+                with self._lock:
+                    self._read_replies()
+            except Exception as exc:
+                self._internal_error(exc)
         return {
             "connected": self._sock is not None,
             "path": self.path,
