@@ -26,12 +26,7 @@ def main() -> None:
     torch_device = tc.setup(args)
     import torch
 
-    total = tc.device_total(torch, torch_device)
-    cap = int(args.cap * tc.GIB)
-    if not 0 < cap < total:
-        p.error("--cap %.2f GiB must be below the device's %.2f GiB" % (args.cap, total / tc.GIB))
-    if torch_device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(cap / total, torch_device)
+    cap, total = tc.cap_allocator(p, torch, torch_device, args.cap)
     rng = random.Random(args.seed)
     row = args.width * 4
     lo, hi = int(0.72 * cap / args.chunks), int(0.94 * cap / args.chunks)

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -69,6 +69,18 @@ def device_total(torch: Any, device: Any) -> int:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[1])
     return int(os.environ.get("GPU_CHECK_SIM_TOTAL", 16 * GIB))
+
+
+def cap_allocator(p: argparse.ArgumentParser, torch: Any, device: Any, cap_gib: float) -> Tuple[int, int]:
+    """Caps the caching allocator at `cap_gib` with set_per_process_memory_fraction (on CUDA);
+    returns (cap, device total) in bytes. A cap not below the device total is a usage error."""
+    total = device_total(torch, device)
+    cap = int(cap_gib * GIB)
+    if not 0 < cap < total:
+        p.error("--cap %.2f GiB must be below the device's %.2f GiB" % (cap_gib, total / GIB))
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    return cap, total
 
 
 def mlp(torch: Any, width: int, depth: int, device: Any) -> Any:
