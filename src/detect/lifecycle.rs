@@ -118,12 +118,7 @@ fn lasted(count: u32, span: Span, since: Pos, now: Pos) -> bool {
 mod tests {
     use super::*;
 
-    fn at(step: u64, ts: f64) -> Pos {
-        Pos {
-            step: Some(step),
-            ts,
-        }
-    }
+    use crate::detect::pos_at as at;
 
     #[test]
     fn one_noisy_sample_neither_raises_nor_clears() {
@@ -148,12 +143,7 @@ mod tests {
 mod span_tests {
     use super::*;
 
-    fn at(step: u64, ts: f64) -> Pos {
-        Pos {
-            step: Some(step),
-            ts,
-        }
-    }
+    use crate::detect::pos_at as at;
 
     /// The quiet period is steps and seconds since the last active observation, however many
     /// samples arrive in it: dense samples do not resolve early, sparse ones not late.

@@ -118,6 +118,15 @@ pub struct Pos {
     pub ts: Timestamp,
 }
 
+/// A position at `step` and `ts`, for the detectors' tests.
+#[cfg(test)]
+pub(crate) fn pos_at(step: u64, ts: Timestamp) -> Pos {
+    Pos {
+        step: Some(step),
+        ts,
+    }
+}
+
 impl Pos {
     /// Whether `later` is at least `steps` steps and `secs` seconds on from here. Steps count
     /// only when both ends have one (a timer sample has none) and the count did not start over

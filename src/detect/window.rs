@@ -70,12 +70,7 @@ impl<T> Recent<T> {
 mod tests {
     use super::*;
 
-    fn at(step: u64, ts: f64) -> Pos {
-        Pos {
-            step: Some(step),
-            ts,
-        }
-    }
+    use crate::detect::pos_at as at;
 
     #[test]
     fn an_entry_stays_while_within_the_steps_or_the_seconds() {
