@@ -48,6 +48,7 @@ fn finding(id: &str, state: FindingState) -> Finding {
         message: "m".into(),
         hint: None,
         evidence: Evidence::default(),
+        attribution: None,
     }
 }
 

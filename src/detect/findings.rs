@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use super::attribution::Attribution;
 use super::{Evidence, Kind};
 use crate::model::Timestamp;
 
@@ -58,6 +59,9 @@ pub struct Finding {
     pub message: String,
     pub hint: Option<String>,
     pub evidence: Evidence,
+    /// Leak findings: where the growing memory was allocated, when the trainer measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
 }
 
 /// Resolved findings kept for the API.

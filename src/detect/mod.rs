@@ -2,6 +2,7 @@
 //! trait, one file per detector; the same code runs live (per session, as lines arrive) and in
 //! `gpumon analyze` (replaying trace files), so an offline verdict is the live one.
 
+pub mod attribution;
 pub mod crash;
 pub mod findings;
 pub mod fragmentation;

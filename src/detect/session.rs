@@ -129,6 +129,7 @@ impl SessionDetect {
                 message: message::describe(Kind::Crash, &evidence),
                 hint: message::hint(Kind::Crash, &evidence).map(String::from),
                 evidence,
+                attribution: None,
             });
         }
     }
@@ -183,6 +184,7 @@ fn apply(
                     message: String::new(),
                     hint: None,
                     evidence: Default::default(),
+                    attribution: None,
                 }
             });
             f.message = message::describe(kind, &sig.evidence);
