@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::session_series::SessionSeries;
+use crate::detect::attribution::Attribution;
 use crate::detect::findings::Subject;
 use crate::detect::{DetectConfig, Findings, Obs, SessionDetect};
 use crate::ingest::protocol::{Event, Hello, Sample, Stats};
@@ -91,6 +92,8 @@ pub struct Session {
     /// Who this session is, as findings name it.
     pub subject: Subject,
     pub detect: SessionDetect,
+    /// The latest `attribution` the trainer sent (sites, or why it could not).
+    pub attribution: Option<Attribution>,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -171,6 +174,7 @@ impl Sessions {
                 ended: None,
                 subject,
                 detect: SessionDetect::new(&self.detect),
+                attribution: None,
             },
         );
         (key, id)
