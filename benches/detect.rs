@@ -44,6 +44,7 @@ fn bench(c: &mut Criterion) {
             allocator: None,
             expandable_segments: None,
             alloc_limit: None,
+            caps: Vec::new(),
         };
         let peer = Peer {
             pid: 1000 + i,

@@ -4,17 +4,23 @@
 //!
 //! Exit status (detection.md): 0 no finding, 1 at least one, 2 a trace could not be read. A bad
 //! line is reported with its file and line number and the rest of the trace is still analysed.
+//!
+//! A leak the trainer attributed (an `attribution` line in the trace) is reported with its
+//! sites: the text lists the top ones under the finding, the JSON carries the whole attribution.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::detect::{DetectConfig, Evidence, FindingState, Kind};
+use crate::detect::attribution::Attribution;
+use crate::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
 use crate::ingest::conn::{Conn, Outcome};
 use crate::ingest::protocol::MAX_LINE;
+use crate::outputs::attribution_text as words;
 use crate::store::sessions::{Peer, SessionLimits, Sessions};
+use crate::units::bytes;
 
 /// Bad lines listed per trace; the rest are only counted.
 const BAD_KEPT: usize = 20;
@@ -51,6 +57,10 @@ pub struct FoundFinding {
     pub message: String,
     pub hint: Option<String>,
     pub evidence: Evidence,
+    /// Where the growing memory was allocated, as the trainer reported it (leaks only): the
+    /// latest the finding carried before the trace ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
 }
 
 /// A trace that could not be read at all.
@@ -102,7 +112,7 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         bad_lines: Vec::new(),
         bad_line_count: 0,
     };
-    let mut seen = HashSet::new();
+    let mut seen = HashMap::new();
     let mut clock = 0.0;
     let mut buf = Vec::new();
     let mut accepted = 0u64;
@@ -164,6 +174,14 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         report.samples = s.samples;
     }
     collect(&mut sessions, &mut seen, &mut report.findings);
+    // An answer that could not attribute stays on the session, not on the finding: it is
+    // reported under the finding it answered when that has nothing better.
+    if let Some(a) = sessions.ended().last().and_then(|s| s.attribution.as_ref()) {
+        let answered = a.finding.as_ref().and_then(|id| seen.get(id));
+        if let Some(f) = answered.and_then(|i| report.findings.get_mut(*i)) {
+            f.attribution.get_or_insert_with(|| a.clone());
+        }
+    }
     if accepted == 0 {
         return Err(unreadable(format!(
             "no valid protocol line in {} line(s); a trace starts with a hello line",
@@ -173,25 +191,44 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
     Ok(report)
 }
 
-fn collect(sessions: &mut Sessions, seen: &mut HashSet<String>, out: &mut Vec<FoundFinding>) {
+/// Adds each finding the first time it fires; `seen` maps its id to its place in `out`. An
+/// attribution comes after the finding was raised (the trainer records a window first), so
+/// later transitions of a finding already reported (refreshed, resolved) bring it in.
+fn collect(
+    sessions: &mut Sessions,
+    seen: &mut HashMap<String, usize>,
+    out: &mut Vec<FoundFinding>,
+) {
     for f in sessions.findings.drain() {
-        if f.state != FindingState::Firing || !seen.insert(f.id.clone()) {
+        if let Some(found) = seen.get(&f.id).and_then(|i| out.get_mut(*i)) {
+            if f.attribution.is_some() {
+                found.attribution = f.attribution;
+            }
             continue;
         }
-        let e = &f.evidence;
-        out.push(FoundFinding {
-            kind: f.kind,
-            first_step: f.first_step,
-            first_ts: f.first_ts,
-            slope_bytes_per_step: e.slope_bytes_per_step,
-            growth_bytes: e.growth_bytes,
-            confidence: e.confidence,
-            oom_eta_steps: e.oom_eta_steps,
-            oom_eta_seconds: e.oom_eta_seconds,
-            message: f.message.clone(),
-            hint: f.hint.clone(),
-            evidence: f.evidence.clone(),
-        });
+        if f.state != FindingState::Firing {
+            continue;
+        }
+        seen.insert(f.id.clone(), out.len());
+        out.push(found(f));
+    }
+}
+
+fn found(f: Finding) -> FoundFinding {
+    let e = &f.evidence;
+    FoundFinding {
+        kind: f.kind,
+        first_step: f.first_step,
+        first_ts: f.first_ts,
+        slope_bytes_per_step: e.slope_bytes_per_step,
+        growth_bytes: e.growth_bytes,
+        confidence: e.confidence,
+        oom_eta_steps: e.oom_eta_steps,
+        oom_eta_seconds: e.oom_eta_seconds,
+        message: f.message,
+        hint: f.hint,
+        evidence: f.evidence,
+        attribution: f.attribution,
     }
 }
 
@@ -251,9 +288,68 @@ pub fn text(report: &Report) -> String {
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(out, "  {:<13} {:<12} {}", f.kind.as_str(), step, f.message);
             if let Some(h) = &f.hint {
-                let _ = writeln!(out, "  {:<13} {:<12} hint: {h}", "", "");
+                let _ = writeln!(out, "{INDENT}hint: {h}");
+            }
+            if let Some(a) = &f.attribution {
+                attribution_lines(&mut out, a);
             }
         }
     }
     out
+}
+
+/// Lines under a finding start below its message.
+const INDENT: &str = "                             ";
+/// Sites listed under a finding, and callers under each; the JSON has them all.
+const TEXT_SITES: usize = 5;
+const TEXT_CALLERS: usize = 3;
+
+/// The top sites, largest first: share, bytes, blocks, where, who called it and the trainer's
+/// note; or why the trainer could not say.
+fn attribution_lines(out: &mut String, a: &Attribution) {
+    use std::fmt::Write;
+    if let Some(e) = words::error(a) {
+        let _ = writeln!(out, "{INDENT}{e}");
+        return;
+    }
+    let within = words::window(a)
+        .map(|w| format!(" in {w}"))
+        .unwrap_or_default();
+    if a.sites.is_empty() {
+        let _ = writeln!(out, "{INDENT}attribution: no allocation site grew{within}");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{INDENT}attribution: {} of live memory grew{within}, allocated at",
+        bytes(a.total_growth_bytes)
+    );
+    for s in a.sites.iter().take(TEXT_SITES) {
+        let _ = writeln!(
+            out,
+            "{INDENT}  {:>4}  {:>9}  {:>5} blocks  {}",
+            words::percent(a.share(s)),
+            bytes(s.bytes),
+            s.blocks,
+            words::site_path(s)
+        );
+        let callers = words::callers(s);
+        for c in callers.iter().take(TEXT_CALLERS) {
+            let _ = writeln!(out, "{INDENT}          called from {}", words::frame(c));
+        }
+        if callers.len() > TEXT_CALLERS {
+            let more = callers.len() - TEXT_CALLERS;
+            let _ = writeln!(out, "{INDENT}          \u{2026} {more} more frames");
+        }
+        if let Some(n) = &s.note {
+            let _ = writeln!(out, "{INDENT}          note: {n}");
+        }
+    }
+    if a.sites.len() > TEXT_SITES {
+        let more = a.sites.len() - TEXT_SITES;
+        let _ = writeln!(
+            out,
+            "{INDENT}  \u{2026} and {more} more sites (--format json lists them all)"
+        );
+    }
 }

@@ -33,8 +33,46 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub record: RecordConfig,
     pub detect: DetectSection,
+    pub attribution: AttributionSection,
     pub alerts: AlertsConfig,
 }
+
+/// Leak attribution: asking a trainer (one whose client announced it can) where the growing
+/// memory is allocated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttributionSection {
+    pub enabled: bool,
+    /// A window lasts at most this many steps (fewer for a fast leak)...
+    pub window_steps: u64,
+    /// ...or this many seconds, whichever comes first.
+    #[serde(deserialize_with = "de_seconds")]
+    pub window_seconds: f64,
+    /// Allocation records the trainer keeps while it records.
+    pub max_entries: u64,
+    /// Sites reported at most.
+    pub top: u64,
+    /// Seconds between two requests to one trainer, at least.
+    #[serde(deserialize_with = "de_seconds")]
+    pub cooldown_seconds: f64,
+}
+
+impl Default for AttributionSection {
+    fn default() -> Self {
+        let d = crate::store::sessions::AttributionPolicy::default();
+        Self {
+            enabled: d.enabled,
+            window_steps: d.window_steps,
+            window_seconds: d.window_seconds,
+            max_entries: d.max_entries,
+            top: d.top,
+            cooldown_seconds: d.cooldown_seconds,
+        }
+    }
+}
+
+/// Most allocation records a window may ask torch to keep.
+const MAX_ENTRIES: u64 = 100_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -152,6 +190,7 @@ impl Default for Config {
             ingest: IngestConfig::default(),
             record: RecordConfig::default(),
             detect: DetectSection::default(),
+            attribution: AttributionSection::default(),
             alerts: AlertsConfig::default(),
         }
     }
@@ -189,6 +228,18 @@ impl Config {
             headroom_margin_bytes: self.detect.headroom_margin_bytes,
             leak_materiality_ratio: self.detect.leak_materiality_ratio,
             crash_hold_seconds: self.detect.crash_hold.as_secs_f64(),
+        }
+    }
+
+    pub fn attribution(&self) -> crate::store::sessions::AttributionPolicy {
+        let a = &self.attribution;
+        crate::store::sessions::AttributionPolicy {
+            enabled: a.enabled,
+            window_steps: a.window_steps,
+            window_seconds: a.window_seconds,
+            max_entries: a.max_entries,
+            top: a.top,
+            cooldown_seconds: a.cooldown_seconds,
         }
     }
 
@@ -269,6 +320,7 @@ impl Config {
                 reason: "use a share of device memory between 0 and 1, e.g. 0.005".into(),
             });
         }
+        self.validate_attribution()?;
         let r = &self.record;
         if r.max_file_bytes < 4096 || r.max_file_bytes > r.max_total_bytes {
             return Err(ConfigError::Invalid {
@@ -282,6 +334,69 @@ impl Config {
         }
         Ok(())
     }
+}
+
+impl Config {
+    fn validate_attribution(&self) -> Result<(), ConfigError> {
+        let a = &self.attribution;
+        let invalid = |key, value: String, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                value,
+                reason: reason.into(),
+            })
+        };
+        if !(1..=1_000_000).contains(&a.window_steps) {
+            return invalid(
+                "attribution.window_steps",
+                a.window_steps.to_string(),
+                "keep between 1 and 1000000 steps, e.g. 200",
+            );
+        }
+        if !(a.window_seconds >= 1.0 && a.window_seconds <= 86_400.0) {
+            return invalid(
+                "attribution.window_seconds",
+                a.window_seconds.to_string(),
+                "keep between 1 and 86400 seconds, e.g. 120.0",
+            );
+        }
+        if !(1..=MAX_ENTRIES).contains(&a.max_entries) {
+            return invalid(
+                "attribution.max_entries",
+                a.max_entries.to_string(),
+                "keep between 1 and 100000: torch keeps that many allocation records, each with its stack, in the trainer's memory",
+            );
+        }
+        if !(1..=crate::detect::attribution::MAX_SITES as u64).contains(&a.top) {
+            return invalid(
+                "attribution.top",
+                a.top.to_string(),
+                "keep between 1 and 20 sites",
+            );
+        }
+        if !(a.cooldown_seconds >= 0.0 && a.cooldown_seconds <= 604_800.0) {
+            return invalid(
+                "attribution.cooldown_seconds",
+                a.cooldown_seconds.to_string(),
+                "keep between 0 and 604800 seconds (a week), e.g. 600.0",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Seconds as a TOML float or integer (`120.0` or `120`).
+fn de_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Seconds {
+        Int(i64),
+        Float(f64),
+    }
+    Ok(match Seconds::deserialize(d)? {
+        Seconds::Int(i) => i as f64,
+        Seconds::Float(f) => f,
+    })
 }
 
 /// Parses "1s", "500ms", "2m" as clap and serde both need it.
@@ -363,6 +478,24 @@ leak_materiality_ratio = {leak_materiality_ratio}
 # How long a crash finding (trainer gone without bye) stays firing.
 crash_hold = "{crash_hold}"
 
+[attribution]
+# When a leak finding goes pending or firing, ask the trainer (only clients that announce the
+# `attribution` capability) to record allocation history for a short window and report which
+# lines of its code allocate the growing memory; the leak finding then names them.
+enabled = {attr_enabled}
+# The window lasts this many steps at most (a fast leak gets fewer: about 32 MiB of growth, at
+# least 20 steps)...
+window_steps = {window_steps}
+# ...or this many seconds, whichever comes first. A window unanswered after twice this plus a
+# minute counts as failed.
+window_seconds = {window_seconds:?}
+# Allocation records torch keeps while recording (at most 100000; each holds a stack).
+max_entries = {max_entries}
+# Allocation sites reported, largest first (1 to 20).
+top = {top}
+# Seconds between two requests to the same trainer, at least.
+cooldown_seconds = {cooldown_seconds:?}
+
 [alerts]
 # Firing and resolved findings always go to the log. They can also go to:
 # Alertmanager (v2 API), e.g. "http://127.0.0.1:9093".  (GPUMON_ALERTMANAGER_URL, --alertmanager-url)
@@ -390,6 +523,12 @@ resend_interval = "{resend_interval}"
         headroom_margin_bytes = d.detect.headroom_margin_bytes,
         leak_materiality_ratio = d.detect.leak_materiality_ratio,
         crash_hold = humantime::format_duration(d.detect.crash_hold),
+        attr_enabled = d.attribution.enabled,
+        window_steps = d.attribution.window_steps,
+        window_seconds = d.attribution.window_seconds,
+        max_entries = d.attribution.max_entries,
+        top = d.attribution.top,
+        cooldown_seconds = d.attribution.cooldown_seconds,
         resend_interval = humantime::format_duration(d.alerts.resend_interval),
     )
 }

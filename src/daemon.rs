@@ -29,8 +29,9 @@ pub async fn run(
         config.interval.as_secs_f64(),
         config.nvml_lib.clone(),
     );
-    store.sessions =
-        crate::store::sessions::Sessions::new(Default::default()).with_detect(config.detect());
+    store.sessions = crate::store::sessions::Sessions::new(Default::default())
+        .with_detect(config.detect())
+        .with_attribution(config.attribution());
     let store = store.shared();
 
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::detect::attribution::Attribution;
 use crate::ingest::protocol::Stats;
 use crate::ingest::server::IngestStats;
 use crate::model::{GpuReading, NodeReading, ProcessReading, Timestamp};
@@ -192,6 +193,11 @@ pub struct SessionView {
     pub events: Vec<EventRecord>,
     /// Recent step-boundary points, oldest first.
     pub series: Vec<Point<SessionPoint>>,
+    /// The latest attribution the trainer sent: where its growing memory was allocated, with
+    /// each site's stack, or its error answer (why there are no sites). A site's share of the
+    /// growth is not repeated here: it is `bytes / max(total_growth_bytes, sum of sites' bytes)`.
+    #[serde(default)]
+    pub attribution: Option<Attribution>,
 }
 
 /// What NVML and /proc say about a trainer's process.
@@ -293,6 +299,7 @@ impl SessionView {
             ended: s.ended,
             events: s.events.iter().cloned().collect(),
             series: s.series.iter().skip(skip).collect(),
+            attribution: s.attribution.clone(),
         }
     }
 }

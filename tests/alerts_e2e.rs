@@ -1,12 +1,14 @@
 //! A live leaking session raises a finding that a real Alertmanager lists, and a webhook gets;
-//! after `bye` the alert resolves. Healthy sessions raise nothing.
+//! after `bye` the alert resolves. Healthy sessions raise nothing. A trainer that can attribute
+//! is asked where its leak allocates; its answer reaches the alert, the webhook, the API and the
+//! recorded trace that `gpumon analyze` replays.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod stack;
 mod tools;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -72,21 +74,36 @@ fn start_alertmanager() -> Option<Alertmanager> {
 
 fn push_session(d: &Daemon, job: &str, leak_per_step: u64, steps: u64) -> UnixStream {
     let mut s = UnixStream::connect(&d.socket).unwrap();
-    let mut buf = format!(
-        "{{\"type\":\"hello\",\"v\":1,\"pid\":3,\"job\":\"{job}\",\"rank\":0,\"gpu_uuid\":\"GPU-11111111-2222-3333-4444-555555555555\"}}\n"
-    );
-    for step in 0..steps {
+    let mut buf = hello(job, "");
+    buf.push_str(&samples(0..steps, leak_per_step));
+    s.write_all(buf.as_bytes()).unwrap();
+    s
+}
+
+fn hello(job: &str, extra: &str) -> String {
+    format!(
+        "{{\"type\":\"hello\",\"v\":1,\"pid\":3,\"job\":\"{job}\",\"rank\":0,\"gpu_uuid\":\"GPU-11111111-2222-3333-4444-555555555555\"{extra}}}\n"
+    )
+}
+
+/// Step-boundary samples of a trainer whose floor grows `leak_per_step`, half a second apart.
+fn samples(steps: std::ops::Range<u64>, leak_per_step: u64) -> String {
+    let mut buf = String::new();
+    for step in steps {
         let floor = 20 * GIB + step * leak_per_step + (step * 7919 % 31) * (1 << 20);
         let peak = floor + 8 * GIB;
         let reserved = peak + GIB;
         buf.push_str(&format!(
             "{{\"type\":\"sample\",\"ts\":{},\"step\":{step},\"stats\":{{\"allocated_bytes.all.current\":{floor},\"allocated_bytes.all.peak\":{peak},\"reserved_bytes.all.current\":{reserved}}},\"device_free\":{},\"device_total\":{TOTAL}}}\n",
-            1_763_700_000.0 + step as f64 * 0.5,
+            step_ts(step),
             TOTAL - reserved - GIB
         ));
     }
-    s.write_all(buf.as_bytes()).unwrap();
-    s
+    buf
+}
+
+fn step_ts(step: u64) -> f64 {
+    1_763_700_000.0 + step as f64 * 0.5
 }
 
 fn am_alerts(am: &Alertmanager) -> Vec<serde_json::Value> {
@@ -201,4 +218,178 @@ fn a_live_leak_reaches_alertmanager_and_the_webhook_and_resolves_after_bye() {
     let snap = d.snapshot();
     assert_eq!(snap["findings"][0]["state"], "resolved");
     assert_eq!(d.stop().code(), Some(0));
+}
+
+const TRAIN_PY: &str = "/home/alice/proj/train.py";
+
+/// The answer of the kept-outputs trainer (its snapshot pair's real diff: 120 MiB in 120
+/// blocks at train.py:27) to request `id`, over steps `from..to`, while 160 MiB grew in all.
+fn kept_outputs_answer(id: u64, from: u64, to: u64) -> String {
+    let frame = |line: u64, function: &str| {
+        format!(r#"{{"file":"{TRAIN_PY}","line":{line},"function":"{function}"}}"#)
+    };
+    format!(
+        r#"{{"type":"attribution","id":{id},"ts":{},"step_from":{from},"step_to":{to},"seconds":{},"total_growth_bytes":167772160,"sites":[{{"file":"{TRAIN_PY}","line":27,"function":"kept_outputs","bytes":125829120,"blocks":120,"stack":[{},{},{}]}}]}}"#,
+        step_ts(to),
+        (to - from) as f64 * 0.5,
+        frame(27, "kept_outputs"),
+        frame(48, "run"),
+        frame(69, "<module>"),
+    ) + "\n"
+}
+
+/// Daemon asks, the trainer "records" the steps it was asked for and answers; the answer's top
+/// site then shows in Alertmanager's annotations, the webhook body, the snapshot's finding,
+/// the session view and, replayed from the recorded trace, in `gpumon analyze`.
+#[test]
+fn an_attributed_leak_names_its_site_everywhere_the_finding_goes() {
+    let Some(am) = start_alertmanager() else {
+        return;
+    };
+    let (hook, bodies) = stack::webhook();
+    let two_gpus = scenario("two_gpus");
+    let traces = tempfile::tempdir().unwrap();
+    let d = Daemon::start(DaemonOpts {
+        scenario: Some(&two_gpus),
+        args: vec![
+            "--interval".into(),
+            "100ms".into(),
+            "--alertmanager-url".into(),
+            am.url.clone(),
+            "--webhook-url".into(),
+            hook,
+            "--record-dir".into(),
+            traces.path().display().to_string(),
+        ],
+        ..DaemonOpts::default()
+    });
+    let mut w = UnixStream::connect(&d.socket).unwrap();
+    w.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = BufReader::new(w.try_clone().unwrap());
+    let leak = 8u64 << 20;
+    w.write_all(hello("kept", r#","caps":["attribution"]"#).as_bytes())
+        .unwrap();
+    w.write_all(samples(0..1500, leak).as_bytes()).unwrap();
+
+    // The daemon's lines: welcome, then (the leak pending or firing) the request.
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("\"welcome\""), "{line}");
+    let req: serde_json::Value = loop {
+        line.clear();
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "closed before a request"
+        );
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["type"] == "attribute" {
+            break v;
+        }
+        assert_ne!(v["type"], "error", "{line}");
+    };
+    assert_eq!(req["finding"], "s-1/leak", "{req}");
+    let (id, steps) = (req["id"].as_u64().unwrap(), req["steps"].as_u64().unwrap());
+    assert!((1..=1000).contains(&steps), "{req}");
+
+    // The window: the steps asked for go by, then the answer.
+    let to = 1500 + steps;
+    w.write_all(samples(1500..to, leak).as_bytes()).unwrap();
+    w.write_all(kept_outputs_answer(id, 1500, to).as_bytes())
+        .unwrap();
+    let window = format!("steps 1,500\u{2013}1,{:03}", to - 1000);
+
+    let expected = format!("train.py:27 in kept_outputs (75% of 160.0 MiB in {window})");
+    d.wait_for(
+        Duration::from_secs(20),
+        "Alertmanager shows the top site",
+        || {
+            am_alerts(&am)
+                .iter()
+                .any(|a| a["annotations"]["attribution"] == expected.as_str())
+        },
+    );
+    let alerts = am_alerts(&am);
+    let a = &alerts[0];
+    assert_eq!(a["labels"]["alertname"], "GpumonLeak");
+    assert_eq!(
+        a["annotations"]["attribution_stack"],
+        "/home/alice/proj/train.py:27 in kept_outputs\n\
+         /home/alice/proj/train.py:48 in run\n\
+         /home/alice/proj/train.py:69 in <module>",
+        "{a}"
+    );
+    let summary = a["annotations"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("train.py:27"),
+        "the message names the site: {summary}"
+    );
+
+    // The webhook got the finding again, with the whole attribution.
+    d.wait_for(
+        Duration::from_secs(10),
+        "the webhook body's attribution",
+        || {
+            bodies.lock().unwrap().iter().any(|b| {
+                b["findings"].as_array().unwrap().iter().any(|f| {
+                    f["id"] == "s-1/leak"
+                        && f["attribution"]["sites"][0]["line"] == 27
+                        && f["attribution"]["sites"][0]["stack"][1]["function"] == "run"
+                })
+            })
+        },
+    );
+
+    // The API: the finding and the session carry the sites with their stacks.
+    let snap = d.snapshot();
+    let f = &snap["findings"][0];
+    assert_eq!(f["kind"], "leak");
+    assert!(
+        f["message"].as_str().unwrap().contains("train.py:27"),
+        "{f}"
+    );
+    let site = &f["attribution"]["sites"][0];
+    assert_eq!(
+        (
+            site["file"].as_str(),
+            site["function"].as_str(),
+            site["bytes"].as_u64()
+        ),
+        (Some(TRAIN_PY), Some("kept_outputs"), Some(125_829_120)),
+        "{f}"
+    );
+    assert_eq!(site["stack"].as_array().unwrap().len(), 3, "{site}");
+    let (code, body) = d.get("/api/v1/sessions/s-1");
+    assert_eq!(code, 200, "{body}");
+    let sess: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(sess["attribution"]["step_to"], to, "{body}");
+    assert_eq!(
+        sess["attribution"]["sites"][0]["stack"][2]["function"],
+        "<module>"
+    );
+
+    // The recorded trace keeps the answer: the replay reports the same site.
+    w.write_all(b"{\"type\":\"bye\",\"ts\":1763701000}\n")
+        .unwrap();
+    d.wait_for(Duration::from_secs(10), "the session ends", || {
+        d.snapshot()["sessions"][0]["ended"].is_array()
+    });
+    assert_eq!(d.stop().code(), Some(0));
+    let trace = std::fs::read_dir(traces.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_file())
+        .expect("a recorded trace");
+    let out = std::process::Command::new(BIN)
+        .arg("analyze")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            " 75%  120.0 MiB    120 blocks  /home/alice/proj/train.py:27 in kept_outputs"
+        ),
+        "{text}"
+    );
 }

@@ -173,3 +173,121 @@ fn a_capped_trace_is_judged_against_its_cap() {
         );
     }
 }
+
+const TRAIN_PY: &str = "/home/alice/proj/train.py";
+
+/// A trainer that announced `attribution`, whose floor grows 4 MiB a step from step 500, and
+/// that answers once, after step 3000, with `answer` (the rest of an `attribution` line).
+fn attributed_trace(answer: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    writeln!(
+        f,
+        r#"{{"type":"hello","v":1,"pid":1,"job":"ft","rank":0,"caps":["attribution"]}}"#
+    )
+    .unwrap();
+    for s in 0..4000u64 {
+        let floor = 20 * GIB + s.saturating_sub(500) * (4 << 20) + (s * 7919 % 97) * (1 << 20);
+        let (peak, reserved) = (floor + 10 * GIB, floor + 11 * GIB);
+        writeln!(
+            f,
+            r#"{{"type":"sample","ts":{},"step":{s},"stats":{{"allocated_bytes.all.current":{floor},"allocated_bytes.all.peak":{peak},"reserved_bytes.all.current":{reserved}}},"device_free":{},"device_total":{TOTAL}}}"#,
+            1_763_700_000 + s,
+            TOTAL - reserved - GIB
+        )
+        .unwrap();
+        if s == 3000 {
+            writeln!(
+                f,
+                r#"{{"type":"attribution","id":1,"ts":{},{answer}}}"#,
+                1_763_700_000 + s
+            )
+            .unwrap();
+        }
+    }
+    writeln!(f, r#"{{"type":"bye","ts":1763799999}}"#).unwrap();
+    f
+}
+
+/// What the trainer of the kept-outputs snapshot pair reports (the sites of its real diff:
+/// 120 MiB in 120 blocks at train.py:27), over the last 30 of these 4 MiB steps.
+fn kept_outputs_answer() -> String {
+    let frame = |line: u64, function: &str| {
+        format!(r#"{{"file":"{TRAIN_PY}","line":{line},"function":"{function}"}}"#)
+    };
+    format!(
+        r#""step_from":2970,"step_to":3000,"seconds":30.0,"total_growth_bytes":125829120,"sites":[{{"file":"{TRAIN_PY}","line":27,"function":"kept_outputs","bytes":125829120,"blocks":120,"stack":[{},{},{}]}}]"#,
+        frame(27, "kept_outputs"),
+        frame(48, "run"),
+        frame(69, "<module>")
+    )
+}
+
+#[test]
+fn a_replayed_attribution_is_reported_under_its_leak() {
+    let t = attributed_trace(&kept_outputs_answer());
+    let path = t.path().to_str().unwrap();
+
+    let out = analyze(&["--format", "json", path]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tr = &v["traces"][0];
+    assert_eq!(
+        tr["bad_line_count"], 0,
+        "the attribution line is accepted: {tr}"
+    );
+    let leak = &tr["findings"][0];
+    assert_eq!(leak["kind"], "leak");
+    let a = &leak["attribution"];
+    assert_eq!(
+        (a["step_from"].as_u64(), a["step_to"].as_u64()),
+        (Some(2970), Some(3000)),
+        "{leak}"
+    );
+    assert_eq!(a["total_growth_bytes"], 125_829_120);
+    let site = &a["sites"][0];
+    assert_eq!(site["file"], TRAIN_PY);
+    assert_eq!(site["line"], 27);
+    assert_eq!(site["function"], "kept_outputs");
+    assert_eq!(site["bytes"], 125_829_120);
+    assert_eq!(site["blocks"], 120);
+    let stack: Vec<String> = site["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}:{}", f["function"].as_str().unwrap(), f["line"]))
+        .collect();
+    assert_eq!(stack, ["kept_outputs:27", "run:48", "<module>:69"]);
+
+    let out = analyze(&[path]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "attribution: 120.0 MiB of live memory grew in steps 2,970\u{2013}3,000, allocated at",
+        "100%  120.0 MiB    120 blocks  /home/alice/proj/train.py:27 in kept_outputs",
+        "called from /home/alice/proj/train.py:48 in run",
+        "called from /home/alice/proj/train.py:69 in <module>",
+    ] {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    // Under the leak, after its message and hint.
+    let leak_at = text.find("  leak ").unwrap();
+    assert!(text.find("attribution:").unwrap() > leak_at, "{text}");
+}
+
+#[test]
+fn a_replayed_error_answer_says_why_there_are_no_sites() {
+    let t = attributed_trace(
+        r#""total_growth_bytes":0,"error":"unavailable","detail":"torch.cuda is not available""#,
+    );
+    let out = analyze(&[t.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("attribution unavailable: torch.cuda is not available"),
+        "{text}"
+    );
+    assert!(!text.contains("bad line"), "{text}");
+}

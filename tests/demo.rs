@@ -1,15 +1,22 @@
 //! `gpumon demo --headless` as a newcomer runs it: URL and socket on the first lines, the leak
-//! flagged within about a minute, near_limit on the near-limit trainer, the simulated NVML listing
-//! the trainer children with the memory they report, and no child left behind.
+//! flagged within about a minute and named down to the line, near_limit on the near-limit
+//! trainer, the simulated NVML listing the trainer children with the memory they report, the
+//! leak's OOM and restart telling one story, and no child left behind. tests/demo/trainer.rs runs
+//! one demo trainer alone against a socket the test serves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "demo/trainer.rs"]
+mod trainer;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::get;
+use gpumon::demo::profile::Profile;
+use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpumon");
 
@@ -19,53 +26,142 @@ fn alive(pid: u64) -> bool {
         .unwrap_or(false)
 }
 
-#[test]
-fn the_demo_flags_the_leak_within_a_minute_and_cleans_up() {
-    let mut child = Command::new(BIN)
-        .args(["demo", "--headless", "--listen", "127.0.0.1:0"])
-        .env("GPUMON_CONFIG", "/dev/null")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL on the first line: {first:?}"))
-        .to_string();
-    let mut second = String::new();
-    out.read_line(&mut second).unwrap();
-    let socket = second.strip_prefix("socket: ").unwrap().trim().to_string();
-    assert!(std::path::Path::new(&socket).exists(), "{socket}");
+/// A `gpumon demo --headless` child: its URL and socket, read from its first lines.
+struct Demo {
+    child: Child,
+    url: String,
+    socket: String,
+    started: Instant,
+}
 
-    let started = Instant::now();
-    let snap = |url: &str| -> serde_json::Value {
-        serde_json::from_str(&get(&format!("{url}/api/v1/snapshot")).1).unwrap()
-    };
-    let firing = |s: &serde_json::Value, kind: &str, job: &str| {
-        s["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["kind"] == kind && f["state"] == "firing" && f["job"] == job)
-    };
-    let mut s = snap(&url);
-    while !(firing(&s, "leak", "demo-leak") && firing(&s, "near_limit", "demo-near-limit")) {
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "leak and near_limit not both firing after 90 s: {}",
-            s["findings"]
-        );
-        std::thread::sleep(Duration::from_millis(500));
-        s = snap(&url);
+impl Demo {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["demo", "--headless", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("GPUMON_CONFIG", "/dev/null")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL on the first line: {first:?}"))
+            .to_string();
+        let mut second = String::new();
+        out.read_line(&mut second).unwrap();
+        let socket = second.strip_prefix("socket: ").unwrap().trim().to_string();
+        assert!(Path::new(&socket).exists(), "{socket}");
+        Self {
+            child,
+            url,
+            socket,
+            started: Instant::now(),
+        }
     }
-    println!(
-        "leak flagged {:.0} s after start",
-        started.elapsed().as_secs_f64()
-    );
+
+    fn snap(&self) -> Value {
+        serde_json::from_str(&get(&format!("{}/api/v1/snapshot", self.url)).1).unwrap()
+    }
+
+    /// Polls the snapshot until `done` holds, failing after `limit` seconds since the start.
+    fn until(&self, limit: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let s = self.snap();
+            if done(&s) {
+                println!(
+                    "{what}: {:.1} s after start",
+                    self.started.elapsed().as_secs_f64()
+                );
+                return s;
+            }
+            assert!(
+                self.started.elapsed() < Duration::from_secs(limit),
+                "not {what} after {limit} s: {}",
+                s["findings"]
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// SIGTERM: the demo stops its daemon and its children, and removes its scratch dir.
+    fn stop(mut self, pids: &[u64]) {
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        assert!(self.child.wait().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pids.iter().any(|p| alive(*p)) {
+            assert!(Instant::now() < deadline, "children still alive: {pids:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            !Path::new(&self.socket).exists(),
+            "the demo's scratch dir is removed"
+        );
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        // A failed test still takes its demo down (and the demo its children); once reaped,
+        // its pid is no longer ours to signal.
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe {
+                libc::kill(self.child.id() as i32, libc::SIGTERM);
+            }
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// "1018.0 MiB" in bytes.
+fn bytes_of(text: &str) -> Option<u64> {
+    let (n, unit) = text.trim().split_once(' ')?;
+    let scale = match unit {
+        "KiB" => 1u64 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    Some((n.parse::<f64>().ok()? * scale as f64) as u64)
+}
+
+fn findings<'a>(s: &'a Value, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    s["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(move |f| f["kind"] == kind)
+}
+
+fn firing(s: &Value, kind: &str, job: &str) -> bool {
+    findings(s, kind).any(|f| f["state"] == "firing" && f["job"] == job)
+}
+
+/// The demo's leak finding names train.py:27, from the leaking trainer's own answer.
+fn leak_named(s: &Value) -> bool {
+    findings(s, "leak").any(|f| {
+        let top = &f["attribution"]["sites"][0];
+        f["job"] == "demo-leak"
+            && top["file"] == "/home/alice/proj/train.py"
+            && top["line"] == 27
+            && top["function"] == "kept_outputs"
+    })
+}
+
+#[test]
+fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
+    let demo = Demo::start(&[]);
+    let s = demo.until(90, "leak and near_limit firing", |s| {
+        firing(s, "leak", "demo-leak") && firing(s, "near_limit", "demo-near-limit")
+    });
     assert!(
         !firing(&s, "leak", "demo-healthy"),
         "the healthy trainer is not a leak"
@@ -93,19 +189,83 @@ fn the_demo_flags_the_leak_within_a_minute_and_cleans_up() {
     let gpus = s["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 2);
 
-    // SIGTERM: the demo stops its daemon and its children.
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    assert!(child.wait().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(|p| alive(*p)) {
-        assert!(Instant::now() < deadline, "children still alive: {pids:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        !std::path::Path::new(&socket).exists(),
-        "the demo's scratch dir is removed"
+    // The daemon asks the leaking trainer where its memory grows; the answer (one recorded step,
+    // then 20 steps at 5 a second) lands on the finding a few seconds later.
+    let s = demo.until(120, "leak named at train.py:27", leak_named);
+    let a = &findings(&s, "leak")
+        .find(|f| f["job"] == "demo-leak")
+        .unwrap()["attribution"];
+    let per_step = Profile::Leak.leak_per_step().unwrap();
+    let steps = a["step_to"].as_u64().unwrap() - a["step_from"].as_u64().unwrap();
+    assert_eq!(
+        a["sites"][0]["bytes"].as_u64(),
+        Some(steps * per_step),
+        "{a}"
     );
+
+    demo.stop(&pids);
+}
+
+#[test]
+fn the_demo_s_oom_says_what_its_samples_said_and_its_restart_clears_the_crash() {
+    // Start late enough in the leak's run that it meets the limit 95 s in: after its leak is
+    // flagged (~70 s in) and named, as in the 17th minute of a plain `gpumon demo`.
+    let skip = Profile::Leak.period().unwrap() - 95.0;
+    let demo = Demo::start(&["--skip", &format!("{skip:.3}")]);
+    demo.until(90, "leak named", leak_named);
+    let restarted = |s: &Value| {
+        let leak: Vec<&Value> = s["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["job"] == "demo-leak")
+            .collect();
+        leak.len() == 2 && leak.iter().any(|x| x["ended"].is_null())
+    };
+    let s = demo.until(130, "OOM and restart", restarted);
+    let sessions = s["sessions"].as_array().unwrap();
+    let old = sessions
+        .iter()
+        .find(|x| x["job"] == "demo-leak" && !x["ended"].is_null())
+        .unwrap();
+    assert_eq!(old["ended"][1], "crash", "{}", old["ended"]);
+    let events = old["events"].as_array().unwrap();
+    let oom = events.iter().find(|e| e["kind"] == "oom").unwrap();
+    // The OOM saw the free memory its last sample saw (within one step's change: the leak's
+    // 8 MiB and the floor's jitter), and too little for the allocation.
+    let free = oom["device_free"].as_u64().unwrap();
+    let seen = old["device_free"].as_u64().unwrap();
+    println!("OOM with {free} free; the last sample saw {seen}");
+    assert!(free.abs_diff(seen) <= 72 << 20, "{free} vs {seen}");
+    assert!(free < oom["alloc_bytes"].as_u64().unwrap());
+    assert!(events.iter().any(|e| e["kind"] == "mark"
+        && e["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("trainer died: OutOfMemoryError")));
+    // The OOM counts, though no sample lived to report it.
+    assert_eq!(old["ooms_total"], 1, "{old}");
+    let session = old["session"].as_str().unwrap();
+    // The finding a newcomer reads says the same: "tried to allocate 2.0 GiB with X free".
+    let oom_finding = findings(&s, "oom")
+        .find(|f| f["session"] == session)
+        .unwrap();
+    let message = oom_finding["message"].as_str().unwrap();
+    let said = message
+        .split(" with ")
+        .nth(1)
+        .and_then(|t| t.split(" free").next())
+        .and_then(bytes_of)
+        .unwrap_or_else(|| panic!("no free memory in {message:?}"));
+    assert!(said.abs_diff(free) < 1 << 20, "{message:?} vs {free}");
+    // The trainer came back in the same process: its crash is over, nothing critical is firing
+    // beside the live new session.
+    let crash = findings(&s, "crash")
+        .find(|f| f["session"] == session)
+        .unwrap();
+    assert_eq!(crash["state"], "resolved", "{crash}");
+    assert!(!findings(&s, "crash").any(|f| f["state"] == "firing"));
+
+    let pids: Vec<u64> = sessions.iter().filter_map(|x| x["pid"].as_u64()).collect();
+    demo.stop(&pids);
 }

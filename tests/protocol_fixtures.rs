@@ -87,6 +87,16 @@ fn the_reply_fixtures_match_what_the_daemon_sends() {
                 }
                 .to_line()
             }
+            "attribute" => Reply::Attribute {
+                v: v["v"].as_u64().unwrap(),
+                id: v["id"].as_u64().unwrap(),
+                finding: v["finding"].as_str().unwrap(),
+                steps: v["steps"].as_u64().unwrap(),
+                seconds: v["seconds"].as_f64().unwrap(),
+                max_entries: v["max_entries"].as_u64().unwrap(),
+                top: v["top"].as_u64().unwrap(),
+            }
+            .to_line(),
             other => panic!("unexpected reply type {other}"),
         };
         assert_eq!(String::from_utf8(ours).unwrap().trim_end(), line);

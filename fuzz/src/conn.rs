@@ -119,6 +119,8 @@ fn feed(slot: &mut Slot, line: &[u8], sessions: &mut Sessions, now: f64, ids_see
         }
         (Ok(Message::Sample(_)), true, Outcome::Accepted) => slot.samples += 1,
         (Ok(Message::Event(_)), true, Outcome::Accepted) => {}
+        // Sessions without a policy are a replay: an attribution is taken as recorded.
+        (Ok(Message::Attribution(_)), true, Outcome::Accepted) => {}
         (Ok(Message::Bye { .. }), true, Outcome::Bye) => {
             let id = slot.session.take();
             let ended = sessions.ended().last().map(|s| (s.id.clone(), s.ended));

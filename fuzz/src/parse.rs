@@ -3,6 +3,7 @@
 //! and parsed again; a rejection must become one JSON error line whose message is short, so a
 //! hostile line is never echoed back at length.
 
+use gpumon::detect::attribution::{MAX_SITES, MAX_STACK, MAX_STR};
 use gpumon::ingest::protocol::{self, Code, Message, Reply, Stats, MAX_LINE};
 use serde_json::{json, Map, Value};
 
@@ -78,6 +79,42 @@ fn check_bounds(msg: &Message) {
                 label(s.as_deref());
             }
             bytes(h.alloc_limit);
+            assert!(h.caps.len() <= 16, "accepted {} caps", h.caps.len());
+            assert!(
+                h.caps.iter().all(|c| c.len() <= 32),
+                "accepted caps {:?}",
+                h.caps
+            );
+        }
+        Message::Attribution(a) => {
+            ts(a.ts);
+            bytes(Some(a.total_growth_bytes));
+            assert!(a.finding.is_none(), "the client named the finding");
+            assert!(
+                a.sites.len() <= MAX_SITES,
+                "accepted {} sites",
+                a.sites.len()
+            );
+            for t in [&a.error, &a.detail] {
+                assert!(t.as_ref().is_none_or(|t| t.len() <= MAX_STR));
+            }
+            for s in &a.sites {
+                bytes(Some(s.bytes));
+                bytes(Some(s.blocks));
+                assert!(
+                    s.stack.len() <= MAX_STACK,
+                    "accepted {} frames",
+                    s.stack.len()
+                );
+                let frames = s.stack.iter().flat_map(|f| [&f.file, &f.function]);
+                for t in [&s.file, &s.function]
+                    .into_iter()
+                    .chain(&s.note)
+                    .chain(frames)
+                {
+                    assert!(t.len() <= MAX_STR, "accepted a string of {} bytes", t.len());
+                }
+            }
         }
         Message::Sample(s) => {
             ts(s.ts);
@@ -173,6 +210,19 @@ fn round_trip(msg: &Message) {
             put("allocator", json!(h.allocator));
             put("expandable_segments", json!(h.expandable_segments));
             put("alloc_limit", json!(h.alloc_limit));
+            put("caps", json!(h.caps));
+        }
+        Message::Attribution(a) => {
+            put("type", json!("attribution"));
+            put("id", json!(a.id));
+            put("ts", json!(a.ts));
+            put("step_from", json!(a.step_from));
+            put("step_to", json!(a.step_to));
+            put("seconds", json!(a.seconds));
+            put("total_growth_bytes", json!(a.total_growth_bytes));
+            put("sites", json!(a.sites));
+            put("error", json!(a.error));
+            put("detail", json!(a.detail));
         }
         Message::Sample(s) => {
             put("type", json!("sample"));
@@ -218,6 +268,16 @@ fn normalise(mut again: Message, orig: &Message) -> Message {
         (Message::Sample(a), Message::Sample(b)) if close(a.ts, b.ts) => a.ts = b.ts,
         (Message::Event(a), Message::Event(b)) if close(a.ts, b.ts) => a.ts = b.ts,
         (Message::Bye { ts: Some(a) }, Message::Bye { ts: Some(b) }) if close(*a, *b) => *a = *b,
+        (Message::Attribution(a), Message::Attribution(b)) => {
+            if close(a.ts, b.ts) {
+                a.ts = b.ts;
+            }
+            if let (Some(x), Some(y)) = (a.seconds.as_mut(), b.seconds) {
+                if close(*x, y) {
+                    *x = y;
+                }
+            }
+        }
         _ => {}
     }
     again

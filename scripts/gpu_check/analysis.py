@@ -202,6 +202,105 @@ def episodes(timeline: Sequence[Tuple[float, str, str]], live_until: Optional[fl
     }
 
 
+# --- leak attribution ----------------------------------------------------------------------------
+
+
+def first_attributed(history: Sequence[Dict[str, Any]], session: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """(snapshot, leak finding) at the first snapshot where a leak finding of `session` carries
+    the trainer's attribution (its sites, or why it could not)."""
+    for snap in history:
+        for f in findings_of_session(snap, session, "leak"):
+            if f.get("attribution"):
+                return snap, f
+    return None
+
+
+def _basename(path: Any) -> str:
+    return str(path or "?").rstrip("/").rsplit("/", 1)[-1]
+
+
+def attribution_share(a: Dict[str, Any], site: Dict[str, Any]) -> float:
+    """A site's share of the window's growth, as the daemon computes it (detect/attribution.rs):
+    of the larger of the total and the sites' sum."""
+    total = max(int(a.get("total_growth_bytes") or 0), sum(int(s.get("bytes") or 0) for s in a.get("sites") or []))
+    return (int(site.get("bytes") or 0) / total) if total else 0.0
+
+
+def attribution_line(a: Dict[str, Any]) -> str:
+    """One line for the terminal: 'train_leak.py:41 in step_output: 12.5 MiB of 12.5 MiB growth
+    (100%), steps 1210-1260 (0.6 s)', or the trainer's reason when it could not attribute."""
+    if a.get("error"):
+        return "no sites: %s: %s" % (a.get("error"), a.get("detail") or "")
+    window = "steps %s-%s" % (a.get("step_from"), a.get("step_to"))
+    if a.get("seconds") is not None:
+        window += " (%.1f s)" % float(a["seconds"])
+    sites = a.get("sites") or []
+    if not sites:
+        return "no site in the trainer's code grew over the window (%s growth, %s)" % (fmt_bytes(a.get("total_growth_bytes")), window)
+    top = sites[0]
+    return "%s:%s in %s: %s of %s growth (%.0f%%), %s" % (
+        _basename(top.get("file")),
+        top.get("line"),
+        top.get("function"),
+        fmt_bytes(top.get("bytes")),
+        fmt_bytes(a.get("total_growth_bytes")),
+        100.0 * attribution_share(a, top),
+        window,
+    )
+
+
+def attribution_verdict(
+    history: Sequence[Dict[str, Any]], session: Dict[str, Any], trainer: Dict[str, Any], cpu: bool = False
+) -> Tuple[str, str]:
+    """(status, figure) for 'the leak's line is named live': the first attribution on the leak
+    trainer's leak finding names the line the trainer leaks from (its result file's
+    `leak_site`), and arrived while the trainer was still running. On the CPU self-test there is
+    no allocation history to record: skip."""
+    if cpu:
+        return "skip", "the CPU self-test has no CUDA allocation history to record"
+    expected = trainer.get("leak_site") or {}
+    want = "%s:%s" % (expected.get("file"), expected.get("line"))
+    found = first_attributed(history, session["session"])
+    if found is None:
+        said = [
+            "%s: %s" % (e.get("kind"), e.get("detail"))
+            for snap in history
+            for s in sessions_of_job(snap, session.get("job") or "")
+            if s.get("session") == session["session"]
+            for e in s.get("events") or []
+            if str(e.get("kind", "")).startswith("attribution")
+        ]
+        why = said[-1] if said else "the daemon never asked (no attribution_requested event)"
+        return "fail", "no attribution on the leak finding (expected %s); last: %s" % (want, why)
+    snap, finding = found
+    a = finding["attribution"]
+    line = attribution_line(a)
+    ended = (session.get("ended") or [None])[0]
+    live = ended is None or float(snap.get("ts") or 0.0) <= float(ended)
+    raised_ts = None
+    for sn in history:
+        if findings_of_session(sn, session["session"], "leak"):
+            raised_ts = float(sn.get("ts") or 0.0)
+            break
+    after = " %.1f s after the finding appeared," % (float(snap.get("ts") or 0.0) - raised_ts) if raised_ts is not None else ""
+    figure = "%s; shown%s on the %s finding%s (expected %s)" % (
+        line,
+        after,
+        finding.get("state"),
+        "" if live else " AFTER the trainer ended",
+        want,
+    )
+    top = (a.get("sites") or [{}])[0]
+    ok = (
+        not a.get("error")
+        and live
+        and bool(expected)
+        and _basename(top.get("file")) == expected.get("file")
+        and top.get("line") == expected.get("line")
+    )
+    return ("pass" if ok else "fail"), figure
+
+
 # --- trace files ---------------------------------------------------------------------------------
 
 

@@ -33,18 +33,21 @@ import analysis  # noqa: E402
 import evaluate  # noqa: E402
 import nvml_bare  # noqa: E402
 import report  # noqa: E402
+import snapshots  # noqa: E402
 from daemon import Daemon, clean_env  # noqa: E402
 from monitor import Monitor  # noqa: E402
 from procs import Procs, wait_all  # noqa: E402
 
 NAMES = ("healthy", "leak", "near_limit", "oom", "lightning", "hf", "ddp", "bench")
+# Seconds the leak trainer keeps leaking after its finding fired, at most, for its attribution.
+ATTRIBUTION_WAIT_S = 30.0
 
 # Seconds per trainer (full, quick). Trainers pace their steps, so these are wall times.
 PLAN = {
     "full": {
         "healthy": 90, "leak": 120, "leak_flat": 10, "near_limit": 60, "oom": 30,
         "lightning_steps": 300, "hf_steps": 200, "ddp": 25, "bench_repeats": 7, "bench_seconds": 1.0,
-        "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 780,
+        "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 870,
     },
     "quick": {
         "healthy": 20, "leak": 60, "leak_flat": 6, "near_limit": 20, "oom": 20,
@@ -246,19 +249,42 @@ class Run:
         if not started:
             return
         leak_seen: List[float] = []
+        # On a GPU the leak trainer also runs until its attribution is shown (the daemon asks as
+        # soon as the finding is pending; a window is tens of 10 ms steps), or ATTRIBUTION_WAIT_S.
+        wait_attribution = not cpu
 
         def tick() -> None:
             self.monitor.tick()
             if "leak" in self.trainers and not leak_seen and self.leak_firing():
                 leak_seen.append(time.monotonic())
-            if leak_seen and time.monotonic() - leak_seen[0] > 3.0 and not os.path.exists(stop_file):
-                open(stop_file, "w").close()  # seen firing for a while: the leak trainer may stop
+            if "leak" in self.trainers and "leak_attributed" not in self.obs:
+                self.show_attribution()
+            if not leak_seen or os.path.exists(stop_file):
+                return
+            firing_for = time.monotonic() - leak_seen[0]
+            shown = "leak_attributed" in self.obs or not wait_attribution
+            if firing_for > 3.0 and (shown or firing_for > ATTRIBUTION_WAIT_S):
+                open(stop_file, "w").close()  # seen firing (and attributed) for a while: the leak trainer may stop
 
         self.monitor.compare = True
         try:
             self.wait(started, p["phase_a"], tick)
         finally:
             self.monitor.compare = False
+
+    def show_attribution(self) -> None:
+        """Prints the leak's attributed line the moment the daemon shows it (once)."""
+        if not self.monitor.history:
+            return
+        snap = self.monitor.history[-1]
+        for s in analysis.sessions_of_job(snap, evaluate.JOBS["leak"]):
+            found = analysis.first_attributed([snap], s["session"])
+            if found is None:
+                continue
+            line = analysis.attribution_line(found[1]["attribution"])
+            self.obs["leak_attributed"] = {"ts": snap.get("ts"), "line": line}
+            print("gpu-check: leak attributed live (%.0f s into the run): %s" % (time.monotonic() - self.t0, line), flush=True)
+            return
 
     def leak_firing(self) -> bool:
         if not self.monitor.history:
@@ -420,7 +446,11 @@ class Run:
             self.timings()
         shutdown = self.stop_daemon()
         obs = self.gather(shutdown)
-        checks = evaluate.evaluate(obs)
+        checks = with_attribution(evaluate.evaluate(obs), obs, self.args.device == "cpu")
+        # Snapshot pairs of leak patterns the shared fixtures do not cover, diffed offline.
+        checks += snapshots.run_all(
+            self.args.python, os.path.join(self.out, "snapshots"), self.env(),
+            skip=None if self.args.device == "cuda" else "needs CUDA (CPU self-test)")
         return self.finish(checks)
 
     def report_interrupted(self, why: str) -> None:
@@ -429,7 +459,7 @@ class Run:
         try:
             if self.obs.get("daemon"):
                 obs = self.gather({"rc": None, "seconds": 0.0, "leftovers": ["pgid %d" % g for g in self.procs.leftovers()]})
-                checks += evaluate.evaluate(obs)
+                checks += with_attribution(evaluate.evaluate(obs), obs, self.args.device == "cpu")
         except Exception as exc:  # a partial run may lack anything; the interruption is the news
             checks.append(report.Check("partial results", report.SKIP, "could not be evaluated: %r" % (exc,)))
         try:
@@ -450,6 +480,33 @@ class Run:
             f.write(report.as_json(checks, self.context, measurements))
         print("\nwritten: %s (markdown), %s, logs/, traces/" % (os.path.join(self.out, "gpu-check.md"), os.path.join(self.out, "gpu-check.json")))
         return report.exit_status(checks)
+
+
+ATTRIBUTION_CHECK = "leak attributed live (file:line)"
+
+
+def attribution_check(obs: Dict[str, Any], cpu: bool) -> Optional[report.Check]:
+    """Whether the leak finding named the leaking trainer's line while it ran; None when the leak
+    trainer was not selected."""
+    if "leak" in obs.get("not_selected", ()):
+        return None
+    t = (obs.get("trainers") or {}).get("leak") or {}
+    sessions = analysis.latest_sessions(obs.get("history") or [], evaluate.JOBS["leak"])
+    if not sessions or t.get("result") is None:
+        return report.Check(ATTRIBUTION_CHECK, report.FAIL, "no leak session or no result file to judge")
+    status, figure = analysis.attribution_verdict(obs["history"], sessions[-1], t["result"], cpu=cpu)
+    live = (obs.get("leak_attributed") or {}).get("line")
+    return report.Check(ATTRIBUTION_CHECK, status, figure, "printed live: %s" % live if live else "")
+
+
+def with_attribution(checks: List[report.Check], obs: Dict[str, Any], cpu: bool) -> List[report.Check]:
+    """`checks` with the attribution check right after the leak check."""
+    extra = attribution_check(obs, cpu)
+    if extra is None:
+        return checks
+    names = [c.name for c in checks]
+    at = names.index("leak detected (step, growth)") + 1 if "leak detected (step, growth)" in names else len(checks)
+    return checks[:at] + [extra] + checks[at:]
 
 
 def _raise(signum: int, _frame: Any) -> None:

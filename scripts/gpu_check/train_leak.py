@@ -2,13 +2,23 @@
 memory that survives a step grows by a fixed amount per step, at --leak-rate of the device's
 memory per second (paced steps make the rate per second and per step both known). The result
 file records when the leak began (onset step and time) and how much it leaks per step: the
-ground truth that gpumon's leak finding is judged against."""
+ground truth that gpumon's leak finding is judged against, with the line that allocates what is
+kept (`leak_site`), which gpumon's attribution should name while the trainer runs."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import trainer_common as tc
+
+
+def step_output(head, big):
+    return head(big)  # allocates the step's output, the tensor the trainer then keeps: the leak's site
+
+
+# Where the kept memory is allocated, as an attribution names a site (file name, line, function).
+LEAK_SITE = {"file": os.path.basename(__file__), "line": step_output.__code__.co_firstlineno + 1, "function": "step_output"}
 
 
 def main() -> None:
@@ -38,7 +48,7 @@ def main() -> None:
     steps, onset_step, onset_ts = 0, None, None
     while clock.running():
         loss = model(x).pow(2).mean()
-        out = head(big)  # the step's output, as large as the leak per step
+        out = step_output(head, big)  # the step's output, as large as the leak per step
         loss = loss + out.mean() * 0.0
         loss.backward()
         opt.step()
@@ -61,6 +71,7 @@ def main() -> None:
             "onset_ts": onset_ts,
             "leak_bytes_per_step": per_step,
             "leaked_bytes": len(kept) * per_step,
+            "leak_site": LEAK_SITE,
             "device_total": total,
             "stopped_by_file": clock.stopped_by_file(),
             **tc.allocator_counters(torch, torch_device),

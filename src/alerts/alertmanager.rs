@@ -1,13 +1,21 @@
 //! Alertmanager's v2 API: `POST /api/v2/alerts` with labels (alertname, severity, gpu, uuid, pid,
 //! job, rank, ...), annotations and startsAt/endsAt. A firing alert's endsAt lies a few resend
 //! intervals ahead, so Alertmanager resolves it by itself if this daemon dies.
+//!
+//! A leak the trainer attributed also carries `attribution` (the top site, its share and the
+//! window, or why the trainer could not say) and `attribution_stack` (that site's stack, one
+//! frame a line). Annotations are not labels: they change without making a new alert.
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::{rfc3339, AlertSettings, Sink};
 use crate::detect::{Finding, FindingState, Kind};
+use crate::outputs::attribution_text;
+
+/// Frames of the top site's stack in the `attribution_stack` annotation, at most.
+const STACK_FRAMES: usize = 8;
 
 pub struct Alertmanager {
     url: String,
@@ -49,6 +57,16 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
         (FindingState::Resolved, Some(t)) => t,
         _ => crate::model::now() + ends_after,
     };
+    let mut annotations = Map::new();
+    annotations.insert("summary".into(), f.message.clone().into());
+    annotations.insert("description".into(), opt(f.hint.clone()).into());
+    if let Some(a) = &f.attribution {
+        annotations.insert("attribution".into(), attribution_text::summary(a).into());
+        if let Some(top) = a.top().filter(|_| a.error.is_none()) {
+            let stack = attribution_text::stack(top, STACK_FRAMES).join("\n");
+            annotations.insert("attribution_stack".into(), stack.into());
+        }
+    }
     json!({
         "labels": {
             "alertname": alertname(f.kind),
@@ -63,10 +81,7 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             "session": s.session,
             "finding": f.id,
         },
-        "annotations": {
-            "summary": f.message,
-            "description": opt(f.hint.clone()),
-        },
+        "annotations": annotations,
         "startsAt": rfc3339(f.since.unwrap_or(f.first_ts)),
         "endsAt": rfc3339(ends),
         "generatorURL": api_url,

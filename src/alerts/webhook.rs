@@ -1,9 +1,10 @@
 //! A generic JSON webhook: `POST {"host": ..., "findings": [...]}` with each finding as the API
-//! shows it, for chat bots and ticket systems that speak plain JSON.
+//! shows it (a leak's `attribution` included, every site with its stack), for chat bots and
+//! ticket systems that speak plain JSON.
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{AlertSettings, Sink};
 use crate::detect::Finding;
@@ -27,6 +28,11 @@ impl Webhook {
     }
 }
 
+/// What one POST carries.
+pub fn body(hostname: &str, batch: &[Finding]) -> Value {
+    json!({"version": 1, "host": hostname, "findings": batch})
+}
+
 impl Sink for Webhook {
     fn name(&self) -> &'static str {
         "webhook"
@@ -39,7 +45,7 @@ impl Sink for Webhook {
     fn send(&self, batch: &[Finding]) -> Result<(), String> {
         self.agent
             .post(&self.url)
-            .send_json(json!({"version": 1, "host": self.hostname, "findings": batch}))
+            .send_json(body(&self.hostname, batch))
             .map(|_| ())
             .map_err(|e| format!("POST {}: {e}", self.url))
     }

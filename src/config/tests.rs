@@ -78,3 +78,49 @@ fn missing_default_file_means_defaults_but_missing_explicit_file_is_an_error() {
     let err = Config::load(Some(&dir.path().join("absent.toml"))).unwrap_err();
     assert!(err.to_string().contains("absent.toml"));
 }
+
+#[test]
+fn attribution_settings_are_read_and_bounded() {
+    let c = Config::parse(
+        "[attribution]\nenabled = false\nwindow_steps = 50\nwindow_seconds = 30\nmax_entries = 100000\ntop = 20\ncooldown_seconds = 0.5\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let p = c.attribution();
+    assert!(!p.enabled);
+    assert_eq!((p.window_steps, p.max_entries, p.top), (50, 100_000, 20));
+    // Seconds may be written as integers too.
+    assert_eq!((p.window_seconds, p.cooldown_seconds), (30.0, 0.5));
+    assert_eq!(
+        Config::default().attribution(),
+        crate::store::sessions::AttributionPolicy::default()
+    );
+    for (line, key, value) in [
+        ("max_entries = 100001", "attribution.max_entries", "100001"),
+        ("max_entries = 0", "attribution.max_entries", "0"),
+        ("top = 0", "attribution.top", "0"),
+        ("top = 21", "attribution.top", "21"),
+        ("window_steps = 0", "attribution.window_steps", "0"),
+        ("window_seconds = 0.5", "attribution.window_seconds", "0.5"),
+        ("window_seconds = nan", "attribution.window_seconds", "NaN"),
+        (
+            "cooldown_seconds = -1",
+            "attribution.cooldown_seconds",
+            "-1",
+        ),
+        (
+            "cooldown_seconds = inf",
+            "attribution.cooldown_seconds",
+            "inf",
+        ),
+    ] {
+        let err = Config::parse(&format!("[attribution]\n{line}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key) && err.contains(value), "{line}: {err}");
+    }
+    let err = Config::parse("[attribution]\nwindow = 3\n", Path::new("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("window"), "{err}");
+}

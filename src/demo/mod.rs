@@ -1,9 +1,12 @@
 //! `gpumon demo`: everything at once on a machine with no GPU. A daemon polls a simulated node
 //! (two H100s through the fake NVML library, the real nvml-wrapper path) while three simulated
 //! trainers, real child processes, push over the real socket: one healthy, one leaking (flagged
-//! within about a minute), one near the limit with rising retries. The simulated NVML lists those
+//! after about 70 s, then named down to its line when the daemon asks it, and out of memory about
+//! 16 minutes in), one near the limit with rising retries. The simulated NVML lists those
 //! children's pids with the memory they report.
 
+pub mod attribution;
+pub mod oom;
 pub mod profile;
 pub mod scenario;
 pub mod trainer;
@@ -31,6 +34,11 @@ pub struct DemoArgs {
     /// The fake NVML library (default: libfake_nvml.so beside the gpumon binary).
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
+    /// Start the simulation this many seconds in. The leaking trainer runs out of memory every
+    /// 976 s; its leak is flagged about 70 s into a session, so `--skip 890` shows the leak, its
+    /// attribution and then the OOM and the restart within 90 s.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    pub skip: f64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,6 +96,9 @@ fn fake_lib(args: &DemoArgs) -> anyhow::Result<PathBuf> {
 
 pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Result<()> {
     let lib = fake_lib(&args)?;
+    if !(args.skip.is_finite() && args.skip >= 0.0) {
+        anyhow::bail!("--skip takes seconds, 0 or more (got {})", args.skip);
+    }
     let dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let socket = args
@@ -99,7 +110,8 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
         socket: socket.clone(),
         children: Vec::new(),
     };
-    let t0 = crate::model::now();
+    // Trainers and the simulated NVML share this clock; skipping moves its start back.
+    let t0 = crate::model::now() - args.skip;
     let exe = std::env::current_exe()?;
     let mut pids = Vec::new();
     for p in [Profile::Healthy, Profile::Leak, Profile::NearLimit] {

@@ -19,8 +19,8 @@ pub const STEPS_PER_SECOND: f64 = 5.0;
 pub enum Profile {
     /// Flat floor after warm-up.
     Healthy,
-    /// Keeps each step's loss alive: the floor grows 8 MiB per step until the GPU is full, then
-    /// an OOM kills it and it starts over.
+    /// Keeps each step's output alive (a metrics list at train.py:27): the floor grows 8 MiB per
+    /// step until the GPU is full, then an OOM kills it and it starts over.
     Leak,
     /// Flat floor with the step peak at the device limit: the allocator keeps retrying.
     NearLimit,
@@ -57,6 +57,26 @@ impl Profile {
             }
             _ => None,
         }
+    }
+
+    /// Bytes the floor grows by each step: what one kept output holds (the leak only).
+    pub fn leak_per_step(self) -> Option<u64> {
+        match self {
+            Profile::Leak => Some(LEAK_PER_STEP as u64),
+            _ => None,
+        }
+    }
+
+    /// When (seconds since the demo started) the run that is live at `t` runs out of memory:
+    /// the first period boundary after `t`.
+    pub fn oom_after(self, t: f64) -> Option<f64> {
+        let p = self.period()?;
+        let mut end = ((t.max(0.0) / p).floor() + 1.0) * p;
+        // Rounding can land on `t` itself when `t` is a boundary: that run has already ended.
+        if end <= t {
+            end += p;
+        }
+        Some(end)
     }
 
     /// The allocator's stats at `t` seconds, and the step.
@@ -135,5 +155,20 @@ mod tests {
             let (_, s) = Profile::Leak.at(t);
             assert!(s.allocated_peak.unwrap() < s.reserved.unwrap());
         }
+    }
+
+    #[test]
+    fn each_run_ends_at_the_next_boundary() {
+        let p = Profile::Leak.period().unwrap();
+        assert_eq!(Profile::Leak.oom_after(0.0), Some(p));
+        assert_eq!(Profile::Leak.oom_after(p - 1.0), Some(p));
+        // A restart at the boundary itself lives a whole period, rounding or not.
+        let next = Profile::Leak.oom_after(p).unwrap();
+        assert!((next - 2.0 * p).abs() < 1e-6, "{next}");
+        assert_eq!(Profile::Healthy.oom_after(5.0), None);
+        // The run's last step is its last: the step counter starts over after the boundary.
+        let (last, _) = Profile::Leak.at(p - 1e-6);
+        let (first, _) = Profile::Leak.at(p + 1e-6);
+        assert_eq!((last, first), ((p * STEPS_PER_SECOND) as u64, 0));
     }
 }

@@ -1,13 +1,18 @@
 //! `gpumon demo-trainer`: one simulated trainer, a real child process that pushes samples over the
-//! real ingest socket, as an instrumented PyTorch loop would. It dies with its parent.
+//! real ingest socket, as an instrumented PyTorch loop would, and answers the daemon's
+//! `attribute` requests. It dies with its parent.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
+use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use serde_json::json;
 
+use super::attribution::{self, Mark, Request, Window};
+use super::oom;
 use super::profile::{device_free, Profile, STEPS_PER_SECOND, TOTAL};
 
 pub fn run(profile: Profile, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::Result<()> {
@@ -16,22 +21,26 @@ pub fn run(profile: Profile, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
     }
-    let mut generation = 0u64;
     loop {
         let mut s = connect(socket);
         let hello = json!({
             "type": "hello", "v": 1, "pid": std::process::id(), "job": profile.job(), "rank": 0,
             "world_size": 1, "cuda_device": 0, "gpu_uuid": gpu_uuid,
             "client": concat!("gpumon-demo/", env!("CARGO_PKG_VERSION")), "torch": "2.5.1",
+            "caps": ["attribution"],
         });
         if writeln!(s, "{hello}").is_err() {
             continue;
         }
-        let restarted = pump(&mut s, profile, t0, generation);
+        let requests = listen(&s);
+        // The run live now ends in an OOM at this time (the leak only).
+        let end = profile.oom_after(crate::model::now() - t0);
+        let restarted = pump(&mut s, &requests, profile, t0, end);
+        // Also ends the reading thread, which holds a clone of the socket.
+        let _ = s.shutdown(Shutdown::Both);
         if !restarted {
             std::thread::sleep(Duration::from_secs(1));
         }
-        generation += 1;
     }
 }
 
@@ -44,29 +53,61 @@ fn connect(socket: &Path) -> UnixStream {
     }
 }
 
-/// Sends samples until the socket breaks (false) or the leak hits OOM and "restarts" (true).
-fn pump(s: &mut UnixStream, profile: Profile, t0: f64, generation: u64) -> bool {
+/// The daemon's requests, read on a thread of their own so a step never waits on the socket;
+/// the thread ends when the connection does.
+fn listen(s: &UnixStream) -> Receiver<Request> {
+    let (tx, rx) = mpsc::channel();
+    if let Ok(r) = s.try_clone() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if let Some(req) = Request::parse(&line) {
+                    if tx.send(req).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// Sends samples until the socket breaks (false) or the leak's run ends in an OOM at `end` and
+/// it "restarts" (true).
+fn pump(
+    s: &mut UnixStream,
+    requests: &Receiver<Request>,
+    profile: Profile,
+    t0: f64,
+    end: Option<f64>,
+) -> bool {
     let gpu = profile.gpu();
     let mut last_step = None;
+    let mut last_ts = 0.0f64;
+    let mut window: Option<Window> = None;
     loop {
         let t = crate::model::now() - t0;
-        if let Some(p) = profile.period() {
-            // The leak ran the GPU out of memory: an OOM, and the process goes down without bye
-            // (the daemon records the crash); it comes back as a new session.
-            if (t / p) as u64 > generation {
-                let free = device_free(gpu, t - 0.01);
-                let oom = json!({"type": "event", "ts": crate::model::now(), "kind": "oom",
-                    "alloc_bytes": 2u64 << 30, "device_free": free,
-                    "detail": "CUDA out of memory. Tried to allocate 2.00 GiB"});
-                let _ = writeln!(s, "{oom}");
-                return true;
+        if let Some(end) = end.filter(|e| t >= *e) {
+            // The leak ran the GPU out of memory: the OOM, the open window cut short, and the
+            // process goes down without bye (the daemon records the crash); it comes back as a
+            // new session.
+            // Stamped when it happened, never before the last sample.
+            let ts = (t0 + end).max(last_ts);
+            let why = oom::exception(profile, end);
+            let _ = writeln!(s, "{}", oom::event(profile, end, ts));
+            if let Some(w) = &window {
+                let _ = writeln!(s, "{}", w.cut_short(ts, &format!("trainer died: {why}")));
             }
+            let _ = writeln!(s, "{}", oom::died(&why, ts));
+            return true;
         }
         let (step, stats) = profile.at(t);
         if last_step != Some(step) {
             last_step = Some(step);
+            let ts = crate::model::now();
+            last_ts = ts;
             let sample = json!({
-                "type": "sample", "ts": crate::model::now(), "step": step, "phase": "train",
+                "type": "sample", "ts": ts, "step": step, "phase": "train",
                 "stats": {
                     "allocated_bytes.all.current": stats.allocated,
                     "allocated_bytes.all.peak": stats.allocated_peak,
@@ -81,6 +122,28 @@ fn pump(s: &mut UnixStream, profile: Profile, t0: f64, generation: u64) -> bool 
             });
             if writeln!(s, "{sample}").is_err() {
                 return false;
+            }
+            // As the real client: the window moves at samples, and requests are read then.
+            let now = Mark {
+                step,
+                ts,
+                active: stats.active.unwrap_or(0),
+            };
+            if let Some(answer) = window.as_mut().and_then(|w| w.on_step(profile, now)) {
+                window = None;
+                if writeln!(s, "{answer}").is_err() {
+                    return false;
+                }
+            }
+            while let Ok(req) = requests.try_recv() {
+                // One window at a time, as the real client: a second request is refused at once.
+                if let Some(open) = &window {
+                    if writeln!(s, "{}", attribution::busy(&req, open, ts)).is_err() {
+                        return false;
+                    }
+                } else {
+                    window = Some(Window::new(req, step));
+                }
             }
         }
         std::thread::sleep(Duration::from_secs_f64(1.0 / STEPS_PER_SECOND / 2.0));

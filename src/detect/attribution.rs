@@ -65,7 +65,9 @@ pub struct Attribution {
     /// How long the window lasted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
-    /// Growth of all live memory over the window; the sites' shares are of this.
+    /// Growth of all live memory over the window; the sites' shares are of this (0 in an error
+    /// answer, which may leave it out).
+    #[serde(default)]
     pub total_growth_bytes: u64,
     #[serde(default)]
     pub sites: Vec<Site>,

@@ -109,6 +109,22 @@ impl Findings {
         self.held.push(f);
     }
 
+    /// Resolves the held finding `id` before its time, saying why (its trainer came back).
+    /// It was raised, so it still counts in the totals.
+    pub fn release(&mut self, id: &str, now: Timestamp, why: &str) -> bool {
+        let Some(i) = self.held.iter().position(|f| f.id == id) else {
+            return false;
+        };
+        let mut f = self.held.remove(i);
+        f.state = FindingState::Resolved;
+        f.resolved_ts = Some(now);
+        f.updated_ts = now;
+        f.message = format!("{}; {why}", f.message);
+        f.evidence.detail = Some(why.to_string());
+        self.resolved(f);
+        true
+    }
+
     /// Resolves held findings whose time is up.
     pub fn tick(&mut self, now: Timestamp, hold_seconds: f64) {
         let (done, keep): (Vec<Finding>, Vec<Finding>) = std::mem::take(&mut self.held)

@@ -28,6 +28,15 @@
 //! the bottom of the scatter, not through its middle. With one sample per 8 steps the finest
 //! segments hold one or two samples, and a Theil–Sen line through their minima, still a fine
 //! test of "is it rising", can be off by a quarter on a noisy floor.
+//!
+//! How big the leak is, though, is measured from its onset, not over the window: the window
+//! slides on (level 0's spans about 128 steps), and the growth over it says little of a leak
+//! that has been firing for 20,000 steps. The onset is fixed when the detector first reports a
+//! leak: the start of the window that showed it, and the floor there (`floor_of` its first
+//! third). Growth is the floor now (`Leak::floor_now`) minus that floor. The onset is kept while
+//! the leak stays active and forgotten after `QUIET_EVALUATIONS` evaluations in a row without
+//! one, when the session resolves the finding. Both floors lean low where the data is ambiguous
+//! (a dip, a stair just climbed), so the growth reported errs on the small side.
 
 use std::collections::VecDeque;
 
@@ -58,6 +67,14 @@ const WARMUP_STEPS: u64 = 256;
 const FALLBACK_MATERIAL: f64 = 512.0 * 1048576.0;
 /// Never report growth smaller than this, whatever the device.
 const MIN_MATERIAL: f64 = 64.0 * 1048576.0;
+/// Level-0 segments the current floor is read from (48 to 96 steps): enough to hold samples at
+/// the floor itself where one in 8 is (under gradient accumulation), and few, because a stair of
+/// a staircase leak counts in full only once it is older than that.
+const FLOOR_SEGS: usize = 12;
+/// Evaluations in a row without a confirmed rise after which the leak is over and its onset is
+/// forgotten: the session clears a leak finding after as many, so a leak that comes back is a
+/// new finding with a new onset, and one that only pauses for an evaluation or two keeps its.
+pub const QUIET_EVALUATIONS: u32 = 3;
 
 #[derive(Debug, Clone, Copy)]
 struct Seg {
@@ -90,8 +107,16 @@ impl Seg {
 struct Verdict {
     p: f64,
     slope: f64,
-    onset_step: u64,
-    onset_floor: f64,
+    /// Where the window starts, and the floor there (`start_floor`).
+    start_step: u64,
+    start_floor: f64,
+}
+
+/// Where a leak began, as first seen: fixed while it stays active.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Onset {
+    step: u64,
+    floor: f64,
 }
 
 #[derive(Default)]
@@ -119,7 +144,10 @@ pub struct Leak {
     /// That cap, when it binds (for the message).
     cap: Option<u64>,
     limit: Option<u64>,
-    floor: f64,
+    /// The current leak's onset, while there is one.
+    onset: Option<Onset>,
+    /// Evaluations in a row without a confirmed rise.
+    quiet: u32,
     /// Step of the previous train sample, warm-up included: how many steps a sample stands for.
     prev_step: Option<u64>,
     /// Step of the first train sample: the warm-up is counted from there.
@@ -136,7 +164,8 @@ impl Leak {
             capacity: None,
             cap: None,
             limit: None,
-            floor: 0.0,
+            onset: None,
+            quiet: 0,
             prev_step: None,
             first_step: None,
             warmed_up: false,
@@ -202,7 +231,23 @@ impl Leak {
         true
     }
 
-    fn signal(&self, step: u64) -> Signal {
+    /// The floor now: the lowest of the last `FLOOR_SEGS` level-0 minima, each carried forward
+    /// to `step` along the floor's `slope` (so a steady leak is not read late). Not the last
+    /// sample: it holds whatever was alive at that boundary, up to GiBs above the floor under an
+    /// accumulation sawtooth, where the client may see the floor itself once in 8 samples. A
+    /// dip under the floor, or a stair climbed within those segments, reads low, never high.
+    fn floor_now(&self, step: u64, slope: f64) -> Option<f64> {
+        self.levels
+            .first()?
+            .done
+            .iter()
+            .rev()
+            .take(FLOOR_SEGS)
+            .map(|s| s.min + slope * step.saturating_sub(s.min_step) as f64)
+            .min_by(f64::total_cmp)
+    }
+
+    fn signal(&mut self, step: u64) -> Signal {
         // The finest confirmed level has the most recent view of the slope.
         let Some((lvl, v)) = self
             .levels
@@ -210,11 +255,21 @@ impl Leak {
             .filter(|l| l.confirmed())
             .find_map(|l| l.last.map(|v| (l, v)))
         else {
+            self.quiet = self.quiet.saturating_add(1);
+            if self.quiet >= QUIET_EVALUATIONS {
+                self.onset = None;
+            }
             return Signal {
                 active: false,
                 evidence: Evidence::default(),
             };
         };
+        self.quiet = 0;
+        // The window that showed the rise first: its start is the onset, fixed from now on.
+        let onset = *self.onset.get_or_insert(Onset {
+            step: v.start_step,
+            floor: v.start_floor,
+        });
         let recent = &self.levels[0].done;
         let peak = recent.iter().map(|s| s.peak).max().unwrap_or(0);
         let (first, last) = (recent.front(), recent.back());
@@ -229,20 +284,25 @@ impl Leak {
         let eta_steps = self
             .limit
             .map(|limit| (limit.saturating_sub(peak) as f64 / slope).round() as u64);
-        let growth = (self.floor - v.onset_floor).max(0.0) as u64;
+        let floor = self.floor_now(step, slope).unwrap_or(onset.floor);
+        let grown = |from: f64| (floor - from).max(0.0) as u64;
         let span = lvl
             .done
             .back()
-            .map(|s| s.last_step.saturating_sub(v.onset_step))
+            .map(|s| s.last_step.saturating_sub(v.start_step))
             .unwrap_or(0);
         Signal {
             active: true,
             evidence: Evidence {
                 slope_bytes_per_step: Some(slope),
                 slope_bytes_per_second: secs_per_step.map(|s| slope / s),
-                growth_bytes: Some(growth),
+                growth_bytes: Some(grown(onset.floor)),
                 confidence: Some(1.0 - v.p),
-                onset_step: Some(v.onset_step),
+                onset_step: Some(onset.step),
+                onset_floor_bytes: Some(onset.floor as u64),
+                floor_bytes: Some(floor as u64),
+                window_start_step: Some(v.start_step),
+                window_growth_bytes: Some(grown(v.start_floor)),
                 oom_eta_steps: eta_steps,
                 oom_eta_seconds: eta_steps.zip(secs_per_step).map(|(n, s)| n as f64 * s),
                 alloc_limit: self.cap,
@@ -252,6 +312,22 @@ impl Leak {
             },
         }
     }
+}
+
+/// The floor where a window starts, from the minima of its first third: the bottom of them, as
+/// what a step leaves allocated is the floor plus whatever is alive at the boundary, never less;
+/// the second lowest, so that one dip under the floor (a free just before the boundary) cannot
+/// make the growth since look larger than it is.
+fn floor_of(mins: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut low = [f64::INFINITY; 2];
+    for m in mins {
+        if m < low[0] {
+            low = [m, low[0]];
+        } else if m < low[1] {
+            low[1] = m;
+        }
+    }
+    [low[1], low[0]].into_iter().find(|m| m.is_finite())
 }
 
 /// The floor's rate over a confirmed window: the lower envelope of its minima, each where it was
@@ -290,12 +366,15 @@ fn judge(done: &VecDeque<Seg>, material: f64) -> Option<Verdict> {
     if slope <= 0.0 || slope * span < material {
         return None;
     }
-    let first = done.front()?;
+    // Not carried back along the slope, as the current floor is carried forward: where the
+    // leak began inside the window the first third is flat, and that would put it under the
+    // real floor.
+    let start_floor = floor_of(y[..k].iter().copied())?;
     Some(Verdict {
         p,
         slope,
-        onset_step: first.first_step,
-        onset_floor: a,
+        start_step: done.front()?.first_step,
+        start_floor,
     })
 }
 
@@ -329,7 +408,6 @@ impl Detector for Leak {
         if !self.warmed_up {
             return None;
         }
-        self.floor = floor as f64;
         let seg = Seg {
             first_step: step,
             last_step: step,

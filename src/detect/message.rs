@@ -1,5 +1,6 @@
 //! Findings in words a person understands, and a short remedy from the usual PyTorch fixes.
 
+use super::attribution::Attribution;
 use super::{Evidence, Kind};
 use crate::units::{bytes, bytes_fine};
 
@@ -114,6 +115,51 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<&'static str> {
     })
 }
 
+/// One clause naming where a leak's memory was allocated: "93% of the growth in steps 610–730
+/// was allocated at train.py:27 in kept_outputs". None when the trainer found no site or could
+/// not attribute (its error is shown apart, not dressed up as a finding).
+pub fn attributed(a: &Attribution) -> Option<String> {
+    if a.error.is_some() {
+        return None;
+    }
+    let top = a.top()?;
+    let pct = a.share(top) * 100.0;
+    // A share that rounds to 0 still was measured: say so rather than "0%".
+    let share = if pct > 0.0 && pct < 0.5 {
+        "<1%".to_string()
+    } else {
+        format!("{:.0}%", pct)
+    };
+    let of = match (a.step_from, a.step_to, a.seconds) {
+        (Some(from), Some(to), _) if to > from => format!(
+            "of the growth in steps {}\u{2013}{}",
+            thousands(from),
+            thousands(to)
+        ),
+        (_, _, Some(secs)) if secs > 0.0 => {
+            format!("of the growth in the last {}", short_duration(secs))
+        }
+        _ => "of the recent growth".into(),
+    };
+    let mut m = format!("{share} {of} was allocated at {}", top.short());
+    match top.function.as_str() {
+        "" => {}
+        "<module>" => m.push_str(" at module level"),
+        f => m.push_str(&format!(" in {f}")),
+    }
+    Some(m)
+}
+
+/// "61 s", "4 min", "2h05m": a recorded window, shown to the second while it is short.
+fn short_duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=3599 => format!("{} min", s / 60),
+        _ => duration(secs),
+    }
+}
+
 /// "4h10m", "12m", "45s".
 pub fn duration(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;
@@ -165,6 +211,9 @@ mod tests {
             slope_bytes_per_step: Some(2.0 * 1048576.0),
             onset_step: Some(610),
             growth_bytes: Some(400 << 20),
+            // The detector's window is evidence only: the message measures from the onset.
+            window_start_step: Some(700),
+            window_growth_bytes: Some(150 << 20),
             oom_eta_seconds: Some(15_000.0),
             oom_eta_steps: Some(30_188),
             step: Some(812),
@@ -174,6 +223,87 @@ mod tests {
             describe(Kind::Leak, &e),
             "allocated floor grows 2.0 MiB/step since step 610 (+400.0 MiB so far); at this rate the GPU is full in ~4h10m (step ~31,000)"
         );
+    }
+
+    fn attribution(sites: Vec<(&str, u64, &str, u64)>) -> Attribution {
+        use crate::detect::attribution::Site;
+        Attribution {
+            id: 1,
+            ts: 0.0,
+            finding: None,
+            step_from: Some(610),
+            step_to: Some(730),
+            seconds: Some(61.2),
+            total_growth_bytes: 128 << 20,
+            sites: sites
+                .into_iter()
+                .map(|(file, line, function, bytes)| Site {
+                    file: file.into(),
+                    line,
+                    function: function.into(),
+                    bytes,
+                    blocks: 1,
+                    stack: vec![],
+                    note: None,
+                })
+                .collect(),
+            error: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn attribution_names_the_top_site_with_its_share() {
+        let kept = (119 << 20) + (1 << 19);
+        let mut a = attribution(vec![
+            ("/home/alice/proj/train.py", 27, "kept_outputs", kept),
+            ("/home/alice/proj/train.py", 34, "eval_step", 8 << 20),
+        ]);
+        assert_eq!(
+            attributed(&a).as_deref(),
+            Some("93% of the growth in steps 610\u{2013}730 was allocated at train.py:27 in kept_outputs")
+        );
+        // Without steps, the window's length; without either, no window at all.
+        (a.step_from, a.step_to) = (None, None);
+        assert_eq!(
+            attributed(&a).as_deref(),
+            Some("93% of the growth in the last 61 s was allocated at train.py:27 in kept_outputs")
+        );
+        a.seconds = Some(600.0);
+        assert!(attributed(&a).unwrap().contains("in the last 10 min was"));
+        a.seconds = None;
+        assert_eq!(
+            attributed(&a).as_deref(),
+            Some("93% of the recent growth was allocated at train.py:27 in kept_outputs")
+        );
+        // Steps that do not make a window fall back the same way.
+        (a.step_from, a.step_to) = (Some(12_000), Some(12_000));
+        assert!(attributed(&a)
+            .unwrap()
+            .starts_with("93% of the recent growth"));
+        (a.step_from, a.step_to) = (Some(12_000), Some(13_500));
+        assert!(attributed(&a)
+            .unwrap()
+            .contains("in steps 12,000\u{2013}13,500"));
+    }
+
+    #[test]
+    fn attribution_wording_at_the_edges() {
+        let a = attribution(vec![("train.py", 5, "<module>", 1 << 10)]);
+        assert_eq!(
+            attributed(&a).as_deref(),
+            Some("<1% of the growth in steps 610\u{2013}730 was allocated at train.py:5 at module level")
+        );
+        let a = attribution(vec![("train.py", 5, "", 128 << 20)]);
+        assert_eq!(
+            attributed(&a).as_deref(),
+            Some("100% of the growth in steps 610\u{2013}730 was allocated at train.py:5")
+        );
+        // Nothing found, or nothing measured: no clause (the error is shown as such elsewhere).
+        assert_eq!(attributed(&attribution(vec![])), None);
+        let mut a = attribution(vec![("train.py", 27, "kept_outputs", 1 << 20)]);
+        a.error = Some("cut_short".into());
+        assert_eq!(attributed(&a), None);
     }
 
     #[test]

@@ -65,13 +65,26 @@ pub struct Evidence {
     pub slope_bytes_per_step: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slope_bytes_per_second: Option<f64>,
+    /// leak: how much the floor grew since `onset_step`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
-    /// Step from which the floor has been rising (the start of the window that showed it).
+    /// leak: the step from which the floor has been rising, fixed when the leak was first seen
+    /// (the start of the window that showed it then); the window slides on, the onset stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub onset_step: Option<u64>,
+    /// leak: the floor at `onset_step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onset_floor_bytes: Option<u64>,
+    /// leak: the floor now (robust to spikes: see leak.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_bytes: Option<u64>,
+    /// leak: where the window behind the current slope starts, and the floor's growth since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start_step: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_growth_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_eta_steps: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

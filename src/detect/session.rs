@@ -1,11 +1,12 @@
 //! The detectors of one trainer session and the findings they hold. Fed by the session store as
 //! lines arrive (live) or by `gpumon analyze` (offline): same calls, same verdicts.
 
+use super::attribution::Attribution;
 use super::findings::{Finding, FindingState, Findings, Severity, Subject};
 use super::lifecycle::{Change, Lifecycle, Span};
 use super::{
-    crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Kind, Obs, Pos,
-    Signal,
+    crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
+    Obs, Pos, Signal,
 };
 use crate::ingest::protocol::Sample;
 use crate::model::Timestamp;
@@ -50,10 +51,12 @@ impl SessionDetect {
             tracks: vec![
                 // The leak detector confirms on its own (a rising window seen twice); its
                 // observations are evaluations of whole segments, not samples.
+                // It forgets the leak's onset after as many quiet evaluations as resolve the
+                // finding: keep the two together.
                 track(
                     Box::new(leak::Leak::new(cfg.leak_materiality_ratio)),
                     Span::samples(1),
-                    Span::samples(3),
+                    Span::samples(leak::QUIET_EVALUATIONS),
                 ),
                 track(
                     Box::new(near_limit::NearLimit::new(cfg.headroom_margin_bytes)),
@@ -115,7 +118,7 @@ impl SessionDetect {
         if ending == Ending::Crash {
             let evidence = crash::evidence(last);
             findings.hold(Finding {
-                id: format!("{}/crash", who.session),
+                id: crash_id(&who.session),
                 kind: Kind::Crash,
                 state: FindingState::Firing,
                 severity: Severity::Critical,
@@ -142,6 +145,47 @@ impl SessionDetect {
     pub fn firing(&self, kind: Kind) -> Option<&Finding> {
         self.current()
             .find(|f| f.kind == kind && f.state == FindingState::Firing)
+    }
+
+    /// The leak finding, pending or firing.
+    pub fn leak(&self) -> Option<&Finding> {
+        self.current().find(|f| f.kind == Kind::Leak)
+    }
+
+    /// Puts a trainer's attribution on the leak finding (the one named `id`, when given) while
+    /// it is pending or firing; its message names the top site from now on, through every
+    /// refresh and into its resolved record, and the sinks get the change. Returns the id of
+    /// the finding it went on.
+    pub fn attribute(
+        &mut self,
+        id: Option<&str>,
+        a: &Attribution,
+        findings: &mut Findings,
+    ) -> Option<String> {
+        let f = self
+            .tracks
+            .iter_mut()
+            .filter_map(|t| t.current.as_mut())
+            .find(|f| f.kind == Kind::Leak && id.is_none_or(|id| f.id == id))?;
+        f.attribution = Some(a.clone());
+        f.message = describe(f.kind, &f.evidence, f.attribution.as_ref());
+        f.updated_ts = f.updated_ts.max(a.ts);
+        findings.updated(f);
+        Some(f.id.clone())
+    }
+}
+
+/// The id of a session's crash finding.
+pub fn crash_id(session: &str) -> String {
+    format!("{session}/crash")
+}
+
+/// The finding's message; with an attribution, followed by where the growth was allocated.
+fn describe(kind: Kind, e: &Evidence, a: Option<&Attribution>) -> String {
+    let m = message::describe(kind, e);
+    match a.and_then(message::attributed) {
+        Some(site) => format!("{m}; {site}"),
+        None => m,
     }
 }
 
@@ -187,7 +231,7 @@ fn apply(
                     attribution: None,
                 }
             });
-            f.message = message::describe(kind, &sig.evidence);
+            f.message = describe(kind, &sig.evidence, f.attribution.as_ref());
             f.hint = message::hint(kind, &sig.evidence).map(String::from);
             f.evidence = sig.evidence;
             f.updated_ts = ts;

@@ -35,6 +35,8 @@ enum Item {
 pub struct Batch {
     items: Vec<Item>,
     outcomes: Vec<Outcome>,
+    /// A request for the trainer that came due with this batch, sent after its replies.
+    request: Option<Vec<u8>>,
     /// The connection ends after this batch (EOF, or a line over the rate limit).
     pub closing: bool,
 }
@@ -110,10 +112,16 @@ impl Batch {
             };
             self.outcomes.push(outcome);
         }
+        // Asked once per batch, under the lock already held: a request comes due only when a
+        // sample changed the session.
+        if let Some(s) = guard.as_mut() {
+            self.request = conn.request(&mut s.sessions, ts);
+        }
         true
     }
 
-    /// Counts the outcomes and sends the replies, in line order; after the lock is released.
+    /// Counts the outcomes and sends the replies, in line order, then a request that came due;
+    /// after the lock is released.
     pub fn finish(&mut self, stats: &IngestStats, send: impl Fn(&[u8])) {
         let mut accepted = 0;
         for outcome in self.outcomes.drain(..) {
@@ -130,6 +138,10 @@ impl Batch {
         }
         if accepted > 0 {
             stats.lines.fetch_add(accepted, Ordering::Relaxed);
+        }
+        if let Some(r) = self.request.take() {
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            send(&r);
         }
     }
 }

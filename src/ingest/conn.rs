@@ -1,5 +1,6 @@
-//! One connection's protocol state: hello first and once, then samples and events, then bye.
-//! Pure logic over the session store, so every rule is unit-tested without sockets.
+//! One connection's protocol state: hello first and once, then samples, events and attributions,
+//! then bye; and the requests due to the trainer. Pure logic over the session store, so every
+//! rule is unit-tested without sockets.
 
 use std::sync::Arc;
 
@@ -127,6 +128,13 @@ impl Conn {
                 self.record(raw);
                 Outcome::Accepted
             }
+            (Message::Attribution(a), Some(key)) => match sessions.attribution(key, a) {
+                Ok(()) => {
+                    self.record(raw);
+                    Outcome::Accepted
+                }
+                Err(r) => self.error(r),
+            },
             (Message::Bye { .. }, Some(key)) => {
                 sessions.close(key, Ending::Clean, now);
                 self.record(raw);
@@ -136,6 +144,23 @@ impl Conn {
                 Outcome::Bye
             }
         }
+    }
+
+    /// The request this connection's session is due to send its trainer now, as a line.
+    pub fn request(&self, sessions: &mut Sessions, now: Timestamp) -> Option<Vec<u8>> {
+        let r = sessions.request_due(self.session?, now)?;
+        Some(
+            Reply::Attribute {
+                v: protocol::ATTRIBUTE_VERSION,
+                id: r.id,
+                finding: &r.finding,
+                steps: r.steps,
+                seconds: r.seconds,
+                max_entries: r.max_entries,
+                top: r.top,
+            }
+            .to_line(),
+        )
     }
 
     fn record(&mut self, raw: &[u8]) {
@@ -223,5 +248,80 @@ mod tests {
         let ended = s.ended().next().unwrap();
         assert_eq!(ended.ended, Some((9.0, Ending::Crash)));
         assert_eq!(ended.events.back().unwrap().kind, "crash");
+    }
+
+    /// A line of a trainer whose floor grows 4 MiB a step on a 16 GiB device.
+    fn leaking(step: u64) -> Vec<u8> {
+        let floor = (2u64 << 30) + step * (4 << 20);
+        format!(
+            "{{\"type\":\"sample\",\"ts\":{},\"step\":{step},\"stats\":{{\"allocated_bytes.all.current\":{floor}}},\"device_total\":{}}}",
+            1_763_700_000.0 + step as f64 * 0.1,
+            16u64 << 30
+        )
+        .into_bytes()
+    }
+
+    /// Runs a leaking trainer with `hello` until it is asked (or 2000 steps); the request.
+    fn asked(hello: &[u8], s: &mut Sessions, c: &mut Conn) -> Option<serde_json::Value> {
+        reply_of(c.handle(hello, s, 1.0));
+        (1..2000).find_map(|step| {
+            assert_eq!(c.handle(&leaking(step), s, 2.0), Outcome::Accepted);
+            let line = c.request(s, 1_763_700_000.0 + step as f64 * 0.1)?;
+            assert!(line.ends_with(b"\n"));
+            Some(serde_json::from_slice(&line).unwrap())
+        })
+    }
+
+    #[test]
+    fn a_capable_trainer_is_asked_and_its_answer_lands_on_the_finding() {
+        use crate::store::sessions::AttributionPolicy;
+        let mut s =
+            Sessions::new(SessionLimits::default()).with_attribution(AttributionPolicy::default());
+        let mut c = Conn::new(PEER);
+        let hello = br#"{"type":"hello","v":1,"job":"j","caps":["attribution"]}"#;
+        let req = asked(hello, &mut s, &mut c).expect("asked");
+        assert_eq!(req["type"], "attribute");
+        assert_eq!((req["v"].as_u64(), req["id"].as_u64()), (Some(1), Some(1)));
+        assert_eq!(req["finding"], "s-1/leak");
+        // A wrong id is an error reply; the right one is accepted.
+        let answer = |id: u64| {
+            format!(
+                r#"{{"type":"attribution","id":{id},"ts":1763700100,"total_growth_bytes":100,"sites":[{{"file":"/x/train.py","line":27,"function":"kept_outputs","bytes":93,"blocks":1}}]}}"#
+            )
+        };
+        let (e, code) = reply_of(c.handle(answer(2).as_bytes(), &mut s, 3.0));
+        assert_eq!(code, Some(Code::BadField));
+        assert!(e.contains("id 2 answers no open request"), "{e}");
+        assert_eq!(
+            c.handle(answer(1).as_bytes(), &mut s, 3.0),
+            Outcome::Accepted
+        );
+        let leak = s.live().next().unwrap().detect.leak().unwrap();
+        assert!(leak.message.contains("train.py:27"), "{}", leak.message);
+        assert_eq!(
+            c.request(&mut s, 1e10),
+            None,
+            "answered: nothing more to ask"
+        );
+    }
+
+    #[test]
+    fn a_trainer_without_the_capability_is_never_asked() {
+        use crate::store::sessions::AttributionPolicy;
+        let mut s =
+            Sessions::new(SessionLimits::default()).with_attribution(AttributionPolicy::default());
+        let mut c = Conn::new(PEER);
+        assert_eq!(asked(HELLO, &mut s, &mut c), None);
+        assert!(
+            s.live().next().unwrap().detect.leak().is_some(),
+            "the leak was raised"
+        );
+        // And an attribution it sends anyway answers nothing.
+        let (_, code) = reply_of(c.handle(
+            br#"{"type":"attribution","id":1,"ts":1763700100,"sites":[]}"#,
+            &mut s,
+            3.0,
+        ));
+        assert_eq!(code, Some(Code::BadField));
     }
 }

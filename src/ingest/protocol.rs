@@ -1,16 +1,22 @@
-//! The ingest protocol's wire format (docs/protocol.md): one JSON object per line in, `welcome`
-//! or `error` lines out. Parsing is typed and borrows from the line, because the daemon must
-//! keep up with hundreds of thousands of samples a second; stats keys it does not know are
-//! skipped without allocating.
+//! The ingest protocol's wire format (docs/protocol.md): one JSON object per line in; `welcome`,
+//! `error` and `attribute` (a request) lines out. Parsing is typed and borrows from the line,
+//! because the daemon must keep up with hundreds of thousands of samples a second; stats keys
+//! it does not know are skipped without allocating.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::detect::attribution::Attribution;
+
+mod attribution;
 
 /// The protocol version this daemon speaks.
 pub const VERSION: u64 = 1;
+/// The version of the `attribute` request (its own `v`).
+pub const ATTRIBUTE_VERSION: u64 = 1;
 /// Longest accepted line, newline excluded.
 pub const MAX_LINE: usize = 65_536;
 /// Longest accepted label-like string (job, phase, kind, ...).
@@ -24,6 +30,11 @@ const MAX_BYTES: u64 = 1 << 50;
 const MAX_QUOTE: usize = 80;
 /// Most bytes of a JSON decoder message, which quotes the offending value itself.
 const MAX_DECODER_MESSAGE: usize = 240;
+/// Capabilities a hello may list, at most, and the longest name.
+const MAX_CAPS: usize = 16;
+const MAX_CAP: usize = 32;
+/// The capability to answer `attribute` requests.
+pub const CAP_ATTRIBUTION: &str = "attribution";
 
 /// Error codes of the protocol's `error` reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -121,6 +132,15 @@ pub struct Hello {
     pub expandable_segments: Option<bool>,
     /// The caching allocator's cap (`set_per_process_memory_fraction`), when one is set.
     pub alloc_limit: Option<u64>,
+    /// What the client can do when asked (`attribution`); unknown names are kept, unused.
+    pub caps: Vec<String>,
+}
+
+impl Hello {
+    /// Whether the client said it can do `cap` when asked.
+    pub fn can(&self, cap: &str) -> bool {
+        self.caps.iter().any(|c| c == cap)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -154,7 +174,11 @@ pub enum Message {
     Hello(Hello),
     Sample(Sample),
     Event(Event),
-    Bye { ts: Option<f64> },
+    /// The answer to an `attribute` request; `finding` is left for the daemon to fill in.
+    Attribution(Attribution),
+    Bye {
+        ts: Option<f64>,
+    },
 }
 
 /// Every field of every message type, all optional; the `type` decides which apply.
@@ -195,6 +219,17 @@ struct Raw<'a> {
     detail: Option<Cow<'a, str>>,
     #[serde(borrow)]
     path: Option<Cow<'a, str>>,
+    /// hello: a list of capability names; taken as any value so a bad one can be named.
+    caps: Option<serde_json::Value>,
+    /// attribution: the request answered, the window, and the sites (checked field by field).
+    id: Option<u64>,
+    step_from: Option<u64>,
+    step_to: Option<u64>,
+    seconds: Option<f64>,
+    total_growth_bytes: Option<serde_json::Value>,
+    sites: Option<serde_json::Value>,
+    #[serde(borrow)]
+    error: Option<Cow<'a, str>>,
 }
 
 /// `stats` with the known keys picked out; a known key with a bad value is remembered so the
@@ -291,20 +326,21 @@ pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
     let msg_type = raw.msg_type.clone().ok_or_else(|| {
         Rejection::new(
             Code::BadField,
-            "missing \"type\"; every message needs one of hello, sample, event, bye",
+            "missing \"type\"; every message needs one of hello, sample, event, attribution, bye",
         )
     })?;
     match msg_type.as_ref() {
         "hello" => hello(raw).map(Message::Hello),
         "sample" => sample(raw).map(Message::Sample),
         "event" => event(raw).map(Message::Event),
+        "attribution" => attribution::attribution(raw).map(Message::Attribution),
         "bye" => Ok(Message::Bye {
             ts: raw.ts.map(|t| ts("ts", t)).transpose()?,
         }),
         other => Err(Rejection::new(
             Code::UnknownType,
             format!(
-                "unknown type {}; this daemon speaks hello, sample, event, bye",
+                "unknown type {}; this daemon speaks hello, sample, event, attribution, bye",
                 // Cut before escaping too, so a 64 KiB type costs no 64 KiB of escaping.
                 shorten(&format!("{:?}", shorten(other, MAX_QUOTE)), MAX_QUOTE)
             ),
@@ -335,7 +371,51 @@ fn hello(r: Raw) -> Result<Hello, Rejection> {
         allocator: label("allocator", r.allocator)?,
         expandable_segments: r.expandable_segments,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
+        caps: caps(r.caps)?,
     })
+}
+
+/// `caps`: at most `MAX_CAPS` names of at most `MAX_CAP` bytes; anything else refuses the hello.
+fn caps(v: Option<serde_json::Value>) -> Result<Vec<String>, Rejection> {
+    let list = match v {
+        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(serde_json::Value::Array(list)) => list,
+        Some(other) => return Err(not_a("caps", &other, "a list of capability names")),
+    };
+    if list.len() > MAX_CAPS {
+        return Err(Rejection::new(
+            Code::BadField,
+            format!(
+                "caps lists {} names; at most {MAX_CAPS} are accepted",
+                list.len()
+            ),
+        ));
+    }
+    list.into_iter()
+        .enumerate()
+        .map(|(i, c)| match c {
+            serde_json::Value::String(s) if s.len() <= MAX_CAP => Ok(s),
+            serde_json::Value::String(s) => Err(Rejection::new(
+                Code::BadField,
+                format!(
+                    "caps[{i}] is {} bytes long; capability names are at most {MAX_CAP}",
+                    s.len()
+                ),
+            )),
+            other => Err(not_a(&format!("caps[{i}]"), &other, "a capability name")),
+        })
+        .collect()
+}
+
+/// `field = <value, clipped> is not <what>`, as a `bad_field`.
+fn not_a(field: &str, v: &serde_json::Value, what: &str) -> Rejection {
+    Rejection::new(
+        Code::BadField,
+        format!(
+            "{field} = {} is not {what}",
+            shorten(&v.to_string(), MAX_QUOTE)
+        ),
+    )
 }
 
 fn sample(r: Raw) -> Result<Sample, Rejection> {
@@ -473,6 +553,28 @@ pub enum Reply<'a> {
         line: u64,
         message: &'a str,
     },
+    /// A request (docs/protocol.md, *Requests from the daemon*), sent only to a client whose
+    /// hello listed `attribution`: record allocation history for a window and say where the
+    /// memory of finding `finding` is allocated.
+    Attribute {
+        v: u64,
+        id: u64,
+        finding: &'a str,
+        steps: u64,
+        #[serde(serialize_with = "whole_as_integer")]
+        seconds: f64,
+        max_entries: u64,
+        top: u64,
+    },
+}
+
+/// `120` rather than `120.0` for whole seconds, as the protocol's example writes it.
+fn whole_as_integer<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && (0.0..=9_007_199_254_740_992.0).contains(v) {
+        s.serialize_u64(*v as u64)
+    } else {
+        s.serialize_f64(*v)
+    }
 }
 
 impl Reply<'_> {

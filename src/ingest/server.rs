@@ -1,6 +1,6 @@
 //! The ingest socket: accepts trainer connections and feeds their lines through `Conn` into the
-//! store. Replies are written with `try_write` only, so a client that never reads can cost us
-//! dropped replies but never a blocked task; over-long lines are skipped unbuffered; a client
+//! store. Replies and requests are written with `try_write` only, so a client that never reads
+//! can cost us dropped lines but never a blocked task; over-long lines are skipped unbuffered; a client
 //! past the line rate or the connection cap gets one last error line naming the limit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,8 +34,10 @@ pub struct IngestStats {
     pub connections: AtomicU64,
     pub lines: AtomicU64,
     pub rejected: [AtomicU64; Code::ALL.len()],
-    /// Replies not sent because the client was not reading.
+    /// Replies and requests not sent because the client was not reading.
     pub replies_dropped: AtomicU64,
+    /// Requests (`attribute`) sent to trainers, dropped ones included.
+    pub requests: AtomicU64,
 }
 
 impl IngestStats {

@@ -2,6 +2,8 @@
 //! count. A session lives from `hello` until its connection ends; ended sessions are kept a
 //! short while (for the API and the crash record) and then dropped.
 
+mod attribute;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
@@ -9,9 +11,12 @@ use serde::{Deserialize, Serialize};
 use super::session_series::SessionSeries;
 use crate::detect::attribution::Attribution;
 use crate::detect::findings::Subject;
+use crate::detect::session::crash_id;
 use crate::detect::{DetectConfig, Findings, Obs, SessionDetect};
-use crate::ingest::protocol::{Event, Hello, Sample, Stats};
+use crate::ingest::protocol::{Event, Hello, Sample, Stats, CAP_ATTRIBUTION};
 use crate::model::Timestamp;
+
+pub use attribute::{Asking, AttributionPolicy, Request};
 
 /// Who is on the other end, from SO_PEERCRED (the kernel), never from the payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +57,28 @@ impl Counter {
     }
 }
 
+/// A session's OOMs: the allocator's `num_ooms`, or the `oom` events seen when those are more.
+/// A trainer usually dies right after an OOM, before any sample could carry the counter; a later
+/// sample's counter includes the OOM its event announced, so the two are not added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OomCount {
+    pub total: u64,
+    counter: Counter,
+    events: u64,
+}
+
+impl OomCount {
+    fn observe(&mut self, raw: Option<u64>) {
+        self.counter.observe(raw);
+        self.total = self.counter.total.max(self.events);
+    }
+
+    fn event(&mut self) {
+        self.events += 1;
+        self.total = self.counter.total.max(self.events);
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     pub ts: Timestamp,
@@ -82,7 +109,7 @@ pub struct Session {
     pub last_arrival: Option<Timestamp>,
     pub samples: u64,
     pub retries: Counter,
-    pub ooms: Counter,
+    pub ooms: OomCount,
     /// The caching allocator's cap, as last reported (hello, then any sample or event that
     /// carries `alloc_limit`); None when the trainer never said.
     pub alloc_limit: Option<u64>,
@@ -94,6 +121,8 @@ pub struct Session {
     pub detect: SessionDetect,
     /// The latest `attribution` the trainer sent (sites, or why it could not).
     pub attribution: Option<Attribution>,
+    /// Whether and for what the trainer is being asked for an attribution.
+    pub asking: Asking,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -122,6 +151,8 @@ pub struct Sessions {
     live: BTreeMap<u64, Session>,
     ended: VecDeque<Session>,
     detect: DetectConfig,
+    /// How live sessions ask for attributions; None in a replay.
+    policy: Option<AttributionPolicy>,
     pub findings: Findings,
 }
 
@@ -133,6 +164,7 @@ impl Sessions {
             live: BTreeMap::new(),
             ended: VecDeque::new(),
             detect: DetectConfig::default(),
+            policy: None,
             findings: Findings::default(),
         }
     }
@@ -142,12 +174,15 @@ impl Sessions {
         self
     }
 
-    /// Opens a session and returns its key and its id string (`s-17`).
+    /// Opens a session and returns its key and its id string (`s-17`). A trainer that comes
+    /// back (same user, job and rank as a session that crashed) resolves that crash.
     pub fn open(&mut self, peer: Peer, hello: Hello, now: Timestamp) -> (u64, String) {
         let key = self.next_id;
         self.next_id += 1;
         let id = format!("s-{key}");
+        self.restarted(peer, &hello, &id, now);
         let alloc_limit = hello.alloc_limit;
+        let asking = Asking::new(hello.can(CAP_ATTRIBUTION));
         let subject = Subject {
             session: id.clone(),
             job: hello.job.clone(),
@@ -167,7 +202,7 @@ impl Sessions {
                 last_arrival: None,
                 samples: 0,
                 retries: Counter::default(),
-                ooms: Counter::default(),
+                ooms: OomCount::default(),
                 alloc_limit,
                 series: SessionSeries::new(self.limits.points),
                 events: VecDeque::new(),
@@ -175,9 +210,25 @@ impl Sessions {
                 subject,
                 detect: SessionDetect::new(&self.detect),
                 attribution: None,
+                asking,
             },
         );
         (key, id)
+    }
+
+    /// Held crash findings of ended sessions that `hello` restarts resolve: the trainer is back.
+    fn restarted(&mut self, peer: Peer, hello: &Hello, id: &str, now: Timestamp) {
+        let crashed: Vec<String> = self
+            .ended
+            .iter()
+            .filter(|s| matches!(s.ended, Some((_, Ending::Crash))))
+            .filter(|s| same_trainer(s, peer, hello))
+            .map(|s| crash_id(&s.id))
+            .collect();
+        for f in crashed {
+            self.findings
+                .release(&f, now, &format!("restarted as {id}"));
+        }
     }
 
     pub fn sample(&mut self, key: u64, s: Sample, now: Timestamp) {
@@ -205,6 +256,9 @@ impl Sessions {
         let limit = self.limits.events;
         if let Some(sess) = self.live.get_mut(&key) {
             sess.alloc_limit = e.alloc_limit.or(sess.alloc_limit);
+            if e.kind == "oom" {
+                sess.ooms.event();
+            }
             let rec = EventRecord {
                 ts: e.ts,
                 kind: e.kind,
@@ -222,6 +276,7 @@ impl Sessions {
         let Some(mut sess) = self.live.remove(&key) else {
             return;
         };
+        sess.end_window(self.limits.events, now);
         if ending == Ending::Crash {
             let detail =
                 Some("connection closed without bye: the trainer exited or was killed".into());
@@ -242,6 +297,18 @@ impl Sessions {
         let last = sess.last_sample.as_ref().map(|(_, s)| s);
         sess.detect
             .close(&sess.subject, ending, last, now, &mut self.findings);
+        if ending == Ending::Crash {
+            // A trainer restarted at once may say hello before its old connection's close is
+            // read: the crash is over already if so.
+            let back = self
+                .live
+                .values()
+                .find(|s| s.started >= sess.started && same_trainer(s, sess.peer, &sess.hello));
+            if let Some(back) = back {
+                let why = format!("restarted as {}", back.id);
+                self.findings.release(&crash_id(&sess.id), now, &why);
+            }
+        }
         if self.ended.len() == self.limits.ended_kept {
             self.ended.pop_front();
         }
@@ -294,6 +361,12 @@ fn point(st: &Stats, step: Option<u64>, train: bool) -> SessionPoint {
     }
 }
 
+/// Whether `s` and a trainer saying `hello` from `peer` are one trainer run again: same user,
+/// job and rank.
+fn same_trainer(s: &Session, peer: Peer, hello: &Hello) -> bool {
+    s.peer.uid == peer.uid && s.hello.job == hello.job && s.hello.rank == hello.rank
+}
+
 fn push_event(sess: &mut Session, limit: usize, e: EventRecord) {
     if sess.events.len() == limit {
         sess.events.pop_front();
@@ -319,6 +392,7 @@ mod tests {
             allocator: None,
             expandable_segments: None,
             alloc_limit: None,
+            caps: Vec::new(),
         }
     }
 
@@ -465,5 +539,122 @@ mod tests {
             s.live().next().unwrap().events[1].alloc_limit,
             Some(5 * GIB)
         );
+    }
+
+    fn oom(ts: f64) -> Event {
+        Event {
+            ts,
+            kind: "oom".into(),
+            alloc_bytes: Some(1 << 30),
+            device_free: Some(1 << 20),
+            alloc_limit: None,
+            phase: None,
+            detail: None,
+            path: None,
+        }
+    }
+
+    fn with_ooms(ts: f64, ooms: u64) -> Sample {
+        let mut s = sample(ts, 0);
+        s.stats.ooms = Some(ooms);
+        s
+    }
+
+    #[test]
+    fn an_oom_event_counts_even_when_no_sample_follows() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let (key, _) = s.open(PEER, hello(), 0.0);
+        s.sample(key, with_ooms(1.0, 0), 1.0);
+        s.event(key, oom(2.0));
+        assert_eq!(s.live().next().unwrap().ooms.total, 1);
+        s.close(key, Ending::Crash, 3.0);
+        assert_eq!(s.ended().next().unwrap().ooms.total, 1);
+    }
+
+    #[test]
+    fn an_oom_seen_as_event_and_counter_counts_once() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let (key, _) = s.open(PEER, hello(), 0.0);
+        let total = |s: &Sessions| s.live().next().unwrap().ooms.total;
+        s.event(key, oom(1.0));
+        s.sample(key, with_ooms(2.0, 1), 2.0);
+        assert_eq!(total(&s), 1);
+        // A second OOM: the counter first, then its event.
+        s.sample(key, with_ooms(3.0, 2), 3.0);
+        s.event(key, oom(3.5));
+        assert_eq!(total(&s), 2);
+        // OOMs caught without an event (the observer not installed) still count.
+        s.sample(key, with_ooms(4.0, 5), 4.0);
+        assert_eq!(total(&s), 5);
+    }
+
+    #[test]
+    fn a_restart_read_before_the_old_close_resolves_the_crash_at_once() {
+        use crate::detect::Kind;
+        let mut s = Sessions::new(SessionLimits::default());
+        let (old, _) = s.open(PEER, hello(), 0.0);
+        // The new connection's hello is handled first, then the old one's EOF.
+        let (_, id) = s.open(PEER, hello(), 5.0);
+        s.close(old, Ending::Crash, 5.1);
+        assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 0);
+        let resolved = s.findings.recent().last().unwrap();
+        assert!(resolved.message.ends_with(&format!("restarted as {id}")));
+        // A session that was already running beside it (started earlier) is not a restart.
+        let rank3 = || Hello {
+            rank: Some(3),
+            ..hello()
+        };
+        s.open(PEER, rank3(), 6.0);
+        let (later, _) = s.open(PEER, rank3(), 7.0);
+        s.close(later, Ending::Crash, 8.0);
+        assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 1);
+    }
+
+    #[test]
+    fn a_trainer_restarting_resolves_its_crash() {
+        use crate::detect::{FindingState, Kind};
+        let mut s = Sessions::new(SessionLimits::default());
+        let (a, _) = s.open(PEER, hello(), 0.0);
+        let (other, _) = s.open(
+            PEER,
+            Hello {
+                rank: Some(1),
+                ..hello()
+            },
+            0.0,
+        );
+        s.close(a, Ending::Crash, 5.0);
+        s.close(other, Ending::Crash, 5.0);
+        assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 2);
+        // Another user with the same job and rank is not this trainer.
+        s.open(Peer { uid: 7, ..PEER }, hello(), 6.0);
+        assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 2);
+        let (_, id) = s.open(PEER, hello(), 7.0);
+        let firing: Vec<_> = s.firing().map(|f| f.id.clone()).collect();
+        assert_eq!(firing, ["s-2/crash"], "rank 1 did not restart");
+        let resolved = s.findings.recent().last().unwrap();
+        assert_eq!(resolved.id, "s-1/crash");
+        assert_eq!(resolved.state, FindingState::Resolved);
+        assert_eq!(resolved.resolved_ts, Some(7.0));
+        assert!(
+            resolved.message.ends_with(&format!("restarted as {id}")),
+            "{}",
+            resolved.message
+        );
+        assert_eq!(
+            resolved.evidence.detail.as_deref(),
+            Some(format!("restarted as {id}").as_str())
+        );
+        let crashes = s
+            .findings
+            .totals()
+            .find(|(k, _)| *k == Kind::Crash)
+            .unwrap()
+            .1;
+        assert_eq!(crashes, 2, "it still counts as a crash");
+        // A clean end leaves nothing to resolve, and nothing resolves twice.
+        let before = s.findings.recent().count();
+        s.open(PEER, hello(), 8.0);
+        assert_eq!(s.findings.recent().count(), before);
     }
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use crate::detect::attribution::Attribution;
 use crate::model::Timestamp;
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -49,6 +50,10 @@ pub struct Finding {
     pub hint: Option<String>,
     #[serde(deserialize_with = "evidence")]
     pub evidence: Evidence,
+    /// Leak findings: where the growing memory was allocated, as the trainer measured it. One
+    /// that does not parse is left out, not the finding.
+    #[serde(deserialize_with = "attribution")]
+    pub attribution: Option<Attribution>,
 }
 
 /// Kind-specific numbers; each is there only when the detector that raised the finding has it.
@@ -150,6 +155,11 @@ fn evidence<'de, D: Deserializer<'de>>(d: D) -> Result<Evidence, D::Error> {
     Ok(serde_json::from_value(v).unwrap_or_default())
 }
 
+fn attribution<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Attribution>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
+}
+
 fn text_or_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(text(d)?.unwrap_or_default())
 }
@@ -186,7 +196,11 @@ mod tests {
             "gpu_uuid":"GPU-1","gpu":"0","first_step":812,"first_ts":1763700406.0,
             "since":1763700406.0,"updated_ts":1763700500.0,"resolved_ts":null,
             "message":"allocated floor grows","hint":"store loss.item()",
-            "evidence":{"slope_bytes_per_step":2097152.0,"oom_eta_steps":30500,"confidence":0.999}
+            "evidence":{"slope_bytes_per_step":2097152.0,"oom_eta_steps":30500,"confidence":0.999},
+            "attribution":{"id":1,"ts":1763700300.0,"step_from":60,"step_to":180,
+                "total_growth_bytes":125829120,"sites":[{"file":"/home/alice/proj/train.py",
+                "line":27,"function":"kept_outputs","bytes":125829120,"blocks":120,
+                "stack":[{"file":"/home/alice/proj/train.py","line":48,"function":"run"}]}]}
         })];
         let f = &parse_all(&raw)[0];
         assert_eq!(f.kind, "leak");
@@ -197,6 +211,10 @@ mod tests {
         assert_eq!(f.evidence.oom_eta_steps, Some(30500.0));
         assert_eq!(f.resolved_ts, None);
         assert_eq!(f.sort_ts(), 1763700406.0);
+        let a = f.attribution.as_ref().unwrap();
+        assert_eq!((a.step_from, a.step_to), (Some(60), Some(180)));
+        assert_eq!(a.sites[0].short(), "train.py:27");
+        assert_eq!(a.sites[0].stack[0].function, "run");
     }
 
     #[test]
@@ -204,7 +222,8 @@ mod tests {
         let raw = vec![
             json!({"kind":"near_limit","gpu":1,"rank":"2","evidence":{"retries":"7"},"extra":[1]}),
             json!("not an object"),
-            json!({"kind":"crash","evidence":null,"message":null,"pid":-5}),
+            json!({"kind":"crash","evidence":null,"message":null,"pid":-5,
+                "attribution":{"sites":"not a list"}}),
         ];
         let all = parse_all(&raw);
         assert_eq!(all.len(), 2);
@@ -215,5 +234,10 @@ mod tests {
         assert_eq!(all[0].state(), State::Other);
         assert_eq!(all[1].pid, None);
         assert_eq!(all[1].message, "");
+        // A malformed attribution is dropped, the finding kept.
+        assert_eq!(
+            (all[1].kind.as_str(), &all[1].attribution),
+            ("crash", &None)
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! Deterministic TUI states for the snapshot tests and the render benchmark, built from
 //! synthetic snapshots fed through `App::update` exactly as the sources would (no daemon).
 
+mod attribution;
+
+pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
 use serde_json::{json, Value};
 
 use crate::ingest::protocol::Stats;
@@ -147,6 +150,7 @@ pub fn trainer(
         ended: None,
         events: vec![],
         series,
+        attribution: None,
     }
 }
 
@@ -331,7 +335,14 @@ fn near_limit() -> Value {
 
 /// A firing leak (and near-limit) on llama-ft, a resolved fragmentation finding on bert-base.
 pub fn firing_leak() -> App {
-    let s = snapshot(
+    app(vec![(
+        daemon("http://127.0.0.1:9477"),
+        vec![snap(firing_leak_snapshot())],
+    )])
+}
+
+fn firing_leak_snapshot() -> Snapshot {
+    snapshot(
         "gpu-node-1",
         vec![gpu(0, 71 * GIB), gpu(1, 40 * GIB + 272 * MIB)],
         node_processes(),
@@ -341,8 +352,7 @@ pub fn firing_leak() -> App {
             near_limit(),
             resolved_fragmentation(),
         ],
-    );
-    app(vec![(daemon("http://127.0.0.1:9477"), vec![snap(s)])])
+    )
 }
 
 const NAMES: [&str; 4] = ["python", "torchrun", "python3", "deepspeed"];

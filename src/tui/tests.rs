@@ -10,6 +10,8 @@ use super::app::state::{Action, App, Screen};
 use super::fixtures;
 use super::ui;
 
+mod sites;
+
 const SIZES: [(u16, u16); 2] = [(80, 24), (160, 48)];
 
 fn draw(app: &mut App, w: u16, h: u16) -> Terminal<TestBackend> {
@@ -131,7 +133,8 @@ fn no_color_means_no_colour_anywhere() {
     for color in [true, false] {
         let mut coloured = 0;
         for actions in &screens {
-            let mut app = fixtures::firing_leak();
+            // The leak with sites, callers and notes: every part of the trainer view is drawn.
+            let mut app = fixtures::eval_graph_leak();
             app.color = color;
             for a in actions {
                 app.update(a.clone());

@@ -1,6 +1,9 @@
 """python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F] (SCRIPT | -m MODULE) [ARGS...]
+python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]
 
-Runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run it.
+`run` runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run
+it. `diff` names the lines that allocated the live memory that grew between two
+torch.cuda.memory snapshots (snapdiff.py).
 """
 
 import os
@@ -11,6 +14,7 @@ from typing import Dict, List, Optional
 USAGE = (
     "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
     " (SCRIPT | -m MODULE) [ARGS...]\n"
+    "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]\n"
     "  --every N      at least N training steps between samples (default 1)\n"
     "  --max-rate R   at most R samples per second; 0: no limit (default 10)\n"
     "  --budget F     share of step time the client may spend; 0: no limit (default 0.005)\n"
@@ -50,8 +54,13 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "diff":
+        from . import snapdiff
+
+        return snapdiff.main(args[1:])
     try:
-        opts = _parse(sys.argv[1:] if argv is None else argv)
+        opts = _parse(args)
     except ValueError as exc:
         sys.stderr.write("python -m gpumon_client run: %s\n" % exc)
         opts = None

@@ -8,10 +8,12 @@ import os
 import sys
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 from . import _env, protocol
 from . import phases as _phase
+from .attribution import Attributor
+from .snapsource import SnapshotSource, TorchSnapshotSource, default_snapshots
 from .stats import StatsSource, TorchStatsSource, default_source
 from .transport import Transport
 
@@ -31,6 +33,11 @@ class Client:
     $XDG_RUNTIME_DIR/gpumon/ingest.sock.
     stats_keys: memory_stats() keys to send; None sends every key.
     max_buffer: messages kept while the daemon is down or slow (oldest dropped first).
+    attribution: whether the client offers leak attribution (hello `caps`; the daemon then may
+    ask it to record allocation history for a window, see attribution.py). None: when the stats
+    come from torch.cuda (TorchStatsSource) or a snapshot source was set with
+    testing.use_snapshots(); True: always, with torch.cuda's history; False: never; or a
+    SnapshotSource to use. GPUMON_ATTRIBUTION=0 turns it off, =1 on, whatever is passed here.
     """
 
     def __init__(
@@ -48,6 +55,7 @@ class Client:
         clock: Callable[[], float] = time.time,
         pid: Optional[int] = None,
         jitter: bool = True,
+        attribution: Union[None, bool, SnapshotSource] = None,
     ) -> None:
         self.disabled = _env.disabled()
         self.job = job or os.environ.get("GPUMON_JOB") or None
@@ -66,6 +74,7 @@ class Client:
         self._limit: Optional[int] = None  # the allocator's cap, latest known
         self._limit_sent: Optional[int] = None  # the cap as the daemon last heard it
         paths = (lambda: [socket]) if socket else None
+        snapshots = None if self.disabled else _snapshot_source(attribution, source)
         self.transport = Transport(
             self._hello,
             paths=paths,
@@ -74,7 +83,12 @@ class Client:
             backoff_max=backoff_max,
             wall=clock,
             jitter=jitter,
+            read_every=1 if snapshots is not None else 32,
         )
+        # None when the client does not offer attribution: steps then test one attribute.
+        self.attributor: Optional[Attributor] = None
+        if snapshots is not None:
+            self.attributor = Attributor(snapshots, self.transport, clock=clock)
         self.closed = False
         if not self.disabled:
             _clients.add(self)
@@ -109,9 +123,19 @@ class Client:
             if self._limit != self._limit_sent:
                 # Sent when it first becomes known or changes; the daemon keeps the last value.
                 msg["alloc_limit"] = self._limit_sent = self._limit
-            self.transport.send(msg)
+            transport = self.transport
+            transport.send(msg)
+            if transport.requests and self.attributor is not None:
+                self.attributor.take(step)
         except Exception as exc:
             self.transport._internal_error(exc)
+
+    def at_step(self, step: Optional[int] = None) -> None:
+        """A step boundary: moves an open attribution window on (a no-op when none is open).
+        attach(), Reporter.report() and the trainer callbacks call it before their sample."""
+        attributor = self.attributor
+        if attributor is not None and attributor.window is not None:
+            attributor.at_step(step)
 
     def _refresh_device(self, source: StatsSource, now: float) -> None:
         # cudaMemGetInfo and the allocator's fraction change slowly; reading them once a second
@@ -162,6 +186,10 @@ class Client:
         _clients.discard(self)
         if self.disabled:
             return
+        if self.attributor is not None:
+            # Recording off, and the daemon told the window ended early, before bye or the mark.
+            why = "trainer died: %s" % _uncaught if _uncaught is not None else "the trainer stopped reporting"
+            self.attributor.cut_short(why)
         # A client that never sent anything leaves no session behind: no connection just for bye.
         touched = self.transport.connects or self.transport.stats()["buffered"]
         if touched and _uncaught is not None:
@@ -173,8 +201,12 @@ class Client:
         self.transport.close(bye=protocol.bye(self._clock()) if touched else None, timeout=timeout)
 
     def stats(self) -> Dict[str, Any]:
-        """The connection's health: connected, buffered, dropped, connects, errors, ..."""
-        return self.transport.stats()
+        """The connection's health: connected, buffered, dropped, connects, errors, ...; with
+        `attribution` (windows: open, answers by outcome, lost, last_detail) when offered."""
+        out = self.transport.stats()
+        if self.attributor is not None:
+            out["attribution"] = self.attributor.stats()
+        return out
 
     def __enter__(self) -> "Client":
         return self
@@ -201,6 +233,7 @@ class Client:
                 job=self.job,
                 rank=self.rank,
                 world_size=self.world_size,
+                caps=[protocol.CAP_ATTRIBUTION] if self.attributor is not None else None,
                 **fields,
             )
         # A reconnect's hello carries the cap as it is now, not as it was at the first hello.
@@ -208,6 +241,23 @@ class Client:
             self._hello_msg["alloc_limit"] = self._limit
         self._limit_sent = self._limit
         return self._hello_msg
+
+
+def _snapshot_source(option: Union[None, bool, SnapshotSource], stats: StatsSource) -> Optional[SnapshotSource]:
+    """Where attribution windows get their snapshots from; None: no attribution offered."""
+    forced = _env.flag("GPUMON_ATTRIBUTION")
+    if forced is False or (forced is None and option is False):
+        return None
+    if option is not None and not isinstance(option, bool):
+        return option
+    injected = default_snapshots()
+    if injected is not None:
+        return injected
+    if isinstance(stats, TorchStatsSource):
+        return TorchSnapshotSource(lambda: stats.device)
+    if option is True or forced is True:
+        return TorchSnapshotSource()
+    return None
 
 
 def _human(n: int) -> str:

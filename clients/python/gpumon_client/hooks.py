@@ -9,11 +9,12 @@ import logging
 import sys
 import threading
 from time import perf_counter
-from typing import Any, Iterable, Optional, Set
+from typing import Any, Iterable, Optional, Set, Union
 
 from . import _env, dynamo, protocol
 from .cadence import Cadence
 from .client import Client
+from .snapsource import SnapshotSource
 from .stats import StatsSource, TorchStatsSource, default_source
 
 log = logging.getLogger("gpumon_client")
@@ -60,6 +61,9 @@ class Attachment:
         if self._oom_pending:
             self._oom_pending = False
             _install_oom_observer(self._torch, now=True)
+        attributor = client.attributor
+        if attributor is not None and attributor.window is not None:
+            attributor.at_step(self.step)  # before the sample: a request it brings starts after it
         cadence = self.cadence
         if cadence.due():
             t0 = perf_counter()
@@ -96,6 +100,7 @@ def attach(
     oom: bool = True,
     stats_keys: Optional[Iterable[str]] = protocol.KNOWN_STATS_KEYS,
     max_buffer: int = 1024,
+    attribution: Union[None, bool, SnapshotSource] = None,
 ) -> Attachment:
     """Instruments the process: samples at optimizer steps and an `oom` event on CUDA OOM.
 
@@ -103,6 +108,9 @@ def attach(
     apart, within `budget` of the step time. Safe to call more than once (later calls return the
     first attachment) and never raises. Returns a no-op Attachment (its `reason` says why) when
     GPUMON_DISABLE=1, or torch or CUDA is unavailable.
+
+    attribution: whether the daemon may ask this trainer where a leak's memory is allocated
+    (Client's `attribution`; by default offered with torch.cuda's allocation history).
     """
     global _state, _atexit_registered
     if _env.disabled():
@@ -137,6 +145,7 @@ def attach(
                 world_size=world_size,
                 stats_keys=stats_keys,
                 max_buffer=max_buffer,
+                attribution=attribution,
             )
             state = Attachment(client, cadence)
             state._torch = torch

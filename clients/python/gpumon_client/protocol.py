@@ -6,7 +6,7 @@ into a newline-terminated UTF-8 line that fits the protocol's 64 KiB limit.
 
 import json
 import math
-from typing import Any, Dict, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
 
 from ._version import __version__
 
@@ -41,6 +41,14 @@ ERROR_CODES = (
     "rate_limited",
 )
 
+# What a client can do when asked (hello `caps`), and the limits of the `attribution` answer.
+CAP_ATTRIBUTION = "attribution"
+ATTRIBUTION_ERRORS = ("unavailable", "failed", "cut_short")
+MAX_STR = 512  # bytes in file, function, note and detail strings
+MAX_SITES = 20
+MAX_STACK = 32
+MAX_ENTRIES = 100000  # the most allocation-history entries a request may ask the client to keep
+
 # Compact separators keep lines short; allow_nan=False because NaN is not JSON.
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -63,6 +71,7 @@ def hello(
     expandable_segments: Optional[bool] = None,
     client: str = CLIENT,
     alloc_limit: Optional[int] = None,
+    caps: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     msg: Dict[str, Any] = {"type": "hello", "v": VERSION, "pid": pid}
     _put(msg, "job", job)
@@ -75,6 +84,8 @@ def hello(
     _put(msg, "allocator", allocator)
     _put(msg, "expandable_segments", expandable_segments)
     _put(msg, "alloc_limit", alloc_limit)
+    if caps:
+        msg["caps"] = list(caps)
     return msg
 
 
@@ -143,6 +154,52 @@ def bye(ts: float) -> Dict[str, Any]:
     return {"type": "bye", "ts": ts}
 
 
+def clip(text: str, limit: int = MAX_STR) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes, never inside a character."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return text
+    return raw[:limit].decode("utf-8", "ignore")
+
+
+def attribution(
+    id: int,
+    ts: float,
+    total_growth_bytes: int,
+    sites: List[Dict[str, Any]],
+    step_from: Optional[int] = None,
+    step_to: Optional[int] = None,
+    seconds: Optional[float] = None,
+) -> Dict[str, Any]:
+    """The answer to an `attribute` request: the window's growth and its top sites."""
+    msg: Dict[str, Any] = {"type": "attribution", "id": id, "ts": ts}
+    _put(msg, "step_from", step_from)
+    _put(msg, "step_to", step_to)
+    _put(msg, "seconds", seconds)
+    msg["total_growth_bytes"] = int(total_growth_bytes)
+    msg["sites"] = sites
+    return msg
+
+
+def attribution_error(
+    id: int,
+    ts: float,
+    error: str,
+    detail: str,
+    step_from: Optional[int] = None,
+    step_to: Optional[int] = None,
+    seconds: Optional[float] = None,
+) -> Dict[str, Any]:
+    """The answer to an `attribute` request the client could not fulfil (ATTRIBUTION_ERRORS)."""
+    msg: Dict[str, Any] = {"type": "attribution", "id": id, "ts": ts}
+    _put(msg, "step_from", step_from)
+    _put(msg, "step_to", step_to)
+    _put(msg, "seconds", seconds)
+    msg["error"] = error
+    msg["detail"] = clip(detail)
+    return msg
+
+
 def _finite(value: Any) -> Any:
     # Replaces what JSON cannot carry (NaN, inf, odd types) instead of losing the whole line.
     if isinstance(value, float) and not math.isfinite(value):
@@ -191,18 +248,32 @@ class Reply(NamedTuple):
     message: Optional[str] = None
 
 
-def parse_reply(raw: bytes) -> Optional[Reply]:
-    """Parses one reply line; None for anything that is not a JSON object with a string type."""
+def parse_line(raw: bytes) -> Optional[Dict[str, Any]]:
+    """One line from the daemon as a JSON object with a string `type`; None for anything else."""
     try:
         obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
         return None
+    return obj
 
+
+def _typed(obj: Mapping[str, Any], key: str, kind: Any) -> Any:
+    # bool is an int to Python, never to the protocol.
+    value = obj.get(key)
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def parse_reply(raw: bytes) -> Optional[Reply]:
+    """Parses one reply line; None for anything that is not a JSON object with a string type."""
+    obj = parse_line(raw)
+    return None if obj is None else reply_of(obj)
+
+
+def reply_of(obj: Mapping[str, Any]) -> Reply:
     def typed(key: str, kind: type) -> Any:
-        value = obj.get(key)
-        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+        return _typed(obj, key, kind)
 
     return Reply(
         type=obj["type"],
@@ -212,6 +283,62 @@ def parse_reply(raw: bytes) -> Optional[Reply]:
         code=typed("code", str),
         line=typed("line", int),
         message=typed("message", str),
+    )
+
+
+class AttributeRequest(NamedTuple):
+    """An `attribute` request from the daemon. `problem` is set (and the rest may be defaults)
+    when the request has a usable id but cannot be followed; the client answers `failed` then."""
+
+    id: int
+    v: int = 1
+    finding: Optional[str] = None
+    steps: Optional[int] = None
+    seconds: Optional[float] = None
+    max_entries: int = 4000
+    top: int = 10
+    problem: Optional[str] = None
+
+
+def parse_request(obj: Mapping[str, Any]) -> Optional[AttributeRequest]:
+    """An `attribute` request, or None when it has no usable `id` (then nothing can answer it).
+
+    `steps` and `seconds` bound the window, whichever ends first; one of them may be absent.
+    `max_entries` is capped at MAX_ENTRIES and `top` at MAX_SITES.
+    """
+    rid = _typed(obj, "id", int)
+    if rid is None or rid < 0:
+        return None
+    v = _typed(obj, "v", int)
+    if v is None and "v" in obj:
+        return AttributeRequest(rid, problem="bad request: v must be an integer")
+    if v is not None and v != 1:
+        return AttributeRequest(rid, v=v, problem="attribute request version %d not supported (this client speaks 1)" % v)
+    finding = _typed(obj, "finding", str)
+    steps = _typed(obj, "steps", int)
+    seconds = _typed(obj, "seconds", (int, float))
+    problems = []
+    if "steps" in obj and (steps is None or steps < 1):
+        problems.append("steps must be a positive integer")
+    if "seconds" in obj and (seconds is None or not math.isfinite(seconds) or seconds <= 0):
+        problems.append("seconds must be a positive number")
+    if steps is None and seconds is None and not problems:
+        problems.append("neither steps nor seconds bounds the window")
+    max_entries = _typed(obj, "max_entries", int)
+    if "max_entries" in obj and (max_entries is None or max_entries < 1):
+        problems.append("max_entries must be a positive integer")
+    top = _typed(obj, "top", int)
+    if "top" in obj and (top is None or top < 1):
+        problems.append("top must be a positive integer")
+    return AttributeRequest(
+        id=rid,
+        v=1,
+        finding=clip(finding) if finding else None,
+        steps=steps if steps is not None and steps >= 1 else None,
+        seconds=float(seconds) if seconds is not None and math.isfinite(seconds) and seconds > 0 else None,
+        max_entries=min(max_entries or 4000, MAX_ENTRIES),
+        top=min(top or 10, MAX_SITES),
+        problem=("bad request: " + "; ".join(problems)) if problems else None,
     )
 
 

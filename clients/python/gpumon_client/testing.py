@@ -10,8 +10,9 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
+from .snapsource import ReplaySnapshotSource, SnapshotSource, set_default_snapshots
 from .stats import StatsSource, set_default_source
 
 
@@ -89,6 +90,24 @@ class FakeDaemon:
 
     def resume_reading(self) -> None:
         self._reading.set()
+
+    def send(self, msg: Any, connection: int = -1) -> None:
+        """Sends one line to a client (the latest connection by default): a dict is encoded as
+        JSON, bytes go as they are (a newline is added when missing)."""
+        line = msg if isinstance(msg, bytes) else json.dumps(msg).encode()
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        with self._mutex:
+            conn = self.connections[connection]
+        conn.sock.sendall(line)
+
+    def attribute(self, id: int = 1, connection: int = -1, **fields: Any) -> None:
+        """Sends an `attribute` request like the daemon's (steps 20, seconds 60, max_entries 4000,
+        top 10 unless given)."""
+        msg = {"type": "attribute", "v": 1, "id": id, "finding": "s-1/leak", "steps": 20, "seconds": 60,
+               "max_entries": 4000, "top": 10}
+        msg.update(fields)
+        self.send(msg, connection)
 
     def __enter__(self) -> "FakeDaemon":
         return self.start()
@@ -179,6 +198,25 @@ def use_source(source: Optional[StatsSource]) -> None:
     CUDA: the rest of torch stays real, only the allocator's numbers come from `source`. A
     `sitecustomize.py` that calls it applies it to `python -m gpumon_client run` unmodified."""
     set_default_source(source)
+
+
+def use_snapshots(before: Union[None, str, SnapshotSource], after: Optional[str] = None) -> Optional[SnapshotSource]:
+    """Makes attribution windows replay snapshot files instead of recording with torch.cuda:
+    `before` and `after` (pickles of torch.cuda.memory._snapshot()) are handed out in turn, as
+    the first and second snapshot of each window. Or pass a SnapshotSource; None: torch.cuda
+    again. Clients created afterwards offer attribution (hello `caps`) whatever their stats
+    source. Returns the source in use, whose `calls` show what the windows asked of it."""
+    if before is None:
+        set_default_snapshots(None)
+        return None
+    if isinstance(before, (str, os.PathLike)):
+        if after is None:
+            raise ValueError("use_snapshots(before, after): both snapshot files are needed")
+        source: SnapshotSource = ReplaySnapshotSource(os.fspath(before), os.fspath(after))
+    else:
+        source = before
+    set_default_snapshots(source)
+    return source
 
 
 _STAT_GROUPS = (

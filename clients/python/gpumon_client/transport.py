@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from . import protocol
 
@@ -25,6 +25,7 @@ _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE as an error, never SIG
 _CHUNK = 65536  # bytes joined per send() while draining a backlog
 _FLUSH_BUDGET = 4 * _CHUNK  # bytes one send() call may write, so draining stays cheap per step
 _READ_EVERY = 32  # sends between non-blocking reads of the daemon's replies
+_MAX_REQUESTS = 8  # requests queued for the client; the daemon sends one at a time
 
 
 def socket_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -53,8 +54,12 @@ class Transport:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         jitter: bool = True,
+        read_every: int = _READ_EVERY,
     ) -> None:
         self._hello = hello
+        # A client that takes requests (hello `caps`) reads at every send, so a request waits at
+        # most one sample; others read every _READ_EVERY sends.
+        self.read_every = max(1, int(read_every))
         self._paths = paths or socket_candidates
         self.max_lines = max(1, int(max_lines))
         self.backoff_initial = backoff_initial
@@ -75,6 +80,9 @@ class Transport:
         self._next_attempt = 0.0
         self._since_read = 0
         self._rx = b""
+        # Requests from the daemon, (connection number, request), for the client to take at step
+        # time. A request belongs to its connection: its id means nothing on the next one.
+        self.requests: Deque[Tuple[int, protocol.AttributeRequest]] = collections.deque()
         self._closed = False
         self.path: Optional[str] = None
         self.session: Optional[str] = None
@@ -85,6 +93,8 @@ class Transport:
         self.sent_lines = 0
         self.unencodable = 0
         self.internal_errors = 0
+        self.bad_replies = 0  # daemon lines that were not JSON objects with a type, or unusable requests
+        self.requests_dropped = 0
         self.errors: Dict[str, int] = {}
         self.last_error: Optional[str] = None
 
@@ -108,6 +118,21 @@ class Transport:
                 self._flush()
         except Exception as exc:  # the trainer must never see our failures
             self._internal_error(exc)
+
+    def send_answer(self, msg: Dict[str, Any], connection: int) -> bool:
+        """Sends an answer to a request that came on connection number `connection` (`connects`
+        when it arrived). An answer for an earlier connection is dropped: ids are per connection,
+        so on a new one it would answer nothing, or the wrong request. Never raises."""
+        try:
+            with self._lock:
+                if self._closed or self._sock is None or self.connects != connection:
+                    return False
+                self._buf.append(msg)
+                self._flush()
+                return True
+        except Exception as exc:
+            self._internal_error(exc)
+            return False
 
     def close(self, bye: Optional[Dict[str, Any]] = None, timeout: float = 0.5) -> None:
         """Sends what is queued (and `bye`), waiting at most `timeout` seconds, then closes."""
@@ -143,6 +168,8 @@ class Transport:
             "errors": dict(self.errors),
             "last_error": self.last_error,
             "internal_errors": self.internal_errors,
+            "bad_replies": self.bad_replies,
+            "requests_dropped": self.requests_dropped,
         }
 
     @property
@@ -190,6 +217,7 @@ class Transport:
             except OSError:
                 pass
         self._rx = b""
+        self.requests.clear()
         if retry:
             self._schedule_retry()
 
@@ -238,7 +266,7 @@ class Transport:
                 break
         self._since_read += 1
         # Until the welcome arrives every send looks for it, so stats()["session"] is set early.
-        if self._since_read >= _READ_EVERY or self.session is None:
+        if self._since_read >= self.read_every or self.session is None:
             self._since_read = 0
             self._read_replies()
 
@@ -265,9 +293,14 @@ class Transport:
                 self._rx = b""
 
     def _on_reply(self, line: bytes) -> None:
-        reply = protocol.parse_reply(line)
-        if reply is None:
+        obj = protocol.parse_line(line)
+        if obj is None:
+            self.bad_replies += 1
             return
+        if obj["type"] == "attribute":
+            self._on_request(obj)
+            return
+        reply = protocol.reply_of(obj)
         if reply.type == "welcome":
             self.session = reply.session
             self.server = reply.server
@@ -277,6 +310,15 @@ class Transport:
             self.errors[code] = self.errors.get(code, 0) + 1
             self.last_error = "%s: %s" % (code, reply.message or "")
             log.debug("gpumon: daemon error %s", self.last_error)
+
+    def _on_request(self, obj: Dict[str, Any]) -> None:
+        request = protocol.parse_request(obj)
+        if request is None:
+            self.bad_replies += 1  # no usable id: nothing could answer it
+        elif len(self.requests) >= _MAX_REQUESTS:
+            self.requests_dropped += 1
+        else:
+            self.requests.append((self.connects, request))
 
     def _drain(self, timeout: float) -> None:
         deadline = self._monotonic() + max(0.0, timeout)

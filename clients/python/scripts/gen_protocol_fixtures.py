@@ -10,6 +10,7 @@ The Rust daemon's tests parse these files; the client's tests fail if its output
 """
 
 import os
+import select
 import shutil
 import sys
 import tempfile
@@ -19,9 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from gpumon_client import Client, StaticStatsSource, phase  # noqa: E402
+from gpumon_client.snapsource import ReplaySnapshotSource  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
 
 FIXTURE_DIR = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "protocol")
+SNAPSHOTS = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "torch-snapshots")
 
 # Values from the protocol document's examples.
 STATS = {
@@ -115,7 +118,40 @@ def _reconnect(path: str) -> Dict[str, object]:
     return {"client": c}
 
 
-def _capture(run: Callable[[str], object], late_daemon: bool = False) -> bytes:
+def _until_readable(client: Client) -> None:
+    # The request is read at the next sample; wait until it is there, so the bytes are stable.
+    sock = client.transport._sock
+    if sock is None or not select.select([sock], [], [], 5.0)[0]:
+        raise RuntimeError("the request did not reach the client")
+
+
+def _attribution(path: str, daemon: FakeDaemon) -> None:
+    # A trainer that offers attribution (hello `caps`). The daemon asks twice: the first window
+    # runs its 3 steps and is answered with sites (the H100 snapshots of a trainer that keeps every
+    # step's output, replayed); the second is still open when the trainer stops: cut_short.
+    snapshots = ReplaySnapshotSource(
+        os.path.join(SNAPSHOTS, "leak-kept-outputs-step60.pickle"),
+        os.path.join(SNAPSHOTS, "leak-kept-outputs-step180.pickle"),
+    )
+    c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0, world_size=8,
+               clock=_clock(1763700300.0), pid=4242, jitter=False, attribution=snapshots)
+    c.attributor._monotonic = _clock(500.0, tick=0.5)
+    c.sample(step=610)
+    daemon.wait_for(2)
+    daemon.attribute(id=1, finding="s-1/leak", steps=3, seconds=120)
+    _until_readable(c)
+    c.sample(step=611)  # takes the request: recording starts
+    for step in range(612, 616):  # 612: the first snapshot; 615: the second, and the answer
+        c.at_step(step)
+        c.sample(step=step)
+    daemon.attribute(id=2, finding="s-1/leak", steps=3, seconds=120)
+    _until_readable(c)
+    c.sample(step=616)
+    c.at_step(617)
+    c.close(timeout=2.0)
+
+
+def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon: bool = False) -> bytes:
     tmp = tempfile.mkdtemp(prefix="gpm")
     path = os.path.join(tmp, "ingest.sock")
     try:
@@ -126,6 +162,9 @@ def _capture(run: Callable[[str], object], late_daemon: bool = False) -> bytes:
             client = ctx["client"]  # type: ignore[index]
             client.sample(step=7)
             client.close(timeout=2.0)
+        elif pass_daemon:
+            daemon.start()
+            run(path, daemon)
         else:
             daemon.start()
             run(path)
@@ -145,6 +184,7 @@ def generate() -> Dict[str, bytes]:
         "client_minimal.jsonl": _capture(_minimal),
         "client_capped.jsonl": _capture(_capped),
         "client_reconnect.jsonl": _capture(_reconnect, late_daemon=True),
+        "client_attribution.jsonl": _capture(_attribution, pass_daemon=True),
     }
 
 

@@ -41,6 +41,8 @@ def clean_client_state(monkeypatch: Any) -> Any:
     gpumon_client.detach(timeout=0.5)
     if hasattr(testing, "use_source"):
         testing.use_source(None)
+    if hasattr(testing, "use_snapshots"):
+        testing.use_snapshots(None)
     # Process-wide state the client keeps between attach() calls; a test must not inherit it.
     if hasattr(phases, "_current"):
         phases._current = "train"

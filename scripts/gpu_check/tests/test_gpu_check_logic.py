@@ -163,6 +163,83 @@ def test_leak_verdict_judges_against_the_ground_truth():
     assert not a.leak_verdict(None, None, trainer, 80 * GIB)[0]
 
 
+def attributed(line=17, error=None):
+    if error:
+        return {"id": 1, "ts": 19.0, "error": error, "detail": "CUDA is not available to torch 2.5.1", "total_growth_bytes": 0, "sites": []}
+    site = {"file": "/home/a/gpumon/scripts/gpu_check/train_leak.py", "line": line, "function": "step_output",
+            "bytes": 30 * MIB, "blocks": 48, "stack": []}
+    return {"id": 1, "ts": 19.0, "step_from": 1210, "step_to": 1260, "seconds": 0.6, "total_growth_bytes": 32 * MIB,
+            "sites": [site, dict(site, line=99, bytes=1 * MIB, blocks=2)]}
+
+
+def leak_history(attribution, at=19, ended=30.0):
+    """The leak session: its finding pending from t=16, firing from t=18, attributed from `at`."""
+    s = {"session": "s-2", "job": ev.JOBS["leak"], "ended": [ended, "clean"] if ended else None,
+         "events": [{"kind": "attribution_requested", "detail": "asked for 50 steps or 120 s (request 1)"}]}
+    h = []
+    for t in range(10, 31):
+        findings = []
+        if t >= 16:
+            f = finding("s-2", "leak", "firing" if t >= 18 else "pending")
+            if attribution is not None and t >= at:
+                f["attribution"] = attribution
+            findings.append(f)
+        h.append({"ts": float(t), "sessions": [s], "findings": findings})
+    return h, s
+
+
+def test_the_attributed_line_reads_like_the_daemon_says_it():
+    assert a.attribution_line(attributed()) == (
+        "train_leak.py:17 in step_output: 30.0 MiB of 32.0 MiB growth (94%), steps 1210-1260 (0.6 s)")
+    # 31 MiB in sites against 32 MiB total: the share is of the larger, as detect/attribution.rs has it
+    assert a.attribution_share(attributed(), attributed()["sites"][0]) == pytest.approx(30 / 32)
+    assert a.attribution_line(attributed(error="unavailable")) == "no sites: unavailable: CUDA is not available to torch 2.5.1"
+    empty = dict(attributed(), sites=[])
+    assert a.attribution_line(empty).startswith("no site in the trainer's code grew over the window (32.0 MiB growth")
+
+
+def test_attribution_verdict_needs_the_trainers_line_while_it_runs():
+    trainer = {"leak_site": {"file": "train_leak.py", "line": 17, "function": "step_output"}}
+    h, s = leak_history(attributed())
+    status, figure = a.attribution_verdict(h, s, trainer)
+    assert status == "pass", figure
+    assert figure == ("train_leak.py:17 in step_output: 30.0 MiB of 32.0 MiB growth (94%), steps 1210-1260 (0.6 s); "
+                      "shown 3.0 s after the finding appeared, on the firing finding (expected train_leak.py:17)")
+    assert a.attribution_verdict(*leak_history(attributed(line=18)), trainer)[0] == "fail"
+    status, figure = a.attribution_verdict(*leak_history(attributed(error="unavailable")), trainer)
+    assert status == "fail" and "no sites: unavailable" in figure
+    status, figure = a.attribution_verdict(*leak_history(attributed(), at=30, ended=25.0), trainer)
+    assert status == "fail" and "AFTER the trainer ended" in figure
+    status, figure = a.attribution_verdict(*leak_history(None), trainer)
+    assert status == "fail" and figure.endswith("last: attribution_requested: asked for 50 steps or 120 s (request 1)")
+    assert a.attribution_verdict(*leak_history(attributed()), {})[0] == "fail"  # no ground truth: no pass
+    assert a.attribution_verdict(*leak_history(None), trainer, cpu=True)[0] == "skip"
+
+
+def test_the_driver_reports_attribution_right_after_the_leak_check():
+    import driver
+
+    obs = bundle()
+    for snap in obs["history"]:
+        for f in snap["findings"]:
+            if f["kind"] == "leak" and snap["ts"] >= 22:
+                f["attribution"] = attributed()
+    obs["trainers"]["leak"]["result"]["leak_site"] = {"file": "train_leak.py", "line": 17}
+    obs["leak_attributed"] = {"ts": 20.0, "line": "train_leak.py:17 in step_output"}
+    checks = driver.with_attribution(ev.evaluate(obs), obs, cpu=False)
+    names = [c.name for c in checks]
+    at = names.index("leak detected (step, growth)")
+    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 20
+    check = checks[at + 1]
+    assert check.status == report.PASS, check.figure
+    assert check.detail == "printed live: train_leak.py:17 in step_output"
+    obs["trainers"]["leak"]["result"]["leak_site"]["line"] = 18
+    assert driver.with_attribution(ev.evaluate(obs), obs, cpu=False)[at + 1].status == report.FAIL
+    assert driver.with_attribution(ev.evaluate(obs), obs, cpu=True)[at + 1].status == report.SKIP
+    obs["not_selected"] = ["leak"]
+    assert driver.ATTRIBUTION_CHECK not in [c.name for c in driver.with_attribution([], obs, cpu=False)]
+
+
 def test_oom_cap_found_in_evidence_or_words_and_only_there():
     cap = int(1.5 * GIB)
     assert a.oom_names_cap({"evidence": {"alloc_limit": cap - 4096}}, cap)[0]

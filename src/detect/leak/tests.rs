@@ -267,3 +267,182 @@ fn a_warm_up_climb_sampled_sparsely_is_not_a_leak() {
         }
     }
 }
+
+/// Feeds one sample per `every` steps from `from` to `to` (floors by step, peak 10 GiB over the
+/// floor, on an 80 GB device) and returns every evaluation's signal with its step.
+fn signals(
+    d: &mut Leak,
+    floor: impl Fn(u64) -> f64,
+    from: u64,
+    to: u64,
+    every: u64,
+) -> Vec<(u64, Signal)> {
+    let mut out = Vec::new();
+    for step in (from..to).step_by(every as usize) {
+        let f = floor(step);
+        let s = Sample {
+            ts: 1_763_700_000.0 + step as f64 * 0.2,
+            step: Some(step),
+            phase: "train".into(),
+            stats: Stats {
+                allocated: Some(f as u64),
+                allocated_peak: Some(f as u64 + (10.0 * GIB) as u64),
+                reserved: Some(f as u64 + (12.0 * GIB) as u64),
+                ..Stats::default()
+            },
+            device_free: Some(TOTAL - f as u64 - (12.0 * GIB) as u64),
+            device_total: Some(TOTAL),
+            alloc_limit: None,
+        };
+        let obs = Obs {
+            sample: &s,
+            retries_total: 0,
+            ooms_total: 0,
+            alloc_limit: None,
+        };
+        if let Some(sig) = d.sample(&obs) {
+            out.push((step, sig));
+        }
+    }
+    out
+}
+
+/// The demo's leak as the issue saw it: flat at 8.2 GiB, then from step 139 growing to 24.2 GiB
+/// by step 2,069 (8.5 MiB/step), with the demo's 0-64 MiB of jitter, sampled every step. The
+/// message used to say "since step 1,940 (+882.0 MiB so far)", the detector's window; it now
+/// says how far the floor grew since the onset fixed when the leak was first seen.
+#[test]
+fn the_demo_leak_reports_its_growth_since_the_onset_not_the_window() {
+    let rate = 16.0 * GIB / (2_069.0 - 139.0);
+    let floor = |step: u64| {
+        let jitter = ((step.wrapping_mul(2_654_435_761) >> 7) % 64) as f64 * MIB;
+        8.2 * GIB + step.saturating_sub(139) as f64 * rate + jitter
+    };
+    let mut d = Leak::new(0.005);
+    let sigs = signals(&mut d, floor, 0, 2_070, 1);
+    let active: Vec<&(u64, Signal)> = sigs.iter().filter(|(_, s)| s.active).collect();
+    let (first_at, first) = active
+        .first()
+        .map(|(s, g)| (*s, &g.evidence))
+        .expect("caught");
+    let (last_at, last) = active
+        .last()
+        .map(|(s, g)| (*s, &g.evidence))
+        .expect("caught");
+    let onset = first.onset_step.expect("an onset");
+    // The warm-up hides steps 0-255: the first window starts after it, soon after.
+    assert!((256..=300).contains(&onset), "onset at step {onset}");
+    assert!(first_at < 600, "caught at step {first_at}");
+    assert!(last_at >= 2_060, "last evaluation at step {last_at}");
+    assert!(
+        active
+            .iter()
+            .all(|(_, s)| s.evidence.onset_step == Some(onset)),
+        "the onset moved"
+    );
+    // The floor grew by `rate` a step since the onset, give or take the jitter and the lag of
+    // a median of the last three segments.
+    let truth = (last_at - onset) as f64 * rate;
+    let growth = last.growth_bytes.expect("growth") as f64;
+    assert!(
+        (growth - truth).abs() < 200.0 * MIB,
+        "growth {:.2} GiB, true {:.2} GiB",
+        growth / GIB,
+        truth / GIB
+    );
+    let window_start = last.window_start_step.expect("window start");
+    assert!(window_start > 1_800, "window from step {window_start}");
+    assert!(last.window_growth_bytes.expect("window growth") < 2 << 30);
+    let m = crate::detect::message::describe(Kind::Leak, last);
+    let says = format!(
+        "since step {onset} (+{} so far)",
+        crate::units::bytes(growth as u64)
+    );
+    assert!(m.contains(&says), "{m}");
+    assert!(m.contains(" GiB so far"), "{m}");
+}
+
+/// A slow leak that fires for 20,000 steps, sampled every 8 steps under a noisy floor: the onset
+/// never moves, the growth reported at the end is the whole growth, not the last window's, and
+/// the forecast follows the current slope.
+#[test]
+fn a_leak_firing_for_20000_steps_shows_its_whole_growth() {
+    let (onset, rate) = (1_000u64, 1.0 * MIB);
+    let floor = |step: u64| {
+        let u = noise(step as usize, 7);
+        20.0 * GIB + step.saturating_sub(onset) as f64 * rate + 300.0 * MIB * u * u * u
+    };
+    let mut d = Leak::new(0.005);
+    let sigs = signals(&mut d, floor, 0, 22_000, 8);
+    let first = sigs.iter().position(|(_, s)| s.active).expect("caught");
+    let found = sigs[first].1.evidence.onset_step.expect("an onset");
+    assert!(
+        (onset.saturating_sub(500)..onset + 1_000).contains(&found),
+        "onset at step {found}"
+    );
+    // Once seen, every evaluation but an occasional one confirms it, and none moves the onset.
+    let later = &sigs[first..];
+    let quiet = later.iter().filter(|(_, s)| !s.active).count();
+    assert!(
+        quiet * 20 < later.len(),
+        "{quiet} of {} evaluations quiet",
+        later.len()
+    );
+    assert!(later
+        .iter()
+        .filter(|(_, s)| s.active)
+        .all(|(_, s)| s.evidence.onset_step == Some(found)));
+    let (at, last) = later
+        .iter()
+        .rev()
+        .find(|(_, s)| s.active)
+        .map(|(s, g)| (*s, &g.evidence))
+        .expect("still active");
+    // The floor at the onset is the pre-leak floor where the window started before the leak.
+    let truth = (at - onset) as f64 * rate;
+    let growth = last.growth_bytes.expect("growth") as f64;
+    assert!(
+        (growth - truth).abs() < 0.03 * truth,
+        "growth {:.2} GiB, true {:.2} GiB",
+        growth / GIB,
+        truth / GIB
+    );
+    assert!((last.window_growth_bytes.expect("window growth") as f64) < truth / 4.0);
+    // The peak (floor + 10 GiB) reaches the device at floor = TOTAL − 10 GiB.
+    let oom = onset as f64 + (TOTAL as f64 - 30.0 * GIB) / rate;
+    let eta = last.oom_eta_steps.expect("a forecast") as f64;
+    let err = (at as f64 + eta - oom) / (oom - at as f64);
+    assert!(err.abs() < 0.1, "forecast off by {:.0}%", err * 100.0);
+}
+
+/// The onset holds through an evaluation or two without a confirmed rise (the finding stays
+/// firing through them) and is forgotten after `QUIET_EVALUATIONS`, when the finding resolves:
+/// a leak seen again then is measured from a new onset.
+#[test]
+fn the_onset_is_kept_through_a_pause_and_forgotten_when_the_leak_is_over() {
+    let floor = |step: u64| 20.0 * GIB + step.saturating_sub(300) as f64 * 4.0 * MIB;
+    let mut d = Leak::new(0.005);
+    let sigs = signals(&mut d, floor, 0, 1_500, 1);
+    let onset = |sigs: &[(u64, Signal)]| {
+        sigs.iter()
+            .rev()
+            .find(|(_, s)| s.active)
+            .and_then(|(_, s)| s.evidence.onset_step)
+    };
+    let first = onset(&sigs).expect("caught");
+    // No level confirmed for a while: the windows are set aside, as if the rise had paused.
+    let quiet = |d: &mut Leak, n: u32| {
+        let levels = std::mem::take(&mut d.levels);
+        for _ in 0..n {
+            assert!(!d.signal(1_500).active);
+        }
+        d.levels = levels;
+    };
+    quiet(&mut d, QUIET_EVALUATIONS - 1);
+    assert_eq!(d.signal(1_500).evidence.onset_step, Some(first));
+    quiet(&mut d, QUIET_EVALUATIONS);
+    let again = d.signal(1_500).evidence.onset_step.expect("still rising");
+    assert!(again > first, "onset {again}, first {first}");
+    let sigs = signals(&mut d, floor, 1_500, 3_000, 1);
+    assert_eq!(onset(&sigs), Some(again));
+}

@@ -273,3 +273,262 @@ fn a_bad_alloc_limit_is_a_bad_field_naming_it_and_its_value() {
     assert_eq!(err.code, Code::BadField);
     assert!(err.message.len() < 200, "{}", err.message);
 }
+
+const ATTRIBUTION: &str = r#"{"type":"attribution","id":1,"ts":1763700300.0,"step_from":610,"step_to":730,"seconds":61.2,"total_growth_bytes":125829120,"sites":[{"file":"/home/alice/proj/train.py","line":27,"function":"kept_outputs","bytes":125829120,"blocks":120,"stack":[{"file":"/home/alice/proj/train.py","line":27,"function":"kept_outputs"},{"file":"/home/alice/proj/train.py","line":48,"function":"run"}],"note":"..."}]}"#;
+
+fn attribution(line: &str) -> Attribution {
+    match parse(line.as_bytes()) {
+        Ok(Message::Attribution(a)) => a,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The contract example with `sites[0]` changed by `edit`.
+fn with_site(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(ATTRIBUTION).unwrap();
+    edit(&mut v["sites"][0]);
+    v.to_string()
+}
+
+#[test]
+fn hello_caps_are_read_and_bounded() {
+    let Message::Hello(h) =
+        parse(br#"{"type":"hello","v":1,"caps":["attribution","teleport"]}"#).unwrap()
+    else {
+        panic!()
+    };
+    assert!(h.can(CAP_ATTRIBUTION));
+    assert!(!h.can("fly"));
+    let Message::Hello(old) = parse(br#"{"type":"hello","v":1}"#).unwrap() else {
+        panic!()
+    };
+    assert!(old.caps.is_empty() && !old.can(CAP_ATTRIBUTION));
+    let many = format!(
+        r#"{{"type":"hello","v":1,"caps":[{}]}}"#,
+        vec!["\"x\""; 17].join(",")
+    );
+    let long = format!(r#"{{"type":"hello","v":1,"caps":["{}"]}}"#, "c".repeat(33));
+    for (line, needle) in [
+        (many, "17"),
+        (long, "33 bytes"),
+        (
+            r#"{"type":"hello","v":1,"caps":"attribution"}"#.into(),
+            "caps",
+        ),
+        (r#"{"type":"hello","v":1,"caps":[7]}"#.into(), "caps[0] = 7"),
+    ] {
+        let err = parse(line.as_bytes()).unwrap_err();
+        assert_eq!(err.code, Code::BadField, "{line}");
+        assert!(
+            err.message.contains("caps") && err.message.contains(needle),
+            "{}",
+            err.message
+        );
+    }
+}
+
+#[test]
+fn an_attribution_parses_as_the_contract_writes_it() {
+    let a = attribution(ATTRIBUTION);
+    assert_eq!((a.id, a.step_from, a.step_to), (1, Some(610), Some(730)));
+    assert_eq!(a.seconds, Some(61.2));
+    assert_eq!(a.total_growth_bytes, 125_829_120);
+    let s = &a.sites[0];
+    assert_eq!(
+        (s.file.as_str(), s.line, s.function.as_str()),
+        ("/home/alice/proj/train.py", 27, "kept_outputs")
+    );
+    assert_eq!((s.bytes, s.blocks), (125_829_120, 120));
+    assert_eq!(s.stack.len(), 2);
+    assert_eq!((s.stack[1].line, s.stack[1].function.as_str()), (48, "run"));
+    assert_eq!(s.note.as_deref(), Some("..."));
+    assert_eq!((a.error, a.finding), (None, None));
+    // The daemon names the finding from its own request; a client's claim is ignored.
+    let claimed = ATTRIBUTION.replacen("\"id\":1,", "\"id\":1,\"finding\":\"s-9/leak\",", 1);
+    assert_eq!(attribution(&claimed).finding, None);
+    let failed = attribution(
+        r#"{"type":"attribution","id":2,"ts":1763700300,"error":"unavailable","detail":"torch.cuda is not available"}"#,
+    );
+    assert_eq!(failed.error.as_deref(), Some("unavailable"));
+    assert_eq!(
+        failed.detail.as_deref(),
+        Some("torch.cuda is not available")
+    );
+    assert!(failed.sites.is_empty());
+}
+
+#[test]
+fn an_attribution_over_a_limit_is_refused_whole_naming_it() {
+    use crate::detect::attribution::{MAX_SITES, MAX_STACK, MAX_STR};
+    let site: serde_json::Value = serde_json::from_str(ATTRIBUTION).unwrap();
+    let site = site["sites"][0].clone();
+    let mut sites = serde_json::from_str::<serde_json::Value>(ATTRIBUTION).unwrap();
+    sites["sites"] = serde_json::Value::Array(vec![site; MAX_SITES + 1]);
+    let frame = serde_json::json!({"file":"a.py","line":1,"function":"f"});
+    let long = "f".repeat(MAX_STR + 1);
+    let cases: Vec<(String, &str)> = vec![
+        (sites.to_string(), "at most 20"),
+        (
+            with_site(|s| s["stack"] = serde_json::Value::Array(vec![frame; MAX_STACK + 1])),
+            "sites[0].stack has 33 frames",
+        ),
+        (
+            with_site(|s| s["file"] = long.clone().into()),
+            "sites[0].file is 513 bytes",
+        ),
+        (
+            with_site(|s| s["function"] = long.clone().into()),
+            "sites[0].function",
+        ),
+        (
+            with_site(|s| s["note"] = long.clone().into()),
+            "sites[0].note",
+        ),
+        (
+            with_site(|s| s["stack"][1]["file"] = long.clone().into()),
+            "sites[0].stack[1].file is 513 bytes",
+        ),
+        (
+            with_site(|s| s["bytes"] = (1u64 << 51).into()),
+            "sites[0].bytes = 2251799813685248",
+        ),
+        (
+            with_site(|s| s["bytes"] = (-1).into()),
+            "sites[0].bytes = -1",
+        ),
+        (
+            with_site(|s| s["blocks"] = 1.5.into()),
+            "sites[0].blocks = 1.5",
+        ),
+        (
+            with_site(|s| s["line"] = "27".into()),
+            "sites[0].line = \"27\"",
+        ),
+        (
+            with_site(|s| s["line"] = (1u64 << 40).into()),
+            "sites[0].line",
+        ),
+        (
+            with_site(|s| s["stack"][0]["line"] = (-3).into()),
+            "sites[0].stack[0].line = -3",
+        ),
+        (
+            with_site(|s| s["stack"] = "deep".into()),
+            "sites[0].stack = \"deep\"",
+        ),
+        (
+            with_site(|s| s["stack"][0] = 5.into()),
+            "sites[0].stack[0] = 5",
+        ),
+        (
+            with_site(|s| drop(s.as_object_mut().unwrap().remove("file"))),
+            "sites[0] needs \"file\"",
+        ),
+        (
+            with_site(|s| drop(s.as_object_mut().unwrap().remove("bytes"))),
+            "sites[0] needs \"bytes\"",
+        ),
+        (
+            with_site(|s| *s = "train.py:27".into()),
+            "sites[0] = \"train.py:27\"",
+        ),
+        (
+            ATTRIBUTION
+                .replace("\"sites\":[", "\"sites\":{\"a\":[")
+                .replace("]}", "]}}"),
+            "sites = ",
+        ),
+        (
+            ATTRIBUTION.replace("125829120,\"sites\"", "\"lots\",\"sites\""),
+            "total_growth_bytes = \"lots\"",
+        ),
+        (
+            ATTRIBUTION.replace("\"seconds\":61.2", "\"seconds\":-1"),
+            "seconds = -1",
+        ),
+        (ATTRIBUTION.replace("\"id\":1,", ""), "needs \"id\""),
+        (
+            ATTRIBUTION.replace("\"ts\":1763700300.0,", ""),
+            "needs \"ts\"",
+        ),
+        (
+            format!(
+                r#"{{"type":"attribution","id":1,"ts":1763700300,"error":"failed","detail":"{long}"}}"#
+            ),
+            "detail is 513 bytes",
+        ),
+        (
+            format!(
+                r#"{{"type":"attribution","id":1,"ts":1763700300,"error":"{}"}}"#,
+                "e".repeat(40)
+            ),
+            "error is 40 bytes",
+        ),
+    ];
+    for (line, needle) in cases {
+        let err = parse(line.as_bytes()).unwrap_err();
+        assert_eq!(err.code, Code::BadField, "{line}: {}", err.message);
+        assert!(err.message.contains(needle), "{needle}: {}", err.message);
+        assert!(err.message.len() < 300, "{}", err.message);
+    }
+    // Decoder-level type errors are bad_field too.
+    assert_eq!(
+        code(&ATTRIBUTION.replace("\"id\":1", "\"id\":-1")),
+        Code::BadField
+    );
+    assert_eq!(
+        code(&ATTRIBUTION.replace("\"step_from\":610", "\"step_from\":\"x\"")),
+        Code::BadField
+    );
+}
+
+#[test]
+fn hostile_attribution_values_are_not_echoed_at_length() {
+    let huge = "9".repeat(30_000);
+    let line = with_site(|s| s["line"] = serde_json::Value::String(huge.clone()));
+    let err = parse(line.as_bytes()).unwrap_err();
+    assert_eq!(err.code, Code::BadField);
+    assert!(
+        err.message.len() < 300 && err.message.contains("..."),
+        "{}",
+        err.message
+    );
+    // Deep nesting stops at the decoder's recursion limit, with an error, not a crash.
+    let deep = format!(
+        r#"{{"type":"attribution","id":1,"ts":1763700300,"sites":{}{}}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    assert!(parse(deep.as_bytes()).is_err());
+}
+
+#[test]
+fn the_attribute_request_is_the_contract_line() {
+    let line = Reply::Attribute {
+        v: ATTRIBUTE_VERSION,
+        id: 1,
+        finding: "s-17/leak",
+        steps: 120,
+        seconds: 120.0,
+        max_entries: 4000,
+        top: 10,
+    }
+    .to_line();
+    assert_eq!(
+        String::from_utf8(line).unwrap(),
+        "{\"type\":\"attribute\",\"v\":1,\"id\":1,\"finding\":\"s-17/leak\",\"steps\":120,\"seconds\":120,\"max_entries\":4000,\"top\":10}\n"
+    );
+    let odd = Reply::Attribute {
+        v: 1,
+        id: 2,
+        finding: "s-1/leak",
+        steps: 20,
+        seconds: 90.5,
+        max_entries: 1,
+        top: 1,
+    }
+    .to_line();
+    assert!(String::from_utf8(odd)
+        .unwrap()
+        .contains("\"seconds\":90.5,"));
+}

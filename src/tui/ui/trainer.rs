@@ -1,6 +1,7 @@
 //! Trainer detail: allocated floor, peak and reserved over steps, the leak slope when detection
-//! has one, the OOM forecast, the finding's message and hint, and recent events. A GPU process
-//! without the client gets what NVML knows and how to instrument it.
+//! has one, the OOM forecast, the finding's message and hint, where the leak's memory is
+//! allocated (sites.rs) and recent events. A GPU process without the client gets
+//! process.rs.
 
 use ratatui::layout::Rect;
 use ratatui::symbols::Marker;
@@ -9,8 +10,9 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::fmt::{ago, duration, thousands};
-use super::notice;
+use super::sites::{self, Room};
 use super::theme::Theme;
+use super::{notice, process};
 use crate::snapshot::SessionView;
 use crate::store::sessions::SessionPoint;
 use crate::tui::app::rows::{latest_floor, RowKey};
@@ -28,7 +30,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, key: &RowKey, t: Theme) {
     });
     match session {
         Some(s) => trainer(f, area, app, node, s, t),
-        None => process(f, area, app, node, key, t),
+        None => process::render(f, area, app, node, key, t),
     }
 }
 
@@ -83,13 +85,110 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
     let finding_lines = finding_text(&findings, app, t);
     let need_f = wrapped_height(&finding_lines, text_w);
     let events = event_lines(s, app, t, if wide { 8 } else { 2 });
-    let bottom = if wide {
-        need_f.max(events.len() as u16).clamp(4, 10)
+    // The leak finding's sites; else that the trainer is being asked; else the session's latest
+    // answer, which may say why no sites came.
+    let on_finding = findings
+        .iter()
+        .filter(|f| f.kind == "leak")
+        .find_map(|f| f.attribution.as_ref());
+    let asking = on_finding
+        .is_none()
+        .then(|| sites::asking(&s.events, app.now, t))
+        .flatten();
+    let attribution = on_finding.or(s.attribution.as_ref().filter(|_| asking.is_none()));
+    let room = if wide {
+        Room {
+            sites: 5,
+            callers: 2,
+            width: inner.width - text_w - 1,
+        }
     } else {
-        need_f.min(6) + events.len() as u16
-    }
-    .min(inner.height.saturating_sub(7));
+        Room {
+            sites: 3,
+            callers: 0,
+            width: inner.width,
+        }
+    };
+    let site_lines = match (attribution, asking) {
+        (Some(a), _) => sites::lines(a, room, t),
+        (None, Some(line)) => vec![line],
+        (None, None) => Vec::new(),
+    };
+    let most = inner.height.saturating_sub(7);
 
+    if wide {
+        // Sites and events share the right column, beside the finding; sites with callers and
+        // notes take more rows, from the chart.
+        let cap = if site_lines.is_empty() { 10 } else { 20 };
+        let mut right = site_lines;
+        if !right.is_empty() {
+            right.push(Line::from(""));
+        }
+        right.extend(events);
+        let bottom = need_f.max(right.len() as u16).clamp(4, cap).min(most);
+        let below = top_parts(f, inner, app, s, leak, bottom, t);
+        let left = Rect {
+            width: text_w,
+            ..below
+        };
+        let right_area = Rect {
+            x: below.x + text_w + 1,
+            width: below.width - text_w - 1,
+            ..below
+        };
+        f.render_widget(
+            Paragraph::new(finding_lines).wrap(Wrap { trim: false }),
+            left,
+        );
+        f.render_widget(Paragraph::new(right), right_area);
+        return;
+    }
+    // Stacked: the finding first, then its sites, then events if two lines of them still fit.
+    // The first finding is shown whole up to 8 lines (a message that names the top site is a
+    // line longer), a second one only in what is left of 6.
+    let first = finding_text(&findings[..findings.len().min(1)], app, t);
+    let fh = need_f.min(wrapped_height(&first, text_w).clamp(6, 8));
+    let sh = (site_lines.len() as u16).min(4);
+    let mut eh = (events.len() as u16).min(most.saturating_sub(fh + sh));
+    if eh < 2 {
+        eh = 0;
+    }
+    let bottom = (fh + sh + eh).min(most);
+    let below = top_parts(f, inner, app, s, leak, bottom, t);
+    let mut y = below.y;
+    let mut part = |lines: Vec<Line<'static>>, h: u16, wrap: bool| {
+        let h = h.min(below.bottom() - y);
+        let p = Paragraph::new(lines);
+        let p = if wrap {
+            p.wrap(Wrap { trim: false })
+        } else {
+            p
+        };
+        f.render_widget(
+            p,
+            Rect {
+                y,
+                height: h,
+                ..below
+            },
+        );
+        y += h;
+    };
+    part(finding_lines, fh, true);
+    part(site_lines, sh, false);
+    part(events, eh, false);
+}
+
+/// The legend and the chart over the area's top, leaving `bottom` rows below, which it returns.
+fn top_parts(
+    f: &mut Frame,
+    inner: Rect,
+    app: &App,
+    s: &SessionView,
+    leak: Option<&Finding>,
+    bottom: u16,
+    t: Theme,
+) -> Rect {
     let slope = leak.and_then(|f| f.evidence.slope_bytes_per_step);
     let zoom = app.zoomed();
     f.render_widget(
@@ -102,43 +201,10 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
         ..inner
     };
     render_chart(f, chart, s, leak, zoom, t);
-    let below = Rect {
+    Rect {
         y: chart.bottom(),
         height: bottom,
         ..inner
-    };
-    if wide {
-        let left = Rect {
-            width: text_w,
-            ..below
-        };
-        let right = Rect {
-            x: below.x + text_w + 1,
-            width: below.width - text_w - 1,
-            ..below
-        };
-        f.render_widget(
-            Paragraph::new(finding_lines).wrap(Wrap { trim: false }),
-            left,
-        );
-        f.render_widget(Paragraph::new(events), right);
-    } else {
-        let fh = bottom.saturating_sub(events.len() as u16);
-        f.render_widget(
-            Paragraph::new(finding_lines).wrap(Wrap { trim: false }),
-            Rect {
-                height: fh,
-                ..below
-            },
-        );
-        f.render_widget(
-            Paragraph::new(events),
-            Rect {
-                y: below.y + fh,
-                height: bottom - fh,
-                ..below
-            },
-        );
     }
 }
 
@@ -403,7 +469,8 @@ fn event_lines(s: &SessionView, app: &App, t: Theme, max: usize) -> Vec<Line<'st
         };
         out.push(Line::from(vec![
             Span::styled(format!("{:>10} ", ago(app.now, e.ts)), t.dim()),
-            Span::styled(format!("{:<11}", e.kind), style),
+            // Padded, and apart from the detail however long the kind.
+            Span::styled(format!("{:<10} ", e.kind), style),
             Span::raw(parts.join(" · ")),
         ]));
     }
@@ -416,62 +483,4 @@ fn wrapped_height(lines: &[Line], width: u16) -> u16 {
         .iter()
         .map(|l| l.width().max(1).div_ceil(w) as u16)
         .sum()
-}
-
-fn process(f: &mut Frame, area: Rect, app: &App, node: &Node, key: &RowKey, t: Theme) {
-    let block = Block::bordered()
-        .border_style(t.border())
-        .title(Line::styled(
-            format!(
-                " pid {} · GPU {} ",
-                key.pid,
-                key.gpu.map(|g| g.to_string()).unwrap_or_else(|| "?".into())
-            ),
-            t.bold(),
-        ));
-    let inner = block.inner(area);
-    f.render_widget(block, area);
-    let p = node.snap.as_ref().and_then(|s| {
-        s.processes
-            .iter()
-            .find(|p| p.pid == key.pid && Some(p.gpu) == key.gpu)
-    });
-    let Some(p) = p else {
-        return notice(
-            f,
-            inner,
-            vec![Line::styled("This process has ended.", t.dim())],
-        );
-    };
-    let na = |v: &Option<String>| v.clone().unwrap_or_else(|| "n/a".into());
-    let mut lines = vec![
-        Line::from(format!("process   {}", na(&p.info.name))),
-        Line::from(format!("user      {}", na(&p.info.user))),
-        Line::from(format!(
-            "container {}",
-            p.info.container.clone().unwrap_or_else(|| "-".into())
-        )),
-        Line::from(format!("cgroup    {}", na(&p.info.cgroup))),
-        Line::from(format!("kind      {}", p.kind.as_str())),
-        Line::from(format!(
-            "NVML used {}",
-            p.used_memory_bytes
-                .map(bytes)
-                .unwrap_or_else(|| "n/a".into())
-        )),
-    ];
-    if let Some(m) = &p.mig_uuid {
-        lines.push(Line::from(format!("MIG       {m}")));
-    }
-    if app.multi_node() {
-        lines.push(Line::from(format!("node      {}", node.name)));
-    }
-    lines.push(Line::from(""));
-    lines.push(Line::styled(
-        "Not instrumented: add gpumon_client.attach() to the training script, or run it as \
-         `python -m gpumon_client run train.py`, to see its allocated floor, peak, reserved \
-         memory and leak detection here.",
-        t.dim(),
-    ));
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }

@@ -1,0 +1,240 @@
+//! An attribution in words, the same wherever a finding is shown (alert annotations,
+//! `gpumon analyze`, the TUI): a site as `train.py:27 in kept_outputs`, its share of the
+//! window's growth, the window, the stack one frame a line, and a trainer's error answer.
+
+use crate::detect::attribution::{Attribution, Frame, Site};
+use crate::detect::message::thousands;
+use crate::units::bytes;
+
+/// "93%"; a share that rounds to 0 was still measured, so "<1%" rather than "0%".
+pub fn percent(share: f64) -> String {
+    let pct = share * 100.0;
+    if pct > 0.0 && pct < 0.5 {
+        "<1%".into()
+    } else {
+        format!("{pct:.0}%")
+    }
+}
+
+/// The recorded window: "steps 60–180", else its length ("61 s"), else None.
+pub fn window(a: &Attribution) -> Option<String> {
+    match (a.step_from, a.step_to, a.seconds) {
+        (Some(from), Some(to), _) if to > from => Some(format!(
+            "steps {}\u{2013}{}",
+            thousands(from),
+            thousands(to)
+        )),
+        (_, _, Some(secs)) if secs > 0.0 => Some(format!("{secs:.0} s")),
+        _ => None,
+    }
+}
+
+/// "train.py:27 in kept_outputs": the file's last component, as messages name a site.
+pub fn site(s: &Site) -> String {
+    named(s.short(), &s.function)
+}
+
+/// "/home/alice/proj/train.py:27 in kept_outputs": a site with its whole path.
+pub fn site_path(s: &Site) -> String {
+    named(format!("{}:{}", s.file, s.line), &s.function)
+}
+
+/// "/home/alice/proj/train.py:48 in run": a frame with its whole path, for stacks.
+pub fn frame(f: &Frame) -> String {
+    named(format!("{}:{}", f.file, f.line), &f.function)
+}
+
+/// "train.py:48 in run": a frame as the TUI shows it, short of room.
+pub fn frame_short(f: &Frame) -> String {
+    let name = f.file.rsplit('/').next().unwrap_or(&f.file);
+    named(format!("{name}:{}", f.line), &f.function)
+}
+
+fn named(place: String, function: &str) -> String {
+    if function.is_empty() {
+        place
+    } else {
+        format!("{place} in {function}")
+    }
+}
+
+/// "attribution unavailable: torch.cuda is not available", when the trainer could not attribute.
+pub fn error(a: &Attribution) -> Option<String> {
+    let code = a.error.as_deref()?;
+    let mut s = format!("attribution {}", code.replace('_', " "));
+    if let Some(d) = a.detail.as_deref().filter(|d| !d.is_empty()) {
+        s.push_str(": ");
+        s.push_str(d);
+    }
+    Some(s)
+}
+
+/// One line for an alert or a report: the top site and its share, "train.py:27 in kept_outputs
+/// (93% of 120.0 MiB in steps 60–180)"; the error answer; or that no site grew.
+pub fn summary(a: &Attribution) -> String {
+    if let Some(e) = error(a) {
+        return e;
+    }
+    let within = window(a).map(|w| format!(" in {w}")).unwrap_or_default();
+    match a.top() {
+        Some(top) => format!(
+            "{} ({} of {}{within})",
+            site(top),
+            percent(a.share(top)),
+            bytes(a.total_growth_bytes)
+        ),
+        None => format!("no allocation site grew{within}"),
+    }
+}
+
+/// The frames that called the site, innermost first: what its stack holds past the site's own
+/// frame (the whole stack when the site's frame is not in it).
+pub fn callers(s: &Site) -> &[Frame] {
+    let own = s
+        .stack
+        .iter()
+        .position(|f| f.file == s.file && f.line == s.line);
+    match own {
+        Some(i) => &s.stack[i + 1..],
+        None => &s.stack,
+    }
+}
+
+/// The site and its callers, one frame a line with whole paths, at most `max` lines (the last
+/// saying how many more there were).
+pub fn stack(s: &Site, max: usize) -> Vec<String> {
+    let own = Frame {
+        file: s.file.clone(),
+        line: s.line,
+        function: s.function.clone(),
+    };
+    let all: Vec<String> = std::iter::once(&own).chain(callers(s)).map(frame).collect();
+    if all.len() <= max {
+        return all;
+    }
+    let keep = max.saturating_sub(1);
+    let mut out: Vec<String> = all[..keep].to_vec();
+    out.push(format!("\u{2026} {} more frames", all.len() - keep));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn f(line: u64, function: &str) -> Frame {
+        Frame {
+            file: "/home/alice/proj/train.py".into(),
+            line,
+            function: function.into(),
+        }
+    }
+
+    /// The kept-outputs fixture's numbers (120 MiB at train.py:27 over steps 60–180), with a
+    /// second, smaller site so shares are not all 100%.
+    fn kept_outputs() -> Attribution {
+        Attribution {
+            id: 1,
+            ts: 1_763_700_300.0,
+            finding: Some("s-3/leak".into()),
+            step_from: Some(60),
+            step_to: Some(180),
+            seconds: Some(61.2),
+            total_growth_bytes: 129 * MIB,
+            sites: vec![
+                Site {
+                    file: "/home/alice/proj/train.py".into(),
+                    line: 27,
+                    function: "kept_outputs".into(),
+                    bytes: 120 * MIB,
+                    blocks: 120,
+                    stack: vec![f(27, "kept_outputs"), f(48, "run"), f(69, "<module>")],
+                    note: None,
+                },
+                Site {
+                    file: "/home/alice/proj/data.py".into(),
+                    line: 9,
+                    function: String::new(),
+                    bytes: 9 * MIB,
+                    blocks: 3,
+                    stack: vec![],
+                    note: None,
+                },
+            ],
+            error: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn a_summary_names_the_top_site_its_share_and_the_window() {
+        let a = kept_outputs();
+        assert_eq!(
+            summary(&a),
+            "train.py:27 in kept_outputs (93% of 129.0 MiB in steps 60\u{2013}180)"
+        );
+        assert_eq!(site(&a.sites[1]), "data.py:9");
+        assert_eq!(site_path(&a.sites[1]), "/home/alice/proj/data.py:9");
+        let mut no_steps = a.clone();
+        no_steps.step_from = None;
+        assert!(summary(&no_steps).ends_with("of 129.0 MiB in 61 s)"));
+        no_steps.seconds = None;
+        assert!(summary(&no_steps).ends_with("(93% of 129.0 MiB)"));
+        let mut none = a.clone();
+        none.sites.clear();
+        assert_eq!(
+            summary(&none),
+            "no allocation site grew in steps 60\u{2013}180"
+        );
+    }
+
+    #[test]
+    fn an_error_answer_is_said_with_its_detail() {
+        let mut a = kept_outputs();
+        a.sites.clear();
+        a.error = Some("cut_short".into());
+        assert_eq!(summary(&a), "attribution cut short");
+        a.error = Some("unavailable".into());
+        a.detail = Some("torch.cuda is not available".into());
+        assert_eq!(
+            summary(&a),
+            "attribution unavailable: torch.cuda is not available"
+        );
+    }
+
+    #[test]
+    fn stacks_start_at_the_site_and_say_what_was_cut() {
+        let a = kept_outputs();
+        let top = &a.sites[0];
+        assert_eq!(callers(top), &top.stack[1..]);
+        assert_eq!(frame_short(&top.stack[1]), "train.py:48 in run");
+        assert_eq!(
+            stack(top, 8),
+            [
+                "/home/alice/proj/train.py:27 in kept_outputs",
+                "/home/alice/proj/train.py:48 in run",
+                "/home/alice/proj/train.py:69 in <module>",
+            ]
+        );
+        assert_eq!(
+            stack(top, 2),
+            [
+                "/home/alice/proj/train.py:27 in kept_outputs",
+                "\u{2026} 2 more frames"
+            ]
+        );
+        // Frames inside torch before the site are not its callers.
+        let mut inner = top.clone();
+        inner.stack.insert(0, f(1723, "relu"));
+        inner.stack[0].file = "/home/alice/.venv/torch/nn/functional.py".into();
+        assert_eq!(callers(&inner), &top.stack[1..]);
+        // A stack without the site's frame (or none at all) is all callers.
+        assert!(callers(&a.sites[1]).is_empty());
+        assert_eq!(stack(&a.sites[1], 8), ["/home/alice/proj/data.py:9"]);
+        assert_eq!(percent(0.004), "<1%");
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(percent(1.0), "100%");
+    }
+}
