@@ -139,6 +139,10 @@ fn a_capable_trainer_is_asked_and_its_answer_names_the_site_on_the_finding() {
         ),
         (&20.into(), &120.into(), &4000.into(), &10.into())
     );
+    assert_eq!(
+        sample(&d.metrics(), "gpumon_ingest_requests_total"),
+        Some(1.0)
+    );
     let before = leak_finding(&d).expect("the leak finding is up");
     assert!(before.get("attribution").is_none(), "{before}");
     assert!(!before["message"].as_str().unwrap().contains("train.py"));

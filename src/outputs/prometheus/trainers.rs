@@ -202,4 +202,12 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
     );
     f.add(&[], stats.replies_dropped.load(Ordering::Relaxed) as f64);
     f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_requests_total",
+        "Requests sent to trainers (attribute: record a window of allocation history).",
+        MetricType::COUNTER,
+        &[],
+    );
+    f.add(&[], stats.requests.load(Ordering::Relaxed) as f64);
+    f.finish(out);
 }
