@@ -18,7 +18,7 @@ torch = support.require("torch")
 import gpumon_client  # noqa: E402
 from gpumon_client import StaticStatsSource, testing  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
-from test_daemon_e2e_torch import daemon, session_of, wait_until, get  # noqa: E402,F401 (the fixture)
+from test_daemon_e2e_torch import built, run_daemon, session_of, wait_until, get  # noqa: E402
 
 SNAPS = os.path.join(support.REPO_ROOT, "tests", "fixtures", "torch-snapshots")
 BEFORE = os.path.join(SNAPS, "leak-kept-outputs-step60.pickle")
@@ -148,8 +148,64 @@ class GrowingSource(StaticStatsSource):
         })
 
 
-def test_the_real_daemon_asks_and_shows_the_attributed_line(daemon):
-    base, socket_path, logs = daemon
+class Webhook:
+    """A real HTTP server on loopback that keeps the JSON bodies the daemon's webhook sink posts."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        bodies = self.bodies = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                bodies.append(json.loads(self.rfile.read(n)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/gpumon" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def findings(self):
+        """Every finding posted so far, whatever the body's envelope."""
+        out = []
+
+        def walk(v):
+            if isinstance(v, dict):
+                if "kind" in v and "message" in v:
+                    out.append(v)
+                for x in v.values():
+                    walk(x)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x)
+
+        walk(self.bodies)
+        return out
+
+
+@pytest.fixture
+def recorded_daemon(sock_dir, tmp_path):
+    hook = Webhook()
+    records = tmp_path / "traces"
+    records.mkdir()
+    try:
+        for base, socket_path, logs in run_daemon(
+                sock_dir, ["--record-dir", str(records), "--webhook-url", hook.url]):
+            yield base, socket_path, logs, hook, records
+    finally:
+        hook.server.shutdown()
+
+
+def test_the_real_daemon_asks_and_shows_the_attributed_line(recorded_daemon):
+    """daemon asks → client records (replayed snapshots) → attribution arrives → the line shows in
+    the API, the webhook body, the recorded trace and `gpumon analyze` of that trace."""
+    base, socket_path, logs, hook, records = recorded_daemon
     replay = testing.use_snapshots(BEFORE, AFTER)
     source = GrowingSource(8 * MIB)
     t = Trainer()
@@ -187,5 +243,29 @@ def test_the_real_daemon_asks_and_shows_the_attributed_line(daemon):
     assert finding["state"] in ("pending", "firing")
     assert [c[0] for c in replay.calls] == ["start", "snapshot", "snapshot", "stop"] and not replay.recording
     assert handle.client.stats()["attribution"]["answers"] == {"sites": 1}
+    assert "train.py:27" in finding["message"], finding["message"]
     gpumon_client.detach()
     wait_until(lambda: (session_of(base, "attr-e2e") or {}).get("ended"), 10, "the session's end", logs)
+    assert session_of(base, "attr-e2e")["attribution"]["sites"][0]["line"] == 27
+
+    # The alert sink saw the site: the finding posted after the answer carries it.
+    def posted():
+        return [f for f in hook.findings() if f.get("kind") == "leak" and f.get("attribution")]
+    wait_until(lambda: posted(), 15, "a webhook post with the attribution", logs)
+    assert posted()[-1]["attribution"]["sites"][0]["function"] == "kept_outputs"
+
+    # The recorder kept the answer as received, and analyze replays it onto the leak.
+    traces = [str(p) for p in records.iterdir() if p.suffix == ".jsonl"]
+    assert len(traces) == 1, traces
+    with open(traces[0]) as f:
+        kinds = [json.loads(line)["type"] for line in f]
+    assert kinds.count("attribution") == 1, kinds
+    import subprocess
+
+    out = subprocess.run([built("gpumon"), "analyze", "--format", "json", traces[0]],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr  # 1: findings
+    leaks = [x for t in json.loads(out.stdout)["traces"] for x in t["findings"] if x["kind"] == "leak"]
+    assert leaks and leaks[0]["attribution"]["sites"][0]["line"] == 27, out.stdout
+    text = subprocess.run([built("gpumon"), "analyze", traces[0]], capture_output=True, text=True, timeout=60)
+    assert "train.py:27" in text.stdout and "kept_outputs" in text.stdout, text.stdout

@@ -29,6 +29,11 @@ def built(name):
 
 @pytest.fixture
 def daemon(sock_dir):
+    yield from run_daemon(sock_dir)
+
+
+def run_daemon(sock_dir, extra_args=()):
+    """The real daemon on the fake NVML library: yields (base URL, socket path, its log lines)."""
     binary, lib = built("gpumon"), built("libfake_nvml.so")
     missing = [p for p in (binary, lib) if not os.path.exists(p)]
     if missing:
@@ -42,7 +47,7 @@ def daemon(sock_dir):
     env["FAKE_NVML_SCENARIO"] = os.path.join(support.REPO_ROOT, "crates", "fake-nvml", "scenarios", "two_gpus.toml")
     env["GPUMON_LOG_LEVEL"] = "info"
     argv = [binary, "--config", config.name, "--log-format", "json", "daemon", "--listen", "127.0.0.1:0",
-            "--nvml-lib", lib, "--socket", socket_path, "--interval", "100ms"]
+            "--nvml-lib", lib, "--socket", socket_path, "--interval", "100ms", *extra_args]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     logs, ready = [], threading.Event()
     listen = []
