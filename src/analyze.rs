@@ -42,6 +42,10 @@ pub struct TraceReport {
     pub bad_lines: Vec<String>,
     /// All rejected lines, including those not listed.
     pub bad_line_count: u64,
+    /// The trace stops short of the session's end: the recorder stopped it (its reason, from a
+    /// `trace_truncated` line) or it ends mid-line. Its end is then no sign of a crash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +115,7 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         findings: Vec::new(),
         bad_lines: Vec::new(),
         bad_line_count: 0,
+        truncated: None,
     };
     let mut seen = HashMap::new();
     let mut clock = 0.0;
@@ -130,8 +135,17 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         if n == 0 {
             break;
         }
+        if !buf.ends_with(b"\n") && buf.len() <= MAX_LINE {
+            // The last line has no newline: the writer stopped in the middle of it.
+            report.truncated = Some("the trace ends mid-line".into());
+        }
         let line = strip_newline(&buf);
         if line.is_empty() {
+            continue;
+        }
+        if let Some(reason) = truncation(line) {
+            // The recorder's own closing line, not the trainer's: it says why recording stopped.
+            report.truncated = Some(format!("recording stopped: {reason}"));
             continue;
         }
         if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
@@ -169,7 +183,12 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
     if let Some(s) = sessions.live().next() {
         report.samples = s.samples;
     }
-    conn.close(&mut sessions, clock);
+    if report.truncated.is_some() {
+        // What happened after the trace stops is unknown: no crash is read into it.
+        conn.close_for_shutdown(&mut sessions, clock);
+    } else {
+        conn.close(&mut sessions, clock);
+    }
     if let Some(s) = sessions.ended().last() {
         report.samples = s.samples;
     }
@@ -232,6 +251,19 @@ fn found(f: Finding) -> FoundFinding {
     }
 }
 
+/// The reason on a recorder's `{"type":"trace_truncated","reason":...}` line; None for any other.
+fn truncation(line: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Marker {
+        #[serde(rename = "type")]
+        kind: String,
+        reason: Option<String>,
+    }
+    memchr::memmem::find(line, b"trace_truncated")?;
+    let m: Marker = serde_json::from_slice(line).ok()?;
+    (m.kind == "trace_truncated").then(|| m.reason.unwrap_or_else(|| "no reason given".into()))
+}
+
 fn strip_newline(b: &[u8]) -> &[u8] {
     let b = b.strip_suffix(b"\n").unwrap_or(b);
     b.strip_suffix(b"\r").unwrap_or(b)
@@ -271,6 +303,12 @@ pub fn text(report: &Report) -> String {
             let _ = write!(out, " rank={r}");
         }
         let _ = writeln!(out, "  {} samples", t.samples);
+        if let Some(why) = &t.truncated {
+            let _ = writeln!(
+                out,
+                "  truncated: {why} (the trainer's end is not in this trace)"
+            );
+        }
         for b in &t.bad_lines {
             let _ = writeln!(out, "  bad {b}");
         }

@@ -126,6 +126,7 @@ pub struct TuiArgs {
 impl Cli {
     /// The effective config for this invocation: file, then environment and flags on top.
     pub fn resolve(&self) -> Result<Config, ConfigError> {
+        crate::config::env::check(std::env::vars_os().map(|(k, _)| k))?;
         let mut c = Config::load(self.config.as_deref())?;
         if let Some(v) = self.log_format {
             c.log_format = v;

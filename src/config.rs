@@ -149,6 +149,18 @@ pub struct IngestConfig {
     /// Lines per second a connection may send (bursts of twice that); past it the connection
     /// is closed with `rate_limited`. Trainers send one line per step.
     pub max_lines_per_second: u32,
+    /// A connection that has not sent its hello this long after connecting is closed.
+    #[serde(deserialize_with = "de_seconds")]
+    pub hello_timeout_seconds: f64,
+    /// A connection that sends nothing this long after its hello is closed. A trainer stepping
+    /// once a minute sends a line a minute, far inside the default.
+    #[serde(deserialize_with = "de_seconds")]
+    pub idle_timeout_seconds: f64,
+    /// Open connections one local user (uid) may hold, so one user cannot take every slot.
+    pub max_connections_per_uid: usize,
+    /// Slots of `max_connections` that connections without a hello may never take, so a
+    /// trainer's hello always finds room.
+    pub reserved_connections: usize,
 }
 
 impl Default for IngestConfig {
@@ -156,6 +168,10 @@ impl Default for IngestConfig {
         Self {
             max_connections: 1024,
             max_lines_per_second: 1000,
+            hello_timeout_seconds: 10.0,
+            idle_timeout_seconds: 900.0,
+            max_connections_per_uid: 256,
+            reserved_connections: 32,
         }
     }
 }
@@ -220,6 +236,18 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    #[error("{var} is set: {reason}")]
+    Env {
+        var: String,
+        key: String,
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// The exit status for a configuration error: EX_CONFIG from sysexits.h. The systemd unit
+    /// lists it in RestartPreventExitStatus=, since restarting cannot fix the config.
+    pub const EXIT_CODE: u8 = 78;
 }
 
 impl Config {
@@ -274,11 +302,11 @@ impl Config {
                 reason: "use a poll interval between 10ms and 1h, e.g. \"1s\"".into(),
             });
         }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+        if let Some(reason) = log_filter::problem(&self.log_level) {
             return Err(ConfigError::Invalid {
                 key: "log_level",
                 value: self.log_level.clone(),
-                reason: format!("{e}; use a level like \"info\" or a filter like \"gpumon=debug\""),
+                reason,
             });
         }
         for (key, n) in [
@@ -289,12 +317,16 @@ impl Config {
                 "ingest.max_lines_per_second",
                 self.ingest.max_lines_per_second as usize,
             ),
+            (
+                "ingest.max_connections_per_uid",
+                self.ingest.max_connections_per_uid,
+            ),
         ] {
             if !(1..=1_000_000).contains(&n) {
                 return Err(ConfigError::Invalid {
                     key,
                     value: n.to_string(),
-                    reason: "keep between 1 and 1000000 points".into(),
+                    reason: "keep between 1 and 1000000".into(),
                 });
             }
         }
@@ -321,22 +353,91 @@ impl Config {
             });
         }
         self.validate_attribution()?;
-        let r = &self.record;
-        if r.max_file_bytes < 4096 || r.max_file_bytes > r.max_total_bytes {
+        self.validate_ingest()?;
+        self.validate_record()
+    }
+}
+
+impl Config {
+    fn validate_ingest(&self) -> Result<(), ConfigError> {
+        let i = &self.ingest;
+        for (key, v, max) in [
+            (
+                "ingest.hello_timeout_seconds",
+                i.hello_timeout_seconds,
+                3_600.0,
+            ),
+            (
+                "ingest.idle_timeout_seconds",
+                i.idle_timeout_seconds,
+                604_800.0,
+            ),
+        ] {
+            // Written as a negated range so that NaN is refused too.
+            if !(v >= 0.1 && v <= max) {
+                return Err(ConfigError::Invalid {
+                    key,
+                    value: v.to_string(),
+                    reason: format!("keep between 0.1 and {max} seconds"),
+                });
+            }
+        }
+        // A reserve as large as max_connections is allowed (ingest still lets one connection
+        // wait for its hello), so a small max_connections needs no matching change here.
+        if i.reserved_connections > 1_000_000 {
             return Err(ConfigError::Invalid {
-                key: "record.max_file_bytes",
-                value: r.max_file_bytes.to_string(),
+                key: "ingest.reserved_connections",
+                value: i.reserved_connections.to_string(),
+                reason: "keep between 0 and 1000000".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn validate_record(&self) -> Result<(), ConfigError> {
+        let r = &self.record;
+        if let Some(dir) = &r.dir {
+            // An empty path is the daemon's working directory and a relative one depends on it:
+            // the pruner must never be pointed at a directory nobody chose.
+            if dir.as_os_str().is_empty() || !dir.is_absolute() {
+                return Err(ConfigError::Invalid {
+                    key: "record.dir",
+                    value: dir.display().to_string(),
+                    reason: "use an absolute path to a directory for gpumon's traces alone, e.g. \"/var/lib/gpumon/traces\"".into(),
+                });
+            }
+        }
+        for (key, v) in [
+            ("record.max_total_bytes", r.max_total_bytes),
+            ("record.max_file_bytes", r.max_file_bytes),
+        ] {
+            if v < 4096 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    value: v.to_string(),
+                    reason: "keep it at least 4096".into(),
+                });
+            }
+        }
+        if r.max_file_bytes > r.max_total_bytes {
+            // Name the key the user most likely set: the one that is not at its default.
+            let (key, value) = if r.max_file_bytes == RecordConfig::default().max_file_bytes {
+                ("record.max_total_bytes", r.max_total_bytes)
+            } else {
+                ("record.max_file_bytes", r.max_file_bytes)
+            };
+            return Err(ConfigError::Invalid {
+                key,
+                value: value.to_string(),
                 reason: format!(
-                    "keep it at least 4096 and at most record.max_total_bytes ({})",
-                    r.max_total_bytes
+                    "record.max_file_bytes ({}) must be at most record.max_total_bytes ({})",
+                    r.max_file_bytes, r.max_total_bytes
                 ),
             });
         }
         Ok(())
     }
-}
 
-impl Config {
     fn validate_attribution(&self) -> Result<(), ConfigError> {
         let a = &self.attribution;
         let invalid = |key, value: String, reason: &str| {
@@ -420,13 +521,15 @@ pub fn example() -> String {
     let d = Config::default();
     format!(
         r#"# gpumon configuration. Precedence: this file < GPUMON_* environment < command-line flags.
-# Default location: {DEFAULT_CONFIG_PATH}. Unknown keys are an error.
+# Default location: {DEFAULT_CONFIG_PATH}. Unknown keys are an error, and so is a GPUMON_*
+# variable for a key that has no variable (those below without one are read only from here).
 
 # HTTP address for /metrics, /api/v1/snapshot, /healthz and /readyz.  (GPUMON_LISTEN, --listen)
 listen = "{listen}"
 
 # Trainer ingest socket. Unset: /run/gpumon/ingest.sock as root, else
-# $XDG_RUNTIME_DIR/gpumon/ingest.sock.  (GPUMON_SOCKET, --socket)
+# $XDG_RUNTIME_DIR/gpumon/ingest.sock (the gpumon directory is created). A path set here must be
+# in an existing directory. Removed when the daemon stops.  (GPUMON_SOCKET, --socket)
 # socket = "/run/gpumon/ingest.sock"
 
 # The NVML library, loaded at run time; a path or a name the dynamic loader finds.
@@ -443,7 +546,8 @@ interval = "{interval}"
 # Log output: "text" or "json".  (GPUMON_LOG_FORMAT, --log-format)
 log_format = "{log_format}"
 
-# Log filter, e.g. "info" or "gpumon=debug".  (GPUMON_LOG_LEVEL, --log-level)
+# Log filter: a level (trace, debug, info, warn, error, off) or directives like
+# "info,gpumon::ingest=debug"; a word that is not a level is an error.  (GPUMON_LOG_LEVEL, --log-level)
 log_level = "{log_level}"
 
 [history]
@@ -458,10 +562,20 @@ max_connections = {max_connections}
 # Lines per second per connection (bursts of twice that); past it the connection is closed
 # with `rate_limited`. A trainer sends one line per optimizer step.
 max_lines_per_second = {max_lines_per_second}
+# Seconds a new connection has to send its hello before it is closed.
+hello_timeout_seconds = {hello_timeout_seconds:?}
+# Seconds a connection may send nothing after its hello before it is closed (a trainer sends a
+# line per step, so one stepping once a minute never trips it).
+idle_timeout_seconds = {idle_timeout_seconds:?}
+# Open connections one user (uid) may hold, so that one user cannot take every slot.
+max_connections_per_uid = {max_connections_per_uid}
+# Slots of max_connections that connections without a hello may never take, so a trainer's
+# hello always finds room (connections still waiting for theirs make way for newcomers).
+reserved_connections = {reserved_connections}
 
 [record]
 # Record each trainer session's lines as a trace file (hello first) for `gpumon analyze`.
-# Unset: nothing is recorded.  (GPUMON_RECORD_DIR, --record-dir)
+# Unset: nothing is recorded. An absolute path.  (GPUMON_RECORD_DIR, --record-dir)
 # dir = "/var/lib/gpumon/traces"
 # A trace past this size continues in a new part file, which starts with the hello again.
 max_file_bytes = {max_file_bytes}
@@ -518,6 +632,10 @@ resend_interval = "{resend_interval}"
         process_points = d.history.process_points,
         max_connections = d.ingest.max_connections,
         max_lines_per_second = d.ingest.max_lines_per_second,
+        hello_timeout_seconds = d.ingest.hello_timeout_seconds,
+        idle_timeout_seconds = d.ingest.idle_timeout_seconds,
+        max_connections_per_uid = d.ingest.max_connections_per_uid,
+        reserved_connections = d.ingest.reserved_connections,
         max_file_bytes = d.record.max_file_bytes,
         max_total_bytes = d.record.max_total_bytes,
         headroom_margin_bytes = d.detect.headroom_margin_bytes,
@@ -532,6 +650,9 @@ resend_interval = "{resend_interval}"
         resend_interval = humantime::format_duration(d.alerts.resend_interval),
     )
 }
+
+pub mod env;
+mod log_filter;
 
 #[cfg(test)]
 mod tests;

@@ -41,18 +41,17 @@ pub async fn run(
         .name("gpumon-nvml".into())
         .spawn(move || crate::poller::run(source, poll_store, interval, stop_rx))?;
 
-    let recorder = match &config.record.dir {
-        Some(dir) => Some(
-            Recorder::new(dir, config.record.max_file_bytes, config.record.max_total_bytes)
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot record traces in {}: {e}; create it writable for the daemon's user or drop --record-dir",
-                        dir.display()
-                    )
-                })?,
-        ),
-        None => None,
-    };
+    let recorder = config.record.dir.as_deref().and_then(|dir| {
+        match Recorder::new(dir, config.record.max_file_bytes, config.record.max_total_bytes) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                // Like a missing NVML: the daemon still serves, and /metrics says so
+                // (gpumon_record_enabled 0).
+                tracing::error!(dir = %dir.display(), error = %e, "cannot record traces: running without recording; make the directory writable for the daemon's user (record.dir, --record-dir)");
+                None
+            }
+        }
+    });
     let hostname = crate::snapshot::hostname();
     let (alerts_stop, alerts_rx) = std::sync::mpsc::channel::<()>();
     let alerts = crate::alerts::spawn(
@@ -68,16 +67,13 @@ pub async fn run(
     )?;
     let ingest_stats = Arc::new(IngestStats::default());
     let ingest_task = ingest.map(|l| {
-        let limits = Limits {
-            max_connections: config.ingest.max_connections,
-            max_lines_per_second: config.ingest.max_lines_per_second,
-        };
+        let limits = ingest_limits(&config.ingest);
         tokio::spawn(crate::ingest::server::serve(
             l,
             store.clone(),
             ingest_stats.clone(),
             limits,
-            recorder,
+            recorder.clone(),
             shutdown.clone(),
         ))
     });
@@ -95,6 +91,10 @@ pub async fn run(
     if let Some(t) = ingest_task {
         t.await?;
     }
+    // Every connection is closed: write out what the recorder still holds.
+    if let Some(r) = recorder {
+        tokio::task::spawn_blocking(move || r.finish()).await?;
+    }
 
     drop(stop_tx);
     // Last transitions (sessions resolved at shutdown) go out before the thread ends.
@@ -109,6 +109,21 @@ pub async fn run(
         .map_err(|_| anyhow::anyhow!("the NVML poller thread panicked"))?;
     tracing::info!("gpumon daemon stopped");
     Ok(result?)
+}
+
+/// The ingest caps from `[ingest]`. Seconds were range-checked by `Config::validate`; a config
+/// built in code without it falls back to the default for a value a Duration cannot hold.
+fn ingest_limits(c: &crate::config::IngestConfig) -> Limits {
+    let d = Limits::default();
+    let secs = |s: f64, default| std::time::Duration::try_from_secs_f64(s).unwrap_or(default);
+    Limits {
+        max_connections: c.max_connections,
+        max_lines_per_second: c.max_lines_per_second,
+        hello_timeout: secs(c.hello_timeout_seconds, d.hello_timeout),
+        idle_timeout: secs(c.idle_timeout_seconds, d.idle_timeout),
+        max_per_uid: c.max_connections_per_uid,
+        reserved: c.reserved_connections,
+    }
 }
 
 /// Cancels `token` on SIGINT or SIGTERM.

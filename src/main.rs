@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpumon::cli::{Cli, Command};
-use gpumon::config::{Config, LogFormat};
+use gpumon::config::{Config, ConfigError, LogFormat};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gpumon: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(ConfigError::EXIT_CODE);
         }
     };
     if let Command::Analyze(a) = &cli.command {
@@ -78,7 +78,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpumon: {e:#}");
-            ExitCode::FAILURE
+            // What only a config change can fix is final for systemd (RestartPreventExitStatus).
+            if e.downcast_ref::<ConfigError>().is_some() {
+                ExitCode::from(ConfigError::EXIT_CODE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -124,6 +129,18 @@ fn raise_fd_limit() {
 }
 
 fn run_daemon(config: Config) -> anyhow::Result<()> {
+    match gpumon::sources::procinfo::check_root(&config.procfs) {
+        Err(reason) => {
+            return Err(ConfigError::Invalid {
+                key: "procfs",
+                value: config.procfs.display().to_string(),
+                reason,
+            }
+            .into())
+        }
+        Ok(Some(warning)) => tracing::warn!(procfs = %config.procfs.display(), "{warning}"),
+        Ok(None) => {}
+    }
     raise_fd_limit();
     gpumon::malloc::return_large_buffers();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -139,7 +156,8 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
                     config.listen
                 )
             })?;
-        let ingest = open_ingest(&config)?;
+        // Dropped after the daemon has stopped: the socket file goes with it.
+        let (ingest, _socket_file) = open_ingest(&config)?;
         let shutdown = CancellationToken::new();
         gpumon::daemon::cancel_on_signals(shutdown.clone())?;
         let source = Box::new(gpumon::sources::nvml::NvmlSource::new(
@@ -150,20 +168,27 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
     })
 }
 
-/// The ingest socket: inherited from systemd, or bound at the configured or default path.
-fn open_ingest(config: &Config) -> anyhow::Result<Option<tokio::net::UnixListener>> {
+/// The ingest socket: inherited from systemd (which owns the file), or bound at the configured
+/// or default path, with the guard that removes the file on exit.
+fn open_ingest(
+    config: &Config,
+) -> anyhow::Result<(
+    Option<tokio::net::UnixListener>,
+    Option<gpumon::ingest::socket::SocketFile>,
+)> {
     use gpumon::ingest::socket;
     if let Some(l) = socket::from_systemd()? {
         tracing::info!("ingest socket inherited from systemd");
-        return Ok(Some(l));
+        return Ok((Some(l), None));
     }
     let Some(path) = config.socket.clone().or_else(socket::default_path) else {
         tracing::warn!("no ingest socket: /run/gpumon is not writable and XDG_RUNTIME_DIR is unset; set --socket");
-        return Ok(None);
+        return Ok((None, None));
     };
     let listener = socket::bind(&path)?;
+    let file = socket::SocketFile::claim(&path);
     tracing::info!(socket = %path.display(), "ingest socket ready");
-    Ok(Some(listener))
+    Ok((Some(listener), Some(file)))
 }
 
 fn init_tracing(config: &Config) {

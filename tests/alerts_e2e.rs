@@ -377,7 +377,7 @@ fn an_attributed_leak_names_its_site_everywhere_the_finding_goes() {
     let trace = std::fs::read_dir(traces.path())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.is_file())
+        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
         .expect("a recorded trace");
     let out = std::process::Command::new(BIN)
         .arg("analyze")

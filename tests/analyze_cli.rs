@@ -291,3 +291,56 @@ fn a_replayed_error_answer_says_why_there_are_no_sites() {
     );
     assert!(!text.contains("bad line"), "{text}");
 }
+
+/// A healthy trace of `steps` samples that ends without bye, followed by `tail` as written.
+fn cut_trace(steps: u64, tail: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    writeln!(f, r#"{{"type":"hello","v":1,"pid":1,"job":"ft"}}"#).unwrap();
+    for s in 0..steps {
+        writeln!(
+            f,
+            r#"{{"type":"sample","ts":{},"step":{s},"stats":{{"allocated_bytes.all.current":{}}}}}"#,
+            1_763_700_000 + s,
+            20 * GIB
+        )
+        .unwrap();
+    }
+    f.write_all(tail.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn a_truncated_trace_says_so_instead_of_reporting_a_crash() {
+    let json = |t: &tempfile::NamedTempFile| {
+        let out = analyze(&["--format", "json", t.path().to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), v["traces"][0].clone())
+    };
+    // Without bye and without a sign of truncation, the trainer died: a crash.
+    let (code, t) = json(&cut_trace(50, ""));
+    assert_eq!(code, Some(1));
+    assert_eq!(t["findings"][0]["kind"], "crash", "{t}");
+    assert!(t.get("truncated").is_none());
+    // The recorder stopped the trace (a full disk): its closing line says why, no crash.
+    let marked = cut_trace(
+        50,
+        "{\"type\":\"trace_truncated\",\"reason\":\"disk_full\",\"ts\":1763700050}\n",
+    );
+    let (code, t) = json(&marked);
+    assert_eq!(code, Some(0), "{t}");
+    assert_eq!(t["truncated"], "recording stopped: disk_full");
+    assert_eq!(t["bad_line_count"], 0);
+    let text = analyze(&[marked.path().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("truncated: recording stopped: disk_full"),
+        "{text}"
+    );
+    // Written up to the middle of a line: the same.
+    let (code, t) = json(&cut_trace(50, "{\"type\":\"sample\",\"ts\":17637"));
+    assert_eq!(code, Some(0), "{t}");
+    assert_eq!(t["truncated"], "the trace ends mid-line");
+}

@@ -4,10 +4,15 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+
+/// The exit status for a configuration error (sysexits.h), final for systemd.
+const EX_CONFIG: i32 = 78;
 
 #[test]
 fn missing_library_keeps_serving_and_says_why() {
@@ -279,7 +284,7 @@ fn config_precedence_is_file_then_env_then_flags() {
         .args(["--config", file.to_str().unwrap(), "daemon"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(EX_CONFIG));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("intervall") && err.contains("gpumon.toml"),
@@ -294,4 +299,222 @@ fn config_command_prints_the_shipped_example() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gpumon.example.toml"))
             .unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), shipped);
+}
+
+/// `gpumon daemon` with `args` and `env` that must fail at start: (exit code, stderr).
+fn failed_start(config: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let file = empty_config();
+    std::fs::write(file.path(), config).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--config", file.path().to_str().unwrap()])
+        .args([
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--nvml-lib",
+            "/nonexistent.so",
+        ])
+        .args(args)
+        .env_remove("GPUMON_LOG_LEVEL")
+        .env_remove("GPUMON_SOCKET");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the daemon started with {config:?} {args:?} {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_log_level_that_would_silence_the_daemon_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let sock = sock.to_str().unwrap();
+    for bad in ["warning", "verbose", ""] {
+        let (code, err) = failed_start(&format!("log_level = {bad:?}\n"), &["--socket", sock], &[]);
+        assert_eq!(code, Some(EX_CONFIG), "{bad:?}: {err}");
+        assert!(
+            err.contains("log_level") && err.contains(&format!("{bad:?}")),
+            "{bad:?}: {err}"
+        );
+        let (code, err) = failed_start("", &["--socket", sock], &[("GPUMON_LOG_LEVEL", bad)]);
+        assert_eq!(code, Some(EX_CONFIG), "GPUMON_LOG_LEVEL={bad:?}: {err}");
+        assert!(err.contains(&format!("{bad:?}")), "{err}");
+    }
+    assert!(!dir.path().join("ingest.sock").exists());
+    // Real filter syntax still starts, and logs at the levels it names.
+    let d = Daemon::start(DaemonOpts {
+        env: vec![("GPUMON_LOG_LEVEL".into(), "warn,gpumon::daemon=info".into())],
+        ..DaemonOpts::default()
+    });
+    assert!(d.log_contains("gpumon daemon serving"));
+    assert!(
+        !d.log_contains("ingest socket ready"),
+        "an info line of another target"
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn variables_for_file_only_keys_and_a_missing_procfs_are_config_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ingest.sock");
+    let sock = sock.to_str().unwrap();
+    let (code, err) = failed_start(
+        "",
+        &["--socket", sock],
+        &[("GPUMON_INGEST_MAX_CONNECTIONS", "4")],
+    );
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(
+        err.contains("GPUMON_INGEST_MAX_CONNECTIONS") && err.contains("ingest.max_connections"),
+        "{err}"
+    );
+    let missing = dir.path().join("no-proc");
+    let (code, err) = failed_start(
+        "",
+        &["--socket", sock, "--procfs", missing.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(
+        err.contains("procfs") && err.contains(missing.to_str().unwrap()),
+        "{err}"
+    );
+    assert!(!dir.path().join("ingest.sock").exists());
+}
+
+#[test]
+fn the_socket_file_goes_on_a_clean_exit_and_a_stale_one_is_replaced() {
+    let d = Daemon::start(DaemonOpts::default());
+    let sock = d.socket.clone();
+    assert!(sock.exists());
+    assert!(d.stop().success());
+    assert!(!sock.exists(), "{} left after SIGTERM", sock.display());
+
+    // A socket left by a run that was killed is taken over (nothing listens on it).
+    let dir = tempfile::tempdir().unwrap();
+    let stale = dir.path().join("ingest.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let mut child = Command::new(BIN)
+        .args(["--config", "/dev/null"])
+        .args([
+            "daemon",
+            "--listen",
+            "127.0.0.1:0",
+            "--nvml-lib",
+            "/nonexistent.so",
+            "--socket",
+        ])
+        .arg(&stale)
+        .env("GPUMON_LOG_LEVEL", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let seen: Vec<String> = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .take_while(|l| !l.contains("ingest socket ready"))
+        .collect();
+    assert!(
+        std::os::unix::net::UnixStream::connect(&stale).is_ok(),
+        "{seen:?}"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert!(!stale.exists());
+}
+
+#[test]
+fn a_socket_path_that_cannot_be_used_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file that is not a socket is never deleted.
+    let file = dir.path().join("ingest.sock");
+    std::fs::write(&file, "keep me").unwrap();
+    let (code, err) = failed_start("", &["--socket", file.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(
+        err.contains(file.to_str().unwrap()) && err.contains("not a socket"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
+    // A configured path in a directory that does not exist: refused, not created.
+    let typo = dir.path().join("gpmuon/ingest.sock");
+    let (code, err) = failed_start("", &["--socket", typo.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(
+        err.contains(typo.to_str().unwrap()) && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!typo.parent().unwrap().exists());
+
+    // A stale socket the daemon's user cannot remove (a root-owned one in a directory it cannot
+    // write, as after a run as root): the error names it. As root, the daemon runs as nobody;
+    // otherwise the directory is made read-only.
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let stale = locked.join("ingest.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let root = unsafe { libc::geteuid() } == 0;
+    let mode = |m| std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(if root { 0o755 } else { 0o555 });
+    // A root tempdir is 0700: nobody must be able to reach the socket's directory.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--config", "/dev/null", "daemon", "--listen", "127.0.0.1:0"])
+        .args(["--nvml-lib", "/nonexistent.so", "--socket"])
+        .arg(&stale)
+        .env_remove("GPUMON_LOG_LEVEL");
+    if root {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().unwrap();
+    mode(0o755);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(stale.to_str().unwrap()) && err.contains("stale socket"),
+        "{err}"
+    );
+    assert!(stale.exists());
+}
+
+#[test]
+fn ingest_timeouts_from_the_config_reach_the_server() {
+    let d = Daemon::start(DaemonOpts {
+        config: "[ingest]\nhello_timeout_seconds = 0.3\n".into(),
+        ..DaemonOpts::default()
+    });
+    let mut silent = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut rest = String::new();
+    // Closed by the daemon (after at most an error line): read_to_string returns at EOF.
+    std::io::Read::read_to_string(&mut silent, &mut rest).unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        "closed after {waited:?} (hello_timeout_seconds = 0.3; default 10 s): {rest:?}"
+    );
+    assert!(d.stop().success());
 }

@@ -184,7 +184,7 @@ fn a_capable_trainer_is_asked_and_its_answer_names_the_site_on_the_finding() {
     assert_eq!(d.stop().code(), Some(0));
 
     // The recorded trace keeps the answer; replayed, the leak carries it again.
-    let trace = only_file(dir.path());
+    let trace = only_trace(dir.path());
     let text = std::fs::read_to_string(&trace).unwrap();
     assert_eq!(
         text.lines()
@@ -298,10 +298,12 @@ fn a_trainer_that_cannot_attribute_leaves_the_finding_and_says_why() {
     assert!(leak_finding(&d).unwrap().get("attribution").is_none());
 }
 
-fn only_file(dir: &Path) -> std::path::PathBuf {
+/// The one trace file the recorder wrote in `dir` (beside its own note file).
+fn only_trace(dir: &Path) -> std::path::PathBuf {
     let files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     files[0].clone()

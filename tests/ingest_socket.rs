@@ -278,7 +278,10 @@ fn past_the_connection_cap_a_client_gets_the_limit_named_and_others_are_unaffect
     let (mut a, mut a_r) = connect(&d);
     a.write_all(hello("a").as_bytes()).unwrap();
     assert_eq!(reply(&mut a_r)["type"], "welcome");
-    let (b, b_r) = connect(&d);
+    // Both said hello: a connection still without one would give its slot up instead.
+    let (mut b, mut b_r) = connect(&d);
+    b.write_all(hello("b").as_bytes()).unwrap();
+    assert_eq!(reply(&mut b_r)["type"], "welcome");
     d.wait_for(Duration::from_secs(5), "two connections", || {
         sample(&d.metrics(), "gpumon_ingest_connections") == Some(2.0)
     });

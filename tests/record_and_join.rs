@@ -58,13 +58,27 @@ fn record_dir_writes_each_session_as_a_replayable_trace() {
     // no_hello, welcome, bad_json; then EOF once the daemon has read everything.
     while r.read_line(&mut got).unwrap() > 0 {}
     assert!(got.contains(r#""code":"no_hello""#) && got.contains(r#""code":"bad_json""#));
-    let files: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    // The recorder thread writes the trace once the session ends; wait for the bye to land.
+    let trace_files = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_str().unwrap().ends_with(".trace.jsonl"))
+            .collect()
+    };
+    d.wait_for(Duration::from_secs(5), "the trace written", || {
+        trace_files()
+            .first()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .is_some_and(|t| t.contains(r#""type":"bye""#))
+    });
+    let files = trace_files();
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_str().unwrap().to_string();
-    assert!(name.ends_with("-s-1-ft_llama-r1.jsonl"), "{name}");
+    assert!(
+        name.starts_with("gpumon-") && name.ends_with("-s-1-ft_llama-r1.trace.jsonl"),
+        "{name}"
+    );
     let trace = std::fs::read_to_string(&files[0]).unwrap();
     let expected: Vec<&String> = lines[1..7].iter().chain(&lines[8..]).collect();
     let recorded: Vec<&str> = trace.lines().collect();

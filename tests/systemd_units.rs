@@ -152,6 +152,46 @@ fn systemd_rates_the_service_exposure_low() {
 }
 
 #[test]
+fn systemd_does_not_restart_a_config_error() {
+    // The status the binary really exits with on a bad config, not a number copied here.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpumon.toml");
+    std::fs::write(&config, "log_level = \"warning\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(exec_start_args(&config))
+        .env_remove("GPUMON_LOG_LEVEL")
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    assert_ne!(code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let service = unit("gpumon.service");
+    let prevented: Vec<&str> = setting(&service, "RestartPreventExitStatus")
+        .iter()
+        .flat_map(|v| v.split_whitespace())
+        .collect();
+    assert!(
+        prevented.contains(&code.to_string().as_str()),
+        "exit status {code} of a config error is not in RestartPreventExitStatus={prevented:?}"
+    );
+    // And a failure that a restart may cure (the HTTP port taken) is not in the list.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std::fs::write(&config, "").unwrap();
+    let out = Command::new(BIN)
+        .args(exec_start_args(&config))
+        .args(["--listen", &busy.local_addr().unwrap().to_string()])
+        .args(["--socket", dir.path().join("s.sock").to_str().unwrap()])
+        .args(["--nvml-lib", "/nonexistent.so"])
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap();
+    assert!(
+        code != 0 && !prevented.contains(&code.to_string().as_str()),
+        "exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn sysusers_and_tmpfiles_create_the_user_and_the_socket_directory() {
     if tools::find("systemd-sysusers", "systemd").is_none()
         || tools::find("systemd-tmpfiles", "systemd").is_none()

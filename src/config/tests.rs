@@ -124,3 +124,188 @@ fn attribution_settings_are_read_and_bounded() {
         .to_string();
     assert!(err.contains("window"), "{err}");
 }
+
+#[test]
+fn log_level_must_name_real_levels() {
+    for ok in [
+        "info",
+        "WARN",
+        "off",
+        "info,gpumon::ingest=debug",
+        "gpumon=trace",
+        "warn,gpumon[conn{pid=7}]=debug",
+        "gpumon[conn]",
+        "info,",
+    ] {
+        let c = Config {
+            log_level: ok.into(),
+            ..Config::default()
+        };
+        assert!(c.validate().is_ok(), "{ok}: {:?}", c.validate());
+    }
+    // Each of these parsed as a target name and silenced every log line, errors included.
+    for (bad, hint) in [
+        ("warning", "\"warn\""),
+        ("verbose", "\"debug\""),
+        ("", "empty"),
+        ("  ", "empty"),
+        ("gpumon", "gpumon=debug"),
+        ("gpumon=warning", "\"warn\""),
+        ("info,gpumon::ingest=loud", "loud"),
+        ("info,errors", "\"error\""),
+    ] {
+        let err = Config::parse(&format!("log_level = {bad:?}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("log_level") && err.contains(&format!("{bad:?}")) && err.contains(hint),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn ingest_limits_are_read_and_bounded() {
+    let c = Config::parse(
+        "[ingest]\nhello_timeout_seconds = 2\nidle_timeout_seconds = 0.5\nmax_connections_per_uid = 8\nreserved_connections = 4\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            c.ingest.hello_timeout_seconds,
+            c.ingest.idle_timeout_seconds,
+            c.ingest.max_connections_per_uid,
+            c.ingest.reserved_connections
+        ),
+        (2.0, 0.5, 8, 4)
+    );
+    // A small max_connections needs no matching reserve: ingest keeps one slot for a hello.
+    assert!(Config::parse("[ingest]\nmax_connections = 2\n", Path::new("t.toml")).is_ok());
+    for (line, key, value) in [
+        (
+            "hello_timeout_seconds = 0",
+            "ingest.hello_timeout_seconds",
+            "0",
+        ),
+        (
+            "hello_timeout_seconds = nan",
+            "ingest.hello_timeout_seconds",
+            "NaN",
+        ),
+        (
+            "hello_timeout_seconds = 3601",
+            "ingest.hello_timeout_seconds",
+            "3601",
+        ),
+        (
+            "idle_timeout_seconds = -1",
+            "ingest.idle_timeout_seconds",
+            "-1",
+        ),
+        (
+            "idle_timeout_seconds = inf",
+            "ingest.idle_timeout_seconds",
+            "inf",
+        ),
+        (
+            "max_connections_per_uid = 0",
+            "ingest.max_connections_per_uid",
+            "0",
+        ),
+        (
+            "reserved_connections = 2000000",
+            "ingest.reserved_connections",
+            "2000000",
+        ),
+        ("max_connections = 0", "ingest.max_connections", "0"),
+    ] {
+        let err = Config::parse(&format!("[ingest]\n{line}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(key) && err.contains(&format!("\"{value}\"")),
+            "{line}: {err}"
+        );
+    }
+}
+
+#[test]
+fn record_errors_name_the_key_that_was_set() {
+    for (text, key, value) in [
+        ("dir = \"\"", "record.dir", "\"\""),
+        ("dir = \"traces\"", "record.dir", "\"traces\""),
+        ("dir = \"./traces\"", "record.dir", "\"./traces\""),
+        ("max_total_bytes = 0", "record.max_total_bytes", "\"0\""),
+        (
+            "max_total_bytes = 1000000",
+            "record.max_total_bytes",
+            "\"1000000\"",
+        ),
+        ("max_file_bytes = 100", "record.max_file_bytes", "\"100\""),
+        (
+            "max_file_bytes = 2000000000\nmax_total_bytes = 1000000000",
+            "record.max_file_bytes",
+            "\"2000000000\"",
+        ),
+    ] {
+        let err = Config::parse(&format!("[record]\n{text}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key) && err.contains(value), "{text}: {err}");
+    }
+    let c = Config::parse(
+        "[record]\ndir = \"/var/lib/gpumon/traces\"\n",
+        Path::new("t.toml"),
+    );
+    assert!(c.is_ok(), "{c:?}");
+}
+
+#[test]
+fn variables_for_file_only_keys_are_errors() {
+    let ok = env::check(["GPUMON_LOG_LEVEL", "GPUMON_SOCKET", "GPUMON_JOB", "PATH"]);
+    assert!(ok.is_ok(), "{ok:?}");
+    for (var, key) in [
+        ("GPUMON_INGEST_MAX_CONNECTIONS", "ingest.max_connections"),
+        ("GPUMON_MAX_CONNECTIONS", "ingest.max_connections"),
+        (
+            "GPUMON_HELLO_TIMEOUT_SECONDS",
+            "ingest.hello_timeout_seconds",
+        ),
+        ("GPUMON_HISTORY_GPU_POINTS", "history.gpu_points"),
+        ("GPUMON_RECORD_MAX_TOTAL_BYTES", "record.max_total_bytes"),
+        ("GPUMON_CRASH_HOLD", "detect.crash_hold"),
+        ("GPUMON_ATTRIBUTION_ENABLED", "attribution.enabled"),
+        ("GPUMON_RESEND_INTERVAL", "alerts.resend_interval"),
+        // A key that has a variable, spelt the other way: the error names the right one.
+        ("GPUMON_ALERTS_WEBHOOK_URL", "GPUMON_WEBHOOK_URL"),
+    ] {
+        let err = env::check(["PATH", var]).unwrap_err().to_string();
+        assert!(err.contains(var) && err.contains(key), "{var}: {err}");
+    }
+    // Every key of the config is covered: the file-only ones and those with a variable.
+    let keys = env::all_keys();
+    assert!(keys.contains(&"ingest.reserved_connections".to_string()));
+    assert!(keys.contains(&"record.dir".to_string()));
+}
+
+#[test]
+fn the_variables_here_are_the_ones_the_flags_read() {
+    use clap::CommandFactory;
+    let cli = crate::cli::Cli::command();
+    let mut from_flags: Vec<String> = cli
+        .get_arguments()
+        .chain(
+            cli.get_subcommands()
+                .filter(|c| c.get_name() == "daemon")
+                .flat_map(|c| c.get_arguments()),
+        )
+        .filter_map(|a| a.get_env()?.to_str().map(str::to_string))
+        .filter(|v| v != "GPUMON_CONFIG")
+        .collect();
+    from_flags.sort();
+    from_flags.dedup();
+    let mut here: Vec<String> = env::ENV_KEYS.iter().map(|(_, v)| v.to_string()).collect();
+    here.sort();
+    assert_eq!(from_flags, here);
+}

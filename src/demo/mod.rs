@@ -144,6 +144,8 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
         let listener = bind_http(args.listen.unwrap_or(config.listen), args.listen.is_some()).await?;
         let addr = listener.local_addr()?;
         let ingest = crate::ingest::socket::bind(&socket)?;
+        // Removed again when the demo exits, like the daemon's.
+        let _socket_file = crate::ingest::socket::SocketFile::claim(&socket);
         println!("gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)");
         println!("socket: {}", socket.display());
         println!("simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)");

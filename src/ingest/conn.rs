@@ -56,6 +56,11 @@ impl Conn {
         self.line
     }
 
+    /// A hello was accepted on this connection (its session may have ended with bye since).
+    pub fn greeted(&self) -> bool {
+        self.session.is_some() || self.said_bye
+    }
+
     /// A rejection found before parsing (over-long line, rate limit).
     pub fn reject(&mut self, r: Rejection) -> Outcome {
         self.line += 1;
@@ -172,6 +177,26 @@ impl Conn {
     /// The daemon is shutting down: the session ends without a crash finding.
     pub fn close_for_shutdown(self, sessions: &mut Sessions, now: Timestamp) {
         if let Some(key) = self.session {
+            sessions.close(key, Ending::Clean, now);
+        }
+    }
+
+    /// The daemon closed a connection that went quiet: the trainer may well be alive (stuck, or
+    /// between steps longer than the idle timeout), so the session ends without a crash
+    /// finding, and an `idle_timeout` event says why it ended.
+    pub fn close_idle(self, sessions: &mut Sessions, now: Timestamp, detail: String) {
+        if let Some(key) = self.session {
+            let e = protocol::Event {
+                ts: now,
+                kind: "idle_timeout".into(),
+                alloc_bytes: None,
+                device_free: None,
+                alloc_limit: None,
+                phase: None,
+                detail: Some(detail),
+                path: None,
+            };
+            sessions.event(key, e);
             sessions.close(key, Ending::Clean, now);
         }
     }

@@ -9,18 +9,24 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
 
+use crate::config::ConfigError;
+
 pub const DEFAULT_PATH: &str = "/run/gpumon/ingest.sock";
 /// First fd passed by systemd socket activation.
 const SD_LISTEN_FDS_START: i32 = 3;
 
-/// The socket path to create: the configured one, else /run/gpumon when it can be created
-/// (root), else $XDG_RUNTIME_DIR/gpumon.
+/// The socket path when none is configured: /run/gpumon when it can be created (root), else
+/// $XDG_RUNTIME_DIR/gpumon. The `gpumon` directory of these default paths is created here; a
+/// configured path's directory must exist (see `bind`).
 pub fn default_path() -> Option<PathBuf> {
     if std::fs::create_dir_all("/run/gpumon").is_ok() {
         return Some(DEFAULT_PATH.into());
     }
     let xdg = std::env::var_os("XDG_RUNTIME_DIR")?;
-    Some(Path::new(&xdg).join("gpumon/ingest.sock"))
+    let dir = Path::new(&xdg).join("gpumon");
+    // Failing here is reported by `bind`, which names the directory.
+    let _ = std::fs::create_dir(&dir);
+    Some(dir.join("ingest.sock"))
 }
 
 /// An inherited listener from systemd, when this process is the one it was meant for.
@@ -44,23 +50,32 @@ pub fn from_systemd() -> std::io::Result<Option<UnixListener>> {
 }
 
 /// Binds `path`: removes a stale socket left by a previous run (only a socket, never another
-/// kind of file), then sets mode 0660 and group `gpumon` when it exists.
+/// kind of file), then sets mode 0660 and group `gpumon` when it exists. The directory must
+/// exist: creating a mistyped path's directories would leave trainers looking elsewhere, with
+/// nothing said. Every error names the path; the ones only the config can fix are
+/// `ConfigError`s (the daemon then exits with EX_CONFIG).
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot create {}: {e}; set --socket to a writable path",
+    let invalid = |reason: String| ConfigError::Invalid {
+        key: "socket",
+        value: path.display().to_string(),
+        reason,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(invalid(format!(
+                "the directory {} does not exist; create it, or fix --socket / GPUMON_SOCKET / socket = in the config",
                 dir.display()
-            )
-        })?;
+            ))
+            .into());
+        }
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
         if !meta.file_type().is_socket() {
-            anyhow::bail!(
-                "{} exists and is not a socket; remove it or choose another --socket",
-                path.display()
-            );
+            return Err(invalid(
+                "it exists and is not a socket; remove it or choose another --socket".into(),
+            )
+            .into());
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             anyhow::bail!(
@@ -68,11 +83,18 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
                 path.display()
             );
         }
-        std::fs::remove_file(path)?;
+        std::fs::remove_file(path).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot remove the stale socket {} (owner uid {}, left by an earlier run): {e}; remove it as its owner or root, or choose another --socket",
+                path.display(),
+                meta.uid()
+            )
+        })?;
     }
     let listener = UnixListener::bind(path)
         .map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .map_err(|e| anyhow::anyhow!("cannot set mode 0660 on {}: {e}", path.display()))?;
     if let Some(gid) = group_id("gpumon") {
         if let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) {
             // SAFETY: valid C string; -1 leaves the owner unchanged.
@@ -83,6 +105,41 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
         }
     }
     Ok(listener)
+}
+
+/// The socket file this daemon bound, removed when this is dropped (a clean exit), so no stale
+/// file is left for trainers to find. Only the file bound here: if something else has replaced
+/// it since (same path, another inode), it is left alone.
+pub struct SocketFile {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl SocketFile {
+    /// Takes ownership of the socket just bound at `path`.
+    pub fn claim(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            id: file_id(path),
+        }
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                tracing::warn!(socket = %self.path.display(), "cannot remove the ingest socket: {e}");
+            }
+        }
+    }
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 fn group_id(name: &str) -> Option<u32> {

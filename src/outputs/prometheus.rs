@@ -11,6 +11,7 @@ use crate::ingest::server::IngestStats;
 use crate::model::{GpuState, NodeReading};
 
 mod findings;
+mod record;
 mod trainers;
 use crate::store::{SharedStore, Store};
 
@@ -304,6 +305,7 @@ impl Exporter {
             findings::finding_families(&store, &mut live);
         }
         trainers::ingest_families(&self.ingest, &mut live);
+        record::record_families(&crate::ingest::record::STATS, &mut live);
         out.push_str(&encode(&live));
         out.push_str(&encode(&self.registry.gather()));
         out

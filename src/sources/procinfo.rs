@@ -160,9 +160,43 @@ pub fn container_from_cgroup(path: &str) -> Option<String> {
     None
 }
 
+/// What is wrong with `root` as the /proc to read: `Err` when it is not a directory at all
+/// (every process would lose its user and container without a word), `Ok(Some(warning))` when it
+/// exists but holds no proc filesystem (no `stat`), `Ok(None)` when it looks right.
+pub fn check_root(root: &std::path::Path) -> Result<Option<String>, String> {
+    if !root.is_dir() {
+        return Err(format!(
+            "{} is not a directory; point it at the host's /proc (e.g. /host/proc in a container)",
+            root.display()
+        ));
+    }
+    if !root.join("stat").is_file() {
+        return Ok(Some(format!(
+            "{} does not look like a proc filesystem (no {}): GPU processes will have no user or container",
+            root.display(),
+            root.join("stat").display()
+        )));
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_procfs_is_an_error_and_an_empty_one_a_warning() {
+        assert_eq!(check_root(std::path::Path::new("/proc")), Ok(None));
+        let dir = tempfile::tempdir().unwrap();
+        let warning = check_root(dir.path()).unwrap().unwrap();
+        assert!(
+            warning.contains(&dir.path().display().to_string()),
+            "{warning}"
+        );
+        let missing = dir.path().join("absent");
+        let err = check_root(&missing).unwrap_err();
+        assert!(err.contains(&missing.display().to_string()), "{err}");
+    }
 
     const ID: &str = "3f4e1b2c9d8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e";
 

@@ -257,8 +257,13 @@ def test_the_real_daemon_asks_and_shows_the_attributed_line(recorded_daemon):
     # The recorder kept the answer as received, and analyze replays it onto the leak.
     traces = [str(p) for p in records.iterdir() if p.suffix == ".jsonl"]
     assert len(traces) == 1, traces
-    with open(traces[0]) as f:
-        kinds = [json.loads(line)["type"] for line in f]
+
+    def kinds():
+        with open(traces[0]) as f:
+            return [json.loads(line)["type"] for line in f if line.endswith("\n")]
+    # The recorder's own thread writes the file: wait for the session's bye to reach it.
+    wait_until(lambda: kinds()[-1:] == ["bye"], 10, "the trace written up to bye", logs)
+    kinds = kinds()
     assert kinds.count("attribution") == 1, kinds
     import subprocess
 

@@ -7,7 +7,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::Family;
 use crate::ingest::protocol::Code;
-use crate::ingest::server::IngestStats;
+use crate::ingest::server::{Close, IngestStats};
 use crate::model::GpuReading;
 use crate::store::sessions::Session;
 use crate::store::Store;
@@ -209,5 +209,18 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
         &[],
     );
     f.add(&[], stats.requests.load(Ordering::Relaxed) as f64);
+    f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_closed_total",
+        "Connections the daemon closed or refused, by reason: no hello in time, idle past the timeout, over the per-uid cap, evicted before hello to make room.",
+        MetricType::COUNTER,
+        &["reason"],
+    );
+    for (i, why) in Close::ALL.iter().enumerate() {
+        f.add(
+            &[why.as_str()],
+            stats.closed[i].load(Ordering::Relaxed) as f64,
+        );
+    }
     f.finish(out);
 }

@@ -1,0 +1,218 @@
+//! `--record-dir`: each session's accepted lines, as received, in a trace file of its own (hello
+//! first), so `gpumon analyze` can replay it later. A file past `max_file_bytes` is closed and a
+//! new part begins with the hello again (every part is a valid trace).
+//!
+//! The directory is shared with nobody's data: gpumon deletes only files it names
+//! `gpumon-*.trace.jsonl` that begin with a hello (names.rs), and keeps the bytes of those,
+//! files being written included, under `max_total_bytes` (writer.rs).
+//!
+//! Ingest only appends a line to the trace's buffer (under the store lock: a copy, nothing
+//! more) and hands full buffers to the recorder thread, which owns the files. Lines wait at most
+//! a second (or until 64 KiB) in the buffer while the trainer is sending; the rest goes when
+//! the session ends. A recorder thread behind by more than `MAX_QUEUED` stops recording the
+//! session whose chunk does not fit, counted, rather than growing memory.
+
+mod names;
+pub mod stats;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use stats::{Reason, RecordStats, STATS};
+use writer::{Msg, Writer};
+
+/// A trace's buffer goes to the recorder thread at this size...
+const CHUNK: usize = 64 * 1024;
+/// ...or when this long has passed since it last did.
+const LINGER: Duration = Duration::from_secs(1);
+/// Bytes handed over but not yet written, across all sessions.
+const MAX_QUEUED: u64 = 32 << 20;
+
+pub struct Recorder {
+    dir: PathBuf,
+    tx: Sender<Msg>,
+    queued: Arc<AtomicU64>,
+    next_id: AtomicU64,
+    stats: &'static RecordStats,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// One session's trace being written.
+pub struct Trace {
+    rec: Arc<Recorder>,
+    id: u64,
+    path: PathBuf,
+    buf: Vec<u8>,
+    lines: u64,
+    sent: Instant,
+    /// Set by the recorder thread (or here) once this session's recording stopped.
+    stopped: Arc<AtomicBool>,
+    /// Set here when a chunk did not fit in the queue.
+    queue_full: bool,
+    dropped: u64,
+}
+
+impl Recorder {
+    /// Takes over `dir` (absolute; created if missing) and starts the recorder thread. An error
+    /// means the daemon runs without recording.
+    pub fn new(
+        dir: &Path,
+        max_file_bytes: u64,
+        max_total_bytes: u64,
+    ) -> std::io::Result<Arc<Self>> {
+        Self::with_stats(dir, max_file_bytes, max_total_bytes, &STATS)
+    }
+
+    pub fn with_stats(
+        dir: &Path,
+        max_file_bytes: u64,
+        max_total_bytes: u64,
+        stats: &'static RecordStats,
+    ) -> std::io::Result<Arc<Self>> {
+        if dir.as_os_str().is_empty() || !dir.is_absolute() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "record.dir must be an absolute path, got {:?}",
+                    dir.display().to_string()
+                ),
+            ));
+        }
+        std::fs::create_dir_all(dir)?;
+        // Proves the directory writable and says whose it is.
+        std::fs::write(dir.join(names::MARKER), names::MARKER_TEXT)?;
+        let queued = Arc::new(AtomicU64::new(0));
+        let writer = Writer::new(dir, max_file_bytes, max_total_bytes, stats, queued.clone())?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("gpumon-record".into())
+            .spawn(move || writer.run(rx))?;
+        stats.enabled.store(true, Ordering::Relaxed);
+        Ok(Arc::new(Self {
+            dir: dir.to_path_buf(),
+            tx,
+            queued,
+            next_id: AtomicU64::new(1),
+            stats,
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+
+    /// Starts the trace of a session whose hello line was just accepted.
+    pub fn start(
+        self: &Arc<Self>,
+        session: &str,
+        job: Option<&str>,
+        rank: Option<u64>,
+        started: f64,
+        hello: &[u8],
+    ) -> Trace {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let base = names::base(started, session, job, rank);
+        let stopped = Arc::new(AtomicBool::new(false));
+        let path = self.dir.join(names::part_name(&base, 0, 1));
+        let _ = self.tx.send(Msg::Open {
+            id,
+            base,
+            hello: hello.to_vec(),
+            stopped: stopped.clone(),
+        });
+        Trace {
+            rec: self.clone(),
+            id,
+            path,
+            buf: Vec::new(),
+            lines: 0,
+            sent: Instant::now(),
+            stopped,
+            queue_full: false,
+            dropped: 0,
+        }
+    }
+
+    /// Writes out everything handed over so far and stops the thread (the daemon's shutdown,
+    /// after every connection closed). Blocks until the files are written.
+    pub fn finish(&self) {
+        let _ = self.tx.send(Msg::Finish);
+        let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            if h.join().is_err() {
+                tracing::error!("the recorder thread panicked");
+            }
+        }
+        self.stats.enabled.store(false, Ordering::Relaxed);
+    }
+}
+
+impl Trace {
+    /// The first part's file (the recorder adds `-2`… if that name was taken).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one accepted line (without its newline).
+    pub fn write(&mut self, line: &[u8]) {
+        if self.queue_full || self.stopped.load(Ordering::Relaxed) {
+            self.dropped += 1;
+            return;
+        }
+        if self.buf.capacity() == 0 {
+            self.buf.reserve(CHUNK + 1024);
+        }
+        self.buf.extend_from_slice(line);
+        self.buf.push(b'\n');
+        self.lines += 1;
+        if self.buf.len() >= CHUNK || self.sent.elapsed() >= LINGER {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        self.sent = Instant::now();
+        if self.buf.is_empty() {
+            return;
+        }
+        let len = self.buf.len() as u64;
+        let q = &self.rec.queued;
+        if q.load(Ordering::Relaxed) + len > MAX_QUEUED {
+            self.queue_full = true;
+            self.dropped += self.lines;
+            self.buf = Vec::new();
+            self.lines = 0;
+            return;
+        }
+        q.fetch_add(len, Ordering::Relaxed);
+        let bytes = std::mem::take(&mut self.buf);
+        let lines = std::mem::take(&mut self.lines);
+        let _ = self.rec.tx.send(Msg::Data {
+            id: self.id,
+            bytes,
+            lines,
+        });
+    }
+}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if !self.queue_full {
+            self.send();
+        }
+        self.rec
+            .stats
+            .dropped_lines
+            .fetch_add(self.dropped, Ordering::Relaxed);
+        let reason = self.queue_full.then_some(Reason::QueueFull);
+        let _ = self.rec.tx.send(Msg::Close {
+            id: self.id,
+            reason,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

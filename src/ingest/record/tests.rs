@@ -1,0 +1,206 @@
+use std::sync::atomic::Ordering;
+
+use super::*;
+
+fn stats() -> &'static RecordStats {
+    Box::leak(Box::new(RecordStats::new()))
+}
+
+fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap() != names::MARKER)
+        .collect();
+    v.sort();
+    v
+}
+
+fn total(dir: &Path) -> u64 {
+    files(dir)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+const HELLO: &[u8] = br#"{"type":"hello","v":1}"#;
+
+#[test]
+fn a_trace_is_hello_then_lines_and_rotates_with_hello_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::with_stats(dir.path(), 100, 10_000, stats()).unwrap();
+    let mut t = rec.start("s-1", Some("llama/ft x"), Some(3), 1763700000.5, HELLO);
+    assert_eq!(
+        t.path().file_name().unwrap().to_str().unwrap(),
+        "gpumon-1763700000-s-1-llama_ft_x-r3.trace.jsonl"
+    );
+    let first = t.path().to_path_buf();
+    for i in 0..10 {
+        t.write(format!(r#"{{"type":"sample","step":{i}}}"#).as_bytes());
+    }
+    drop(t);
+    rec.finish();
+    assert!(first.exists());
+    let parts = files(dir.path());
+    assert!(parts.len() >= 3, "{parts:?}");
+    let mut samples = Vec::new();
+    for p in &parts {
+        assert!(
+            std::fs::metadata(p).unwrap().len() <= 100,
+            "{p:?} over the cap"
+        );
+        let l = lines(p);
+        assert_eq!(l[0], r#"{"type":"hello","v":1}"#, "{p:?} starts with hello");
+        samples.extend(l[1..].iter().cloned());
+    }
+    // Every sample is in exactly one part, in order across parts.
+    samples.sort();
+    let mut want: Vec<String> = (0..10)
+        .map(|i| format!(r#"{{"type":"sample","step":{i}}}"#))
+        .collect();
+    want.sort();
+    assert_eq!(samples, want);
+}
+
+#[test]
+fn the_directory_stays_under_its_cap_deleting_the_oldest_finished_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = stats();
+    let rec = Recorder::with_stats(dir.path(), 1_000, 3_000, st).unwrap();
+    let line = [b'x'; 99];
+    let keep = rec.start("s-0", None, None, 1.0, b"{}");
+    for s in 1..20 {
+        let mut t = rec.start(&format!("s-{s}"), None, None, s as f64 + 1.0, HELLO);
+        for _ in 0..9 {
+            t.write(&line);
+        }
+    }
+    drop(keep);
+    rec.finish();
+    assert!(total(dir.path()) <= 3_000, "{}", total(dir.path()));
+    assert!(dir
+        .path()
+        .join("gpumon-20-s-19-trainer.trace.jsonl")
+        .exists());
+    assert!(st.deleted_files.load(Ordering::Relaxed) > 0);
+    assert_eq!(st.stopped(Reason::OverCap), 0);
+}
+
+#[test]
+fn files_gpumon_did_not_write_are_never_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = [
+        "user-data-1.jsonl",
+        "gpumon-lookalike.trace.jsonl",
+        "notes.txt",
+    ];
+    for u in user {
+        // The look-alike has our name but no hello first: not ours either.
+        std::fs::write(dir.path().join(u), vec![b'u'; 2_000]).unwrap();
+    }
+    let rec = Recorder::with_stats(dir.path(), 1_000, 3_000, stats()).unwrap();
+    for s in 1..10 {
+        let mut t = rec.start(&format!("s-{s}"), None, None, s as f64, HELLO);
+        for _ in 0..9 {
+            t.write(&[b'x'; 99]);
+        }
+    }
+    rec.finish();
+    for u in user {
+        assert_eq!(
+            std::fs::read(dir.path().join(u)).unwrap().len(),
+            2_000,
+            "{u}"
+        );
+    }
+}
+
+#[test]
+fn open_traces_count_and_the_writer_crossing_the_cap_is_stopped_with_a_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = stats();
+    // Four sessions of up to 4,000 bytes each could hold 16,000 bytes against a 6,000 cap.
+    let rec = Recorder::with_stats(dir.path(), 4_000, 6_000, st).unwrap();
+    let mut traces: Vec<Trace> = (0..4)
+        .map(|s| rec.start(&format!("s-{s}"), None, None, 1.0, HELLO))
+        .collect();
+    for _ in 0..30 {
+        for t in traces.iter_mut() {
+            t.write(&[b'y'; 99]);
+            t.send();
+        }
+    }
+    drop(traces);
+    rec.finish();
+    assert!(total(dir.path()) <= 6_000, "{}", total(dir.path()));
+    assert!(st.stopped(Reason::OverCap) > 0);
+    assert!(st.dropped_lines.load(Ordering::Relaxed) > 0);
+    assert_eq!(st.bytes.load(Ordering::Relaxed), total(dir.path()));
+}
+
+#[test]
+fn a_stopped_trace_ends_with_a_line_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = stats();
+    // One part fills the whole cap, so nothing finished is ever there to delete.
+    let rec = Recorder::with_stats(dir.path(), 4_000, 4_000, st).unwrap();
+    let mut traces = vec![rec.start("s-0", None, None, 1.0, HELLO)];
+    for _ in 0..2_000 {
+        if traces.iter().any(|t| t.stopped.load(Ordering::Relaxed)) {
+            break;
+        }
+        for t in traces.iter_mut() {
+            t.write(&[b'y'; 99]);
+            t.send();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    drop(traces);
+    rec.finish();
+    assert_eq!(st.stopped(Reason::OverCap), 1);
+    let ends: Vec<String> = files(dir.path())
+        .iter()
+        .filter_map(|p| lines(p).last().cloned())
+        .filter(|l| l.contains("trace_truncated"))
+        .collect();
+    assert_eq!(ends.len(), 1, "{:?}", files(dir.path()));
+    assert!(ends[0].contains(r#""reason":"over_cap""#), "{}", ends[0]);
+    assert!(total(dir.path()) <= 4_000);
+    assert!(st.dropped_lines.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn traces_of_an_earlier_run_are_pruned_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("gpumon-1-s-1-trainer.trace.jsonl");
+    let mut body = HELLO.to_vec();
+    body.push(b'\n');
+    body.extend(vec![b'z'; 2_000]);
+    std::fs::write(&old, &body).unwrap();
+    let rec = Recorder::with_stats(dir.path(), 1_000, 2_500, stats()).unwrap();
+    let mut t = rec.start("s-2", None, None, 2.0, HELLO);
+    for _ in 0..9 {
+        t.write(&[b'x'; 99]);
+    }
+    drop(t);
+    rec.finish();
+    assert!(!old.exists(), "the earlier run's trace made room");
+    assert!(total(dir.path()) <= 2_500);
+}
+
+#[test]
+fn a_relative_or_empty_dir_and_an_unwritable_one_are_refused() {
+    assert!(Recorder::with_stats(Path::new(""), 4096, 8192, stats()).is_err());
+    assert!(Recorder::with_stats(Path::new("traces"), 4096, 8192, stats()).is_err());
+    let st = stats();
+    assert!(Recorder::with_stats(Path::new("/proc/gpumon-no-such-dir"), 4096, 8192, st).is_err());
+    assert!(!st.enabled.load(Ordering::Relaxed));
+}

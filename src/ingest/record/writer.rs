@@ -1,0 +1,396 @@
+//! The recorder thread: owns every trace file, rotates parts, and keeps gpumon's files (open ones
+//! included) under `max_total_bytes`: it deletes its own finished traces oldest first, and when
+//! none is left it stops recording the session that would cross the cap. Ingest only hands it
+//! chunks of lines, so neither disk I/O nor pruning ever runs under the store lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use super::names::{self, Ident};
+use super::stats::{Reason, RecordStats};
+
+/// Room kept per open session for the line that says its recording stopped, so that line never
+/// takes the directory over its cap.
+pub const MARKER_RESERVE: u64 = 256;
+
+pub enum Msg {
+    Open {
+        id: u64,
+        base: String,
+        hello: Vec<u8>,
+        stopped: Arc<AtomicBool>,
+    },
+    /// Whole lines, each ending in a newline.
+    Data {
+        id: u64,
+        bytes: Vec<u8>,
+        lines: u64,
+    },
+    /// The session ended; `Some` when ingest itself gave up recording it.
+    Close {
+        id: u64,
+        reason: Option<Reason>,
+    },
+    Finish,
+}
+
+/// A finished trace file of gpumon's, deletable when the directory needs room.
+struct Owned {
+    path: PathBuf,
+    len: u64,
+    ident: Ident,
+}
+
+struct Open {
+    base: String,
+    hello: Vec<u8>,
+    part: u32,
+    file: Option<(File, PathBuf, Ident)>,
+    /// Bytes in the current part.
+    written: u64,
+    stopped: Arc<AtomicBool>,
+}
+
+pub struct Writer {
+    dir: PathBuf,
+    max_file: u64,
+    max_total: u64,
+    stats: &'static RecordStats,
+    queued: Arc<AtomicU64>,
+    open: HashMap<u64, Open>,
+    /// Oldest first.
+    finished: VecDeque<Owned>,
+    /// Bytes of all gpumon files here, open ones included.
+    total: u64,
+}
+
+impl Writer {
+    /// Takes over the directory: gpumon's traces from earlier runs become finished traces
+    /// (oldest first); every other file is counted once in the log and never touched.
+    pub fn new(
+        dir: &Path,
+        max_file: u64,
+        max_total: u64,
+        stats: &'static RecordStats,
+        queued: Arc<AtomicU64>,
+    ) -> std::io::Result<Self> {
+        let mut earlier = Vec::new();
+        let mut foreign = Vec::new();
+        for e in std::fs::read_dir(dir)?.filter_map(Result::ok) {
+            let path = e.path();
+            if path.file_name().is_some_and(|n| n == names::MARKER) {
+                continue;
+            }
+            match names::ours(&path) {
+                Some((len, mtime, ident)) => earlier.push((mtime, path, len, ident)),
+                None => foreign.push(path),
+            }
+        }
+        if !foreign.is_empty() {
+            let some: Vec<String> = foreign
+                .iter()
+                .take(5)
+                .map(|p| p.display().to_string())
+                .collect();
+            tracing::info!(dir = %dir.display(), count = foreign.len(), first = ?some, "record dir: leaving alone files gpumon did not write (only gpumon-*.trace.jsonl traces are ever deleted)");
+        }
+        earlier.sort_by_key(|e| e.0);
+        let finished: VecDeque<Owned> = earlier
+            .into_iter()
+            .map(|(_, path, len, ident)| Owned { path, len, ident })
+            .collect();
+        let total = finished.iter().map(|o| o.len).sum();
+        let w = Self {
+            dir: dir.to_path_buf(),
+            max_file,
+            max_total,
+            stats,
+            queued,
+            open: HashMap::new(),
+            finished,
+            total,
+        };
+        w.publish();
+        Ok(w)
+    }
+
+    pub fn run(mut self, rx: Receiver<Msg>) {
+        // Earlier runs may have left more than the cap allows now.
+        self.make_room(0);
+        self.publish();
+        while let Ok(msg) = rx.recv() {
+            match msg {
+                Msg::Open {
+                    id,
+                    base,
+                    hello,
+                    stopped,
+                } => self.open_session(id, base, hello, stopped),
+                Msg::Data { id, bytes, lines } => {
+                    self.queued.fetch_sub(bytes.len() as u64, Ordering::Relaxed);
+                    self.data(id, &bytes, lines);
+                }
+                Msg::Close { id, reason } => {
+                    if let Some(r) = reason {
+                        self.stop(id, r);
+                    }
+                    if let Some(s) = self.open.remove(&id) {
+                        self.finish_part(s.file);
+                    }
+                }
+                Msg::Finish => break,
+            }
+            self.publish();
+        }
+        for (_, s) in std::mem::take(&mut self.open) {
+            self.finish_part(s.file);
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
+        self.stats.bytes.store(self.total, Ordering::Relaxed);
+        let files = self.finished.len() + self.open.values().filter(|s| s.file.is_some()).count();
+        self.stats.files.store(files as u64, Ordering::Relaxed);
+    }
+
+    fn reserve(&self) -> u64 {
+        self.open.len() as u64 * MARKER_RESERVE
+    }
+
+    /// Deletes finished traces, oldest first, until `n` more bytes fit; false when they cannot.
+    fn make_room(&mut self, n: u64) -> bool {
+        while self.total + self.reserve() + n > self.max_total {
+            let Some(old) = self.finished.pop_front() else {
+                return false;
+            };
+            self.total = self.total.saturating_sub(old.len);
+            // Deleted only if it is still the file gpumon wrote there (not replaced or a link).
+            let same = std::fs::symlink_metadata(&old.path)
+                .is_ok_and(|m| m.file_type().is_file() && Ident::of(&m) == old.ident);
+            if !same {
+                continue;
+            }
+            match std::fs::remove_file(&old.path) {
+                Ok(()) => {
+                    self.stats.deleted_files.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(file = %old.path.display(), "record dir at its size cap (record.max_total_bytes): deleted the oldest finished trace");
+                }
+                Err(e) => {
+                    tracing::warn!(file = %old.path.display(), error = %e, "cannot delete an old trace")
+                }
+            }
+        }
+        true
+    }
+
+    fn open_session(&mut self, id: u64, base: String, hello: Vec<u8>, stopped: Arc<AtomicBool>) {
+        self.stats.sessions.fetch_add(1, Ordering::Relaxed);
+        self.open.insert(
+            id,
+            Open {
+                base,
+                hello,
+                part: 0,
+                file: None,
+                written: 0,
+                stopped,
+            },
+        );
+        self.next_part(id);
+    }
+
+    /// Closes the session's current part (if any) and starts the next with the hello again.
+    /// False when the session's recording stopped.
+    fn next_part(&mut self, id: u64) -> bool {
+        let Some(s) = self.open.get_mut(&id) else {
+            return false;
+        };
+        let old = s.file.take();
+        let (base, part) = (s.base.clone(), s.part);
+        s.part += 1;
+        s.written = 0;
+        let hello_len = s.hello.len() as u64 + 1;
+        self.finish_part(old);
+        if !self.make_room(hello_len) {
+            self.stop(id, Reason::OverCap);
+            return false;
+        }
+        let mut n = 1;
+        let created = loop {
+            let path = self.dir.join(names::part_name(&base, part, n));
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+                other => break other.map(|f| (f, path)),
+            }
+        };
+        let (file, path) = match created {
+            Ok(fp) => fp,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot create a trace file; this session is not recorded");
+                self.failed(id, &e);
+                return false;
+            }
+        };
+        let ident = file
+            .metadata()
+            .map(|m| Ident::of(&m))
+            .unwrap_or(Ident { dev: 0, ino: 0 });
+        if let Some(s) = self.open.get_mut(&id) {
+            s.file = Some((file, path, ident));
+            let hello = std::mem::take(&mut s.hello);
+            let mut line = hello.clone();
+            line.push(b'\n');
+            s.hello = hello;
+            return self.append(id, &line);
+        }
+        false
+    }
+
+    fn finish_part(&mut self, file: Option<(File, PathBuf, Ident)>) {
+        if let Some((f, path, ident)) = file {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            self.finished.push_back(Owned { path, len, ident });
+        }
+    }
+
+    /// Writes `bytes` (whole lines) to the session's current part, accounting for them.
+    fn append(&mut self, id: u64, bytes: &[u8]) -> bool {
+        let Some(Some((f, _, _))) = self.open.get_mut(&id).map(|s| s.file.as_mut()) else {
+            return false;
+        };
+        match f.write_all(bytes) {
+            Ok(()) => {
+                if let Some(s) = self.open.get_mut(&id) {
+                    s.written += bytes.len() as u64;
+                }
+                self.total += bytes.len() as u64;
+                true
+            }
+            Err(e) => {
+                self.failed(id, &e);
+                false
+            }
+        }
+    }
+
+    fn failed(&mut self, id: u64, e: &std::io::Error) {
+        self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+        let full = matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT));
+        let reason = if full {
+            Reason::DiskFull
+        } else {
+            Reason::WriteError
+        };
+        tracing::warn!(error = %e, reason = reason.as_str(), "trace write failed");
+        self.stop(id, reason);
+    }
+
+    fn data(&mut self, id: u64, mut bytes: &[u8], mut lines: u64) {
+        let Some(s) = self.open.get(&id) else { return };
+        if s.stopped.load(Ordering::Relaxed) {
+            self.stats.dropped_lines.fetch_add(lines, Ordering::Relaxed);
+            return;
+        }
+        while !bytes.is_empty() {
+            let Some(s) = self.open.get(&id) else { return };
+            let hello_len = s.hello.len() as u64 + 1;
+            // As many whole lines as fit in this part; at least one, so a line longer than a
+            // part still goes into a part of its own.
+            let room = self.max_file.saturating_sub(s.written) as usize;
+            let (take, n) = fit(bytes, room);
+            if take == 0 && s.written > hello_len {
+                if !self.next_part(id) {
+                    self.stats.dropped_lines.fetch_add(lines, Ordering::Relaxed);
+                    return;
+                }
+                continue;
+            }
+            let (take, n) = if take == 0 {
+                let end = bytes
+                    .iter()
+                    .position(|c| *c == b'\n')
+                    .map_or(bytes.len(), |i| i + 1);
+                (end, 1)
+            } else {
+                (take, n)
+            };
+            let chunk = &bytes[..take];
+            if !self.make_room(chunk.len() as u64) {
+                self.stop(id, Reason::OverCap);
+                self.stats.dropped_lines.fetch_add(lines, Ordering::Relaxed);
+                return;
+            }
+            if !self.append(id, chunk) {
+                self.stats.dropped_lines.fetch_add(lines, Ordering::Relaxed);
+                return;
+            }
+            bytes = &bytes[take..];
+            lines = lines.saturating_sub(n);
+        }
+    }
+
+    /// Ends recording of a session before its end, with a last line saying why (room for it
+    /// was reserved), and tells ingest to stop handing its lines over.
+    fn stop(&mut self, id: u64, reason: Reason) {
+        let Some(s) = self.open.get_mut(&id) else {
+            return;
+        };
+        if s.stopped.swap(true, Ordering::Relaxed) && s.file.is_none() {
+            return;
+        }
+        self.stats.stop(reason);
+        let written = s.written;
+        let file = s.file.take();
+        let base = s.base.clone();
+        let hint = match reason {
+            Reason::OverCap => "the record dir holds record.max_total_bytes in traces still being written: raise record.max_total_bytes or lower record.max_file_bytes",
+            Reason::DiskFull => "the disk holding the record dir is full",
+            Reason::WriteError => "the record dir cannot be written",
+            Reason::QueueFull => "the record dir's disk is slower than ingest",
+        };
+        tracing::warn!(trace = %base, reason = reason.as_str(), hint, "recording of this session stopped; the session itself goes on");
+        if let Some((mut f, path, ident)) = file {
+            // A failed write may have left part of a line: cut back to the last whole line.
+            let _ = f.set_len(written);
+            let marker = stop_line(reason);
+            if f.write_all(&marker).is_ok() {
+                self.total += marker.len() as u64;
+            } else {
+                let _ = f.set_len(written);
+            }
+            self.finish_part(Some((f, path, ident)));
+        }
+    }
+}
+
+/// The last line of a trace whose recording stopped before the session ended: not a protocol
+/// line, so `gpumon analyze` can tell a truncated trace from a trainer that crashed.
+pub fn stop_line(reason: Reason) -> Vec<u8> {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    format!(
+        "{{\"type\":\"trace_truncated\",\"reason\":\"{}\",\"ts\":{ts:.3}}}\n",
+        reason.as_str()
+    )
+    .into_bytes()
+}
+
+/// Bytes of the whole lines at the start of `b` that fit in `room`, and how many lines.
+fn fit(b: &[u8], room: usize) -> (usize, u64) {
+    let lines = |b: &[u8]| b.iter().filter(|c| **c == b'\n').count() as u64;
+    if b.len() <= room {
+        return (b.len(), lines(b));
+    }
+    match b[..room].iter().rposition(|c| *c == b'\n') {
+        Some(i) => (i + 1, lines(&b[..=i])),
+        None => (0, 0),
+    }
+}
