@@ -1,7 +1,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::detect::attribution::{Attribution, Frame, Site};
+use crate::detect::attribution::{kept_outputs_example, Attribution};
 use crate::detect::findings::{Severity, Subject};
 use crate::detect::{Evidence, Kind};
 
@@ -131,39 +131,6 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
     assert_eq!(a["startsAt"], "1970-01-01T00:00:01.000Z");
 }
 
-/// What the trainer of the kept-outputs fixture reports: 120 MiB in 120 blocks at train.py:27.
-fn kept_outputs() -> Attribution {
-    let frame = |line, function: &str| Frame {
-        file: "/home/alice/proj/train.py".into(),
-        line,
-        function: function.into(),
-    };
-    Attribution {
-        id: 1,
-        ts: 1_763_700_300.0,
-        finding: Some("s-3/leak".into()),
-        step_from: Some(60),
-        step_to: Some(180),
-        seconds: Some(61.2),
-        total_growth_bytes: 125_829_120,
-        sites: vec![Site {
-            file: "/home/alice/proj/train.py".into(),
-            line: 27,
-            function: "kept_outputs".into(),
-            bytes: 125_829_120,
-            blocks: 120,
-            stack: vec![
-                frame(27, "kept_outputs"),
-                frame(48, "run"),
-                frame(69, "<module>"),
-            ],
-            note: None,
-        }],
-        error: None,
-        detail: None,
-    }
-}
-
 #[test]
 fn an_attributed_leak_alert_names_the_top_site_and_its_stack() {
     let mut f = finding("s-3/leak", FindingState::Firing);
@@ -171,7 +138,7 @@ fn an_attributed_leak_alert_names_the_top_site_and_its_stack() {
     let keys: Vec<&String> = plain["annotations"].as_object().unwrap().keys().collect();
     assert_eq!(keys, ["description", "summary"]);
 
-    f.attribution = Some(kept_outputs());
+    f.attribution = Some(kept_outputs_example());
     let a = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
     assert_eq!(
         a["annotations"]["attribution"],
@@ -186,7 +153,7 @@ fn an_attributed_leak_alert_names_the_top_site_and_its_stack() {
     // Labels stay as they were: a new attribution changes the alert, not its identity.
     assert_eq!(a["labels"], plain["labels"]);
 
-    let mut failed = kept_outputs();
+    let mut failed = kept_outputs_example();
     failed.sites.clear();
     failed.error = Some("unavailable".into());
     failed.detail = Some("torch.cuda is not available".into());
@@ -202,7 +169,7 @@ fn an_attributed_leak_alert_names_the_top_site_and_its_stack() {
 #[test]
 fn the_webhook_body_carries_the_whole_attribution() {
     let mut f = finding("s-3/leak", FindingState::Firing);
-    f.attribution = Some(kept_outputs());
+    f.attribution = Some(kept_outputs_example());
     let body = webhook::body("node1", &[f, finding("s-4/leak", FindingState::Resolved)]);
     assert_eq!(body["host"], "node1");
     let a = &body["findings"][0]["attribution"];
@@ -227,7 +194,7 @@ fn the_webhook_body_carries_the_whole_attribution() {
     assert_eq!(site["stack"][1]["function"], "run");
     // The round trip gives back what was sent.
     let back: Attribution = serde_json::from_value(a.clone()).unwrap();
-    assert_eq!(back, kept_outputs());
+    assert_eq!(back, kept_outputs_example());
     // A finding without one carries no key at all.
     assert!(body["findings"][1].get("attribution").is_none());
 }

@@ -98,6 +98,41 @@ impl Attribution {
     }
 }
 
+/// What the trainer of the kept-outputs fixture (tests/fixtures/torch-snapshots) reports: 120 MiB
+/// in 120 blocks at train.py:27 over steps 60–180, for tests across the crate.
+#[cfg(test)]
+pub(crate) fn kept_outputs_example() -> Attribution {
+    let frame = |line, function: &str| Frame {
+        file: "/home/alice/proj/train.py".into(),
+        line,
+        function: function.into(),
+    };
+    Attribution {
+        id: 1,
+        ts: 1_763_700_300.0,
+        finding: Some("s-3/leak".into()),
+        step_from: Some(60),
+        step_to: Some(180),
+        seconds: Some(61.2),
+        total_growth_bytes: 125_829_120,
+        sites: vec![Site {
+            file: "/home/alice/proj/train.py".into(),
+            line: 27,
+            function: "kept_outputs".into(),
+            bytes: 125_829_120,
+            blocks: 120,
+            stack: vec![
+                frame(27, "kept_outputs"),
+                frame(48, "run"),
+                frame(69, "<module>"),
+            ],
+            note: None,
+        }],
+        error: None,
+        detail: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,48 +124,21 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn f(line: u64, function: &str) -> Frame {
-        Frame {
-            file: "/home/alice/proj/train.py".into(),
-            line,
-            function: function.into(),
-        }
-    }
-
     /// The kept-outputs fixture's numbers (120 MiB at train.py:27 over steps 60–180), with a
     /// second, smaller site so shares are not all 100%.
     fn kept_outputs() -> Attribution {
-        Attribution {
-            id: 1,
-            ts: 1_763_700_300.0,
-            finding: Some("s-3/leak".into()),
-            step_from: Some(60),
-            step_to: Some(180),
-            seconds: Some(61.2),
-            total_growth_bytes: 129 * MIB,
-            sites: vec![
-                Site {
-                    file: "/home/alice/proj/train.py".into(),
-                    line: 27,
-                    function: "kept_outputs".into(),
-                    bytes: 120 * MIB,
-                    blocks: 120,
-                    stack: vec![f(27, "kept_outputs"), f(48, "run"), f(69, "<module>")],
-                    note: None,
-                },
-                Site {
-                    file: "/home/alice/proj/data.py".into(),
-                    line: 9,
-                    function: String::new(),
-                    bytes: 9 * MIB,
-                    blocks: 3,
-                    stack: vec![],
-                    note: None,
-                },
-            ],
-            error: None,
-            detail: None,
-        }
+        let mut a = crate::detect::attribution::kept_outputs_example();
+        a.total_growth_bytes = 129 * MIB;
+        a.sites.push(Site {
+            file: "/home/alice/proj/data.py".into(),
+            line: 9,
+            function: String::new(),
+            bytes: 9 * MIB,
+            blocks: 3,
+            stack: vec![],
+            note: None,
+        });
+        a
     }
 
     #[test]
@@ -227,8 +200,12 @@ mod tests {
         );
         // Frames inside torch before the site are not its callers.
         let mut inner = top.clone();
-        inner.stack.insert(0, f(1723, "relu"));
-        inner.stack[0].file = "/home/alice/.venv/torch/nn/functional.py".into();
+        let relu = Frame {
+            file: "/home/alice/.venv/torch/nn/functional.py".into(),
+            line: 1723,
+            function: "relu".into(),
+        };
+        inner.stack.insert(0, relu);
         assert_eq!(callers(&inner), &top.stack[1..]);
         // A stack without the site's frame (or none at all) is all callers.
         assert!(callers(&a.sites[1]).is_empty());
