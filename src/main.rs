@@ -156,10 +156,12 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
                     config.listen
                 )
             })?;
-        // Dropped after the daemon has stopped: the socket file goes with it.
-        let (ingest, _socket_file) = open_ingest(&config)?;
+        // Signals first: a SIGTERM that comes as soon as the socket is ready must still end the
+        // daemon cleanly (and remove the socket file), not kill it.
         let shutdown = CancellationToken::new();
         gpumon::daemon::cancel_on_signals(shutdown.clone())?;
+        // Dropped after the daemon has stopped: the socket file goes with it.
+        let (ingest, _socket_file) = open_ingest(&config)?;
         let source = Box::new(gpumon::sources::nvml::NvmlSource::new(
             config.nvml_lib.clone(),
             config.procfs.clone(),

@@ -236,36 +236,100 @@ fn assert_silent(r: &mut BufReader<UnixStream>) {
 }
 
 #[test]
-fn a_flooding_client_is_closed_with_the_limit_named_and_others_are_unaffected() {
-    let d = Daemon::with_scenario("two_gpus");
+fn a_client_over_the_rate_limit_is_throttled_not_closed_and_ends_clean() {
+    let d = Daemon::start(DaemonOpts {
+        scenario: Some(&scenario("two_gpus")),
+        config: "[ingest]\nmax_lines_per_second = 200\n".into(),
+        ..DaemonOpts::default()
+    });
     let (mut calm, mut calm_r) = connect(&d);
     calm.write_all(hello("calm").as_bytes()).unwrap();
     assert_eq!(reply(&mut calm_r)["type"], "welcome");
 
     let (mut flood, mut flood_r) = connect(&d);
     flood.write_all(hello("flood").as_bytes()).unwrap();
-    assert_eq!(reply(&mut flood_r)["type"], "welcome");
-    // Default limit: 1000 lines/s with a burst of 2000.
-    let burst: String = (0..5000).map(|i| sample_line(i, 1, 0)).collect();
-    let _ = flood.write_all(burst.as_bytes());
-    let mut last = String::new();
-    let mut line = String::new();
-    while flood_r.read_line(&mut line).unwrap_or(0) > 0 {
-        last = std::mem::take(&mut line);
-    }
-    let e: serde_json::Value = serde_json::from_str(&last).unwrap();
-    assert_eq!(e["code"], "rate_limited");
-    assert!(
-        e["message"].as_str().unwrap().contains("1000 lines/s"),
-        "{e}"
-    );
+    let welcome = reply(&mut flood_r);
+    assert_eq!(welcome["type"], "welcome");
+    assert_eq!(welcome["max_lines_per_second"], 200, "{welcome}");
 
+    // Three times the limit for three seconds, in tenths of a second.
+    let started = std::time::Instant::now();
+    let mut sent = 0u64;
+    for tick in 0..30u64 {
+        let lines: String = (0..60).map(|i| sample_line(tick * 60 + i, 1, 0)).collect();
+        flood.write_all(lines.as_bytes()).unwrap();
+        sent += 60;
+        let next = Duration::from_millis(100 * (tick + 1));
+        std::thread::sleep(next.saturating_sub(started.elapsed()));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    // The bye goes through whatever the bucket holds, and ends the session cleanly.
+    flood
+        .write_all(b"{\"type\":\"bye\",\"ts\":1763700100}\n")
+        .unwrap();
+    d.wait_for(Duration::from_secs(5), "flood session ended", || {
+        session(&d, "flood").is_some_and(|s| !s["ended"].is_null())
+    });
+    let s = session(&d, "flood").unwrap();
+    assert_eq!(s["ended"][1], "clean", "{s}");
+
+    // Every line is either a sample or a counted drop; the accepted ones fit the bucket: a
+    // burst of two seconds' worth plus the rate over the run.
+    let accepted = s["samples"].as_u64().unwrap();
+    let m = d.metrics();
+    let dropped = sample(&m, "gpumon_ingest_rejected_total{code=\"rate_limited\"}").unwrap() as u64;
+    assert_eq!(
+        accepted + dropped,
+        sent,
+        "accepted {accepted}, dropped {dropped}"
+    );
+    let cap = 400.0 + 200.0 * (elapsed + 0.2);
+    assert!((accepted as f64) <= cap, "accepted {accepted} > {cap}");
+    assert!(accepted >= 400 + 200 * 2, "accepted {accepted}");
+
+    // A notice at most once a second, not one per dropped line; then silence.
+    flood_r
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut notices = Vec::new();
+    let mut line = String::new();
+    while flood_r.read_line(&mut line).is_ok_and(|n| n > 0) {
+        notices.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+        line.clear();
+    }
+    eprintln!(
+        "sent {sent} in {elapsed:.2} s: accepted {accepted}, dropped {dropped}, {} notice(s)",
+        notices.len()
+    );
+    assert!(
+        (1..=4).contains(&notices.len()),
+        "{} notices: {notices:?}",
+        notices.len()
+    );
+    for n in &notices {
+        assert_eq!(n["code"], "rate_limited", "{n}");
+        let msg = n["message"].as_str().unwrap();
+        assert!(
+            msg.contains("200 lines/s") && msg.contains("stays open"),
+            "{msg}"
+        );
+    }
+
+    // No crash finding for a throttled trainer, and the calm one was not touched.
+    let snap = d.snapshot();
+    let crashes: Vec<_> = snap["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "crash")
+        .collect();
+    assert!(crashes.is_empty(), "{crashes:?}");
     calm.write_all(sample_line(1, 5, 0).as_bytes()).unwrap();
     d.wait_for(Duration::from_secs(5), "calm session's sample", || {
-        d.metrics()
-            .lines()
-            .any(|l| l.starts_with("gpumon_trainer_step{") && l.contains("job=\"calm\""))
+        session(&d, "calm").is_some_and(|s| s["samples"] == 1 && s["ended"].is_null())
     });
+    assert_silent(&mut calm_r);
 }
 
 #[test]

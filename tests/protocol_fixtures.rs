@@ -72,6 +72,7 @@ fn the_reply_fixtures_match_what_the_daemon_sends() {
                 v: v["v"].as_u64().unwrap(),
                 server: v["server"].as_str().unwrap(),
                 session: v["session"].as_str().unwrap(),
+                max_lines_per_second: v["max_lines_per_second"].as_u64().map(|n| n as u32),
             }
             .to_line(),
             "error" => {

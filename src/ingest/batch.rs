@@ -2,7 +2,8 @@
 //! line in order, parsed outside the store lock, then applied under a single write lock, so 64
 //! busy trainers cost one lock round-trip per read instead of one per line. Every line still
 //! gets exactly what handling it alone would give: its own line number, its error reply, its
-//! count; a rate-limited line ends the batch and the connection, as before.
+//! count. A line over the rate limit is dropped and counted, and the connection goes on; the
+//! lines that end or open a session (hello, bye) and an `oom` event are never dropped.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -19,6 +20,9 @@ use crate::store::SharedStore;
 /// Lines taken per batch at most, so one connection's burst holds the lock and its worker
 /// thread only briefly (256 sample lines parse in well under a millisecond).
 const MAX_LINES: usize = 256;
+/// Longest line over the rate limit still parsed to see whether it is exempt: hello, bye and
+/// oom lines are far shorter, and a flood of long lines then costs no parsing.
+const MAX_EXEMPT_LINE: usize = 4096;
 
 // Nearly every item is a Msg and the Vec is reused across batches: boxing the big variant would
 // only add an allocation per line.
@@ -27,6 +31,8 @@ enum Item {
     /// A parsed line, and where its raw bytes lie in the reader's buffer.
     Msg(Message, Range<usize>),
     Reject(Rejection),
+    /// Over the rate limit: dropped.
+    Limited,
     /// The peer closed in the middle of a line: counted as bad_json, no reply (it is gone).
     Partial,
 }
@@ -37,18 +43,29 @@ pub struct Batch {
     outcomes: Vec<Outcome>,
     /// A request for the trainer that came due with this batch, sent after its replies.
     request: Option<Vec<u8>>,
-    /// The connection ends after this batch (EOF, or a line over the rate limit).
+    /// Lines dropped for the rate limit without a reply (counted at `finish`).
+    silenced: u64,
+    /// The connection ends after this batch (EOF).
     pub closing: bool,
+}
+
+/// Lines the rate limit never drops: a session's start and end (a bye dropped would turn a clean
+/// end into a crash finding), and an out-of-memory report, the one line a dying trainer has.
+fn exempt(msg: &Message) -> bool {
+    match msg {
+        Message::Hello(_) | Message::Bye { .. } => true,
+        Message::Event(e) => e.kind == "oom",
+        Message::Sample(_) | Message::Attribution(_) => false,
+    }
 }
 
 impl Batch {
     /// Takes the frames `reader` has buffered, in order. `admit` is asked once per frame (the
-    /// rate limit); the first frame it refuses gets `limited`'s rejection and ends the batch.
+    /// rate limit); a frame it refuses is dropped unless `exempt`.
     pub fn take<R: AsyncRead + Unpin>(
         &mut self,
         reader: &mut LineReader<R>,
         mut admit: impl FnMut() -> bool,
-        limited: impl Fn() -> Rejection,
     ) {
         while self.items.len() < MAX_LINES {
             let Some(frame) = reader.next_buffered() else {
@@ -62,19 +79,26 @@ impl Batch {
                     }
                     return;
                 }
-                _ if !admit() => {
-                    self.closing = true;
-                    self.items.push(Item::Reject(limited()));
-                    return;
-                }
+                Frame::TooLong { .. } if !admit() => Item::Limited,
                 Frame::TooLong { len } => Item::Reject(Rejection::new(
                     Code::LineTooLong,
                     format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
                 )),
-                Frame::Line(line) => match protocol::parse(line) {
-                    Ok(msg) => Item::Msg(msg, reader.last_line()),
-                    Err(r) => Item::Reject(r),
-                },
+                Frame::Line(line) => {
+                    let admitted = admit();
+                    if !admitted && line.len() > MAX_EXEMPT_LINE {
+                        Item::Limited
+                    } else {
+                        match protocol::parse(line) {
+                            Ok(msg) if admitted || exempt(&msg) => {
+                                Item::Msg(msg, reader.last_line())
+                            }
+                            Ok(_) => Item::Limited,
+                            Err(r) if admitted => Item::Reject(r),
+                            Err(_) => Item::Limited,
+                        }
+                    }
+                }
             };
             self.items.push(item);
         }
@@ -105,6 +129,13 @@ impl Batch {
                     conn.apply(msg, reader.bytes(raw), &mut s.sessions, ts)
                 }
                 Item::Reject(r) => conn.reject(r),
+                Item::Limited => match conn.over_limit(ts) {
+                    Some(reply) => reply,
+                    None => {
+                        self.silenced += 1;
+                        continue;
+                    }
+                },
                 Item::Partial => {
                     stats.reject(Code::BadJson);
                     continue;
@@ -138,6 +169,11 @@ impl Batch {
         }
         if accepted > 0 {
             stats.lines.fetch_add(accepted, Ordering::Relaxed);
+        }
+        // One count per dropped line: those with a reply were counted above, by its code.
+        let silenced = std::mem::take(&mut self.silenced);
+        if silenced > 0 {
+            stats.reject_many(Code::RateLimited, silenced);
         }
         if let Some(r) = self.request.take() {
             stats.requests.fetch_add(1, Ordering::Relaxed);

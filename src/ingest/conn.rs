@@ -10,6 +10,9 @@ use crate::model::Timestamp;
 use crate::store::sessions::{Ending, Peer, Sessions};
 
 const SERVER: &str = concat!("gpumon/", env!("CARGO_PKG_VERSION"));
+/// Seconds between two `rate_limited` replies on one connection: one per line would flood a
+/// client that is already sending too much, and may not be reading.
+const LIMITED_REPLY_EVERY: f64 = 1.0;
 
 pub struct Conn {
     peer: Peer,
@@ -19,6 +22,11 @@ pub struct Conn {
     said_bye: bool,
     recorder: Option<Arc<Recorder>>,
     trace: Option<Trace>,
+    /// Lines per second this connection may send (announced in its welcome).
+    rate_limit: Option<u32>,
+    /// When the last `rate_limited` reply went out, and lines dropped since.
+    limited_reply: Option<Timestamp>,
+    limited_dropped: u64,
 }
 
 /// What the caller should do after a line.
@@ -43,7 +51,16 @@ impl Conn {
             said_bye: false,
             recorder: None,
             trace: None,
+            rate_limit: None,
+            limited_reply: None,
+            limited_dropped: 0,
         }
+    }
+
+    /// The connection's line rate limit, announced in the welcome and named in `rate_limited`.
+    pub fn rate_limited(mut self, lines_per_second: u32) -> Self {
+        self.rate_limit = Some(lines_per_second);
+        self
     }
 
     /// Records this connection's session as a trace file (`--record-dir`).
@@ -65,6 +82,30 @@ impl Conn {
     pub fn reject(&mut self, r: Rejection) -> Outcome {
         self.line += 1;
         self.error(r)
+    }
+
+    /// A line dropped for the rate limit: it still counts as a line (later errors keep their
+    /// line numbers), and gets a `rate_limited` reply at most once a second, telling how many
+    /// were dropped since the last one. None: dropped without a reply.
+    pub fn over_limit(&mut self, now: Timestamp) -> Option<Outcome> {
+        self.line += 1;
+        self.limited_dropped += 1;
+        // abs(): a wall clock stepped back must not silence the replies for good.
+        if self
+            .limited_reply
+            .is_some_and(|t| (now - t).abs() < LIMITED_REPLY_EVERY)
+        {
+            return None;
+        }
+        let dropped = std::mem::take(&mut self.limited_dropped);
+        let msg = match self.rate_limit {
+            Some(n) => format!(
+                "more than {n} lines/s (ingest.max_lines_per_second): {dropped} line(s) dropped since the last notice; the connection stays open. Send fewer samples (the welcome's max_lines_per_second is the limit), or raise the limit"
+            ),
+            None => format!("over the line rate limit: {dropped} line(s) dropped"),
+        };
+        self.limited_reply = Some(now);
+        Some(self.error(Rejection::new(Code::RateLimited, msg)))
     }
 
     fn error(&self, r: Rejection) -> Outcome {
@@ -105,13 +146,14 @@ impl Conn {
                     .recorder
                     .as_ref()
                     .map(|r| r.start(&id, job.as_deref(), rank, now, raw));
+                let welcome = Reply::Welcome {
+                    v: protocol::VERSION,
+                    server: SERVER,
+                    session: &id,
+                    max_lines_per_second: self.rate_limit,
+                };
                 Outcome::Reply {
-                    line: Reply::Welcome {
-                        v: protocol::VERSION,
-                        server: SERVER,
-                        session: &id,
-                    }
-                    .to_line(),
+                    line: welcome.to_line(),
                     rejected: None,
                 }
             }
@@ -276,6 +318,37 @@ mod tests {
     }
 
     /// A line of a trainer whose floor grows 4 MiB a step on a 16 GiB device.
+    #[test]
+    fn the_welcome_names_the_rate_limit_and_over_it_a_notice_goes_out_once_a_second() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let (plain, _) = reply_of(Conn::new(PEER).handle(HELLO, &mut s, 1.0));
+        assert!(!plain.contains("max_lines_per_second"), "{plain}");
+        let mut c = Conn::new(PEER).rate_limited(40);
+        let (welcome, _) = reply_of(c.handle(HELLO, &mut s, 1.0));
+        let w: serde_json::Value = serde_json::from_str(&welcome).unwrap();
+        assert_eq!(w["type"], "welcome");
+        assert_eq!(w["max_lines_per_second"], 40);
+        let (first, code) = reply_of(c.over_limit(10.0).unwrap());
+        assert_eq!(code, Some(Code::RateLimited));
+        assert!(
+            first.contains("40 lines/s") && first.contains("1 line(s) dropped"),
+            "{first}"
+        );
+        assert!(first.contains(r#""line":2"#), "{first}");
+        assert!(c.over_limit(10.5).is_none());
+        assert!(c.over_limit(10.99).is_none());
+        let (second, _) = reply_of(c.over_limit(11.0).unwrap());
+        assert!(second.contains("3 line(s) dropped") && second.contains(r#""line":5"#));
+        // A clock stepped back does not silence the notices.
+        assert!(c.over_limit(3.0).is_some());
+        // Dropped lines end nothing: the session is live, and its bye still ends it cleanly.
+        assert_eq!(c.handle(br#"{"type":"bye"}"#, &mut s, 12.0), Outcome::Bye);
+        assert_eq!(
+            s.ended().last().unwrap().ended.map(|(_, e)| e),
+            Some(Ending::Clean)
+        );
+    }
+
     fn leaking(step: u64) -> Vec<u8> {
         let floor = (2u64 << 30) + step * (4 << 20);
         format!(

@@ -547,6 +547,10 @@ pub enum Reply<'a> {
         v: u64,
         server: &'a str,
         session: &'a str,
+        /// The connection's line rate limit, so the client can pace itself under it; left out
+        /// where there is none (an offline replay).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_lines_per_second: Option<u32>,
     },
     Error {
         code: Code,

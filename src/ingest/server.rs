@@ -1,7 +1,9 @@
 //! The ingest socket: accepts trainer connections and feeds their lines through `Conn` into the
 //! store. Replies and requests are written with `try_write` only, so a client that never reads
 //! can cost us dropped lines but never a blocked task; over-long lines are skipped unbuffered; a client
-//! past the line rate or the connection cap gets one last error line naming the limit. A connection
+//! past the line rate has its excess lines dropped and counted, with a `rate_limited` reply at most
+//! once a second, and stays connected (its welcome names the limit so it can pace itself); one past
+//! the connection cap gets one last error line naming the limit. A connection
 //! must say hello within `hello_timeout` and then send something every `idle_timeout`, and one
 //! without hello gives its slot up to a newcomer when the table is full (`admission`), so
 //! connections that never send anything cannot lock trainers out.
@@ -106,8 +108,12 @@ pub struct IngestStats {
 
 impl IngestStats {
     pub(super) fn reject(&self, code: Code) {
+        self.reject_many(code, 1);
+    }
+
+    pub(super) fn reject_many(&self, code: Code, n: u64) {
         if let Some(i) = Code::ALL.iter().position(|c| *c == code) {
-            self.rejected[i].fetch_add(1, Ordering::Relaxed);
+            self.rejected[i].fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -203,7 +209,7 @@ fn refuse(stream: &UnixStream, peer: Peer, refused: Refusal, limits: Limits, sta
 
 /// How a connection's loop ended, for how its session is closed.
 enum End {
-    /// The peer closed, broke the protocol's limits, or the store is unusable.
+    /// The peer closed, or the store is unusable.
     Peer,
     /// The daemon is shutting down.
     Shutdown,
@@ -224,7 +230,9 @@ async fn handle(
 ) {
     let (read, write) = stream.into_split();
     let mut reader = LineReader::new(read, MAX_LINE);
-    let mut conn = Conn::new(peer).recording(recorder);
+    let mut conn = Conn::new(peer)
+        .recording(recorder)
+        .rate_limited(limits.max_lines_per_second);
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
     let mut batch = Batch::default();
     let send = |line: &[u8]| {
@@ -232,13 +240,6 @@ async fn handle(
         if !matches!(write.try_write(line), Ok(n) if n == line.len()) {
             stats.replies_dropped.fetch_add(1, Ordering::Relaxed);
         }
-    };
-    let limited = || {
-        let msg = format!(
-            "more than {} lines/s (ingest.max_lines_per_second); closing. Send one sample per step, or raise the limit",
-            limits.max_lines_per_second
-        );
-        Rejection::new(Code::RateLimited, msg)
     };
     // Made once: a fresh one per read would register with the token (a lock) every time.
     let cancelled = shutdown.cancelled();
@@ -274,7 +275,7 @@ async fn handle(
                 last_read = Instant::now();
             }
         }
-        batch.take(&mut reader, || bucket.take(), limited);
+        batch.take(&mut reader, || bucket.take());
         if !batch.apply(&mut conn, &reader, store, stats) {
             break End::Peer;
         }

@@ -8,15 +8,25 @@ of that, at most `max_rate` samples per second (the daemon needs a trend, not ev
 least `every` steps apart. The first step is always sampled, so a session shows up at once.
 
 Steps that are not sampled cost one `perf_counter()` call and a few comparisons.
+
+`Throttle` keeps any caller's samples under the daemon's line rate limit (the welcome's
+`max_lines_per_second`): at most `_LIMIT_SHARE` of it, and half that for a while after each
+`rate_limited` notice, since the daemon drops the lines over its limit.
 """
 
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 # Step time beyond which the budget stops growing: keeps slow steps at <= budget * 5 ms each.
 _STEP_CAP = 0.005
 # How fast the cost estimate follows new measurements (one slow sample should not stall sampling).
 _EWMA = 0.2
+# Share of the daemon's line limit samples may use: room for events, marks and jitter.
+_LIMIT_SHARE = 0.8
+# Seconds a `rate_limited` notice halves the rate for (each further notice halves it again).
+_SLOW_FOR = 10.0
+# The lowest the notices can push the rate: 1/64 of the share.
+_MIN_FACTOR = 1.0 / 64
 
 
 class Cadence:
@@ -83,3 +93,49 @@ class Cadence:
             self.cost += _EWMA * (capped - self.cost)
         if self.budget:
             self.credit -= seconds
+
+
+class Throttle:
+    """Paces samples under the daemon's line rate limit; no limit known (an older daemon, or no
+    welcome yet): every sample goes. `skipped` counts the samples it held back."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.limit: Optional[float] = None  # lines per second, from the welcome
+        self.interval = 0.0  # least seconds between samples; 0: no pacing
+        self.factor = 1.0  # < 1 for _SLOW_FOR seconds after a rate_limited notice
+        self._slow_until = 0.0
+        self._last = -float("inf")
+        self.skipped = 0
+
+    def set_limit(self, limit: Any) -> None:
+        """The welcome's max_lines_per_second (anything but a positive number: no limit)."""
+        ok = isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0
+        self.limit = float(limit) if ok else None
+        self._pace()
+
+    def limited(self) -> None:
+        """The daemon said `rate_limited`: it dropped lines. Halve the rate for a while."""
+        self.factor = max(self.factor / 2, _MIN_FACTOR)
+        self._slow_until = self._clock() + _SLOW_FOR
+        self._pace()
+
+    def allow(self) -> bool:
+        """True when a sample may go now (and it is counted as gone)."""
+        if not self.interval and self.factor == 1.0:
+            return True
+        now = self._clock()
+        if self.factor < 1.0 and now >= self._slow_until:
+            self.factor = 1.0
+            self._pace()
+        if now - self._last < self.interval:
+            self.skipped += 1
+            return False
+        self._last = now
+        return True
+
+    def _pace(self) -> None:
+        # Without a known limit there is no rate to halve: a notice then waits for a welcome
+        # that names one (an older daemon names none, and closes instead).
+        limit = self.limit
+        self.interval = 1.0 / (limit * _LIMIT_SHARE * self.factor) if limit else 0.0

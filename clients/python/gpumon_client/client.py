@@ -101,6 +101,8 @@ class Client:
         if self.disabled or self.closed:
             return
         try:
+            if not self.transport.throttle.allow():
+                return  # over the daemon's line limit: it would drop this sample (stats: rate_skipped)
             source = self.source
             stats = source.memory_stats()
             now = self._monotonic()
@@ -201,7 +203,8 @@ class Client:
         self.transport.close(bye=protocol.bye(self._clock()) if touched else None, timeout=timeout)
 
     def stats(self) -> Dict[str, Any]:
-        """The connection's health: connected, buffered, dropped, connects, errors, ...; with
+        """The connection's health: connected, buffered, dropped, connects, errors,
+        max_lines_per_second (the daemon's limit), rate_skipped (samples held back under it), ...; with
         `attribution` (windows: open, answers by outcome, lost, last_detail) when offered."""
         out = self.transport.stats()
         if self.attributor is not None:

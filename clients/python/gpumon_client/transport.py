@@ -17,6 +17,7 @@ import weakref
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from . import protocol
+from .cadence import Throttle
 
 log = logging.getLogger("gpumon_client")
 
@@ -84,6 +85,8 @@ class Transport:
         # time. A request belongs to its connection: its id means nothing on the next one.
         self.requests: Deque[Tuple[int, protocol.AttributeRequest]] = collections.deque()
         self._closed = False
+        # The daemon's line limit (welcome) and its rate_limited notices pace the samples.
+        self.throttle = Throttle(self._monotonic)
         self.path: Optional[str] = None
         self.session: Optional[str] = None
         self.server: Optional[str] = None
@@ -170,6 +173,8 @@ class Transport:
             "internal_errors": self.internal_errors,
             "bad_replies": self.bad_replies,
             "requests_dropped": self.requests_dropped,
+            "max_lines_per_second": self.throttle.limit,
+            "rate_skipped": self.throttle.skipped,
         }
 
     @property
@@ -304,10 +309,13 @@ class Transport:
         if reply.type == "welcome":
             self.session = reply.session
             self.server = reply.server
+            self.throttle.set_limit(obj.get("max_lines_per_second"))
             self._delay = self.backoff_initial  # a welcomed connection proves the daemon is healthy
         elif reply.type == "error":
             code = reply.code or "unknown"
             self.errors[code] = self.errors.get(code, 0) + 1
+            if code == "rate_limited":
+                self.throttle.limited()
             self.last_error = "%s: %s" % (code, reply.message or "")
             log.debug("gpumon: daemon error %s", self.last_error)
 

@@ -117,10 +117,6 @@ fn setup(input: Vec<u8>) -> (SharedStore, LineReader<tokio::io::DuplexStream>) {
     (store, LineReader::new(r, MAX_LINE))
 }
 
-fn limited() -> Rejection {
-    Rejection::new(Code::RateLimited, "too fast")
-}
-
 async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
     let (store, mut reader) = setup(input);
     let stats = IngestStats::default();
@@ -131,14 +127,10 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
     let mut batches = 0;
     loop {
         reader.fill().await.unwrap();
-        batch.take(
-            &mut reader,
-            || {
-                admitted += 1;
-                admitted <= admit_first
-            },
-            limited,
-        );
+        batch.take(&mut reader, || {
+            admitted += 1;
+            admitted <= admit_first
+        });
         assert!(batch.apply(&mut conn, &reader, &store, &stats));
         batch.finish(&stats, |l| {
             replies
@@ -172,16 +164,17 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
                 }
                 break;
             }
-            _ if {
-                admitted += 1;
-                admitted > admit_first
-            } =>
+            frame
+                if {
+                    admitted += 1;
+                    admitted > admit_first
+                } && !matches!(frame, Frame::Line(l) if protocol::parse(l).is_ok_and(|m| exempt(&m))) =>
             {
-                if let Outcome::Reply { line, .. } = conn.reject(limited()) {
-                    replies.push(String::from_utf8(line).unwrap());
-                }
                 stats.reject(Code::RateLimited);
-                break;
+                match conn.over_limit(now()) {
+                    Some(o) => o,
+                    None => continue,
+                }
             }
             Frame::TooLong { len } => conn.reject(Rejection::new(
                 Code::LineTooLong,
@@ -195,6 +188,8 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
             }
             Outcome::Reply { line, rejected } => {
                 match rejected {
+                    // Counted above, as every dropped line is.
+                    Some(Code::RateLimited) => {}
                     Some(code) => stats.reject(code),
                     None => {
                         stats.lines.fetch_add(1, Ordering::Relaxed);
@@ -264,13 +259,54 @@ async fn every_line_gets_the_reply_and_count_it_got_one_at_a_time() {
     assert_eq!(second.ended, Some(Ending::Crash));
 }
 
+/// Frames of `input()` the rate limit never drops (1-based): hello, the second hello, bye, hello.
+const EXEMPT: [usize; 4] = [2, 7, 14, 16];
+const FRAMES: usize = 17;
+
 #[tokio::test]
-async fn a_line_over_the_rate_limit_ends_the_connection_where_it_stands() {
+async fn lines_over_the_rate_limit_are_dropped_and_counted_and_the_connection_goes_on() {
     for limit in [0, 1, 2, 5, 12, 16] {
         let got = batched(input(), limit).await;
         assert_eq!(got, one_by_one(input(), limit).await, "limit {limit}");
-        let last = codes_and_lines(&got).pop().unwrap();
-        assert_eq!(last, ("rate_limited".to_string(), limit as u64 + 1));
-        assert_eq!(rejected(&got, Code::RateLimited), 1);
+        let dropped = (limit + 1..=FRAMES).filter(|i| !EXEMPT.contains(i)).count();
+        assert_eq!(
+            rejected(&got, Code::RateLimited),
+            dropped as u64,
+            "limit {limit}"
+        );
+        let replies = codes_and_lines(&got);
+        // One notice for the lot (the test runs well within a second), at the first dropped line.
+        let first = (limit + 1..=FRAMES).find(|i| !EXEMPT.contains(i)).unwrap();
+        let limited: Vec<_> = replies
+            .iter()
+            .filter(|(c, _)| c == "rate_limited")
+            .collect();
+        assert_eq!(
+            limited,
+            [&("rate_limited".to_string(), first as u64)],
+            "limit {limit}"
+        );
+        // Exempt lines went through whatever the limit: both sessions opened, the first ended
+        // by its bye (clean), and line numbers past the dropped lines are still right.
+        assert_eq!(replies.iter().filter(|(c, _)| c == "welcome").count(), 2);
+        assert!(replies.contains(&("duplicate_hello".to_string(), 7)));
+        assert_eq!(got.sessions.len(), 2);
+        assert_eq!(got.sessions[0].ended, Some(Ending::Clean), "limit {limit}");
+        assert!(got.sessions[0].steps.len() <= limit, "limit {limit}");
     }
+}
+
+#[tokio::test]
+async fn an_oom_event_over_the_limit_still_lands() {
+    let mut input = HELLO.as_bytes().to_vec();
+    input.extend_from_slice(sample(1).as_bytes());
+    input.extend_from_slice(
+        b"{\"type\":\"event\",\"ts\":1763700003,\"kind\":\"mark\",\"detail\":\"x\"}\n",
+    );
+    input.extend_from_slice(
+        b"{\"type\":\"event\",\"ts\":1763700003,\"kind\":\"oom\",\"alloc_bytes\":1024}\n",
+    );
+    let got = batched(input, 1).await;
+    assert_eq!(got.sessions[0].events, ["oom", "crash"]);
+    assert_eq!(rejected(&got, Code::RateLimited), 2);
 }

@@ -185,6 +185,7 @@ fn replies_are_single_json_lines() {
         v: 1,
         server: "gpumon/0.1.0",
         session: "s-17",
+        max_lines_per_second: None,
     }
     .to_line();
     assert_eq!(
