@@ -1,6 +1,11 @@
 //! Findings as the outside world sees them (API, metrics, alerts), and the node-wide registry:
 //! recently resolved findings, counts by kind, and an outbox of transitions for alert sinks.
-//! Everything here is bounded: the outbox drops its oldest entry (counted) when nobody drains it.
+//! Everything here is bounded: the outbox drops its oldest entry (counted) when nobody drains it,
+//! crash findings of ended sessions are aggregated past a few (held.rs), and log lines have a
+//! budget (log_limit.rs).
+
+mod held;
+mod log_limit;
 
 use std::collections::VecDeque;
 
@@ -9,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use super::attribution::Attribution;
 use super::{Evidence, Kind};
 use crate::model::Timestamp;
+use held::{Group, Held, HELD_MAX, PER_JOB};
+use log_limit::LogLimit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,16 +84,24 @@ pub struct Findings {
     outbox: VecDeque<Finding>,
     outbox_dropped: u64,
     /// Crash findings of ended sessions, firing until their hold expires.
-    held: Vec<Finding>,
+    held: Vec<Held>,
+    /// The uid of the session being closed, for the crash finding its close may raise (the
+    /// detectors' `Subject` does not carry it).
+    closing_uid: Option<u32>,
+    /// Aggregated findings raised, for their ids.
+    aggregates: u64,
+    log: LogLimit,
 }
 
 impl Findings {
     pub fn fired(&mut self, f: &Finding) {
         self.totals[f.kind.index()] += 1;
-        tracing::warn!(
-            finding = %f.id, kind = f.kind.as_str(), job = f.subject.job.as_deref().unwrap_or(""),
-            pid = f.subject.pid, message = %f.message, "finding firing"
-        );
+        if self.log.allow(f.updated_ts) {
+            tracing::warn!(
+                finding = %f.id, kind = f.kind.as_str(), job = f.subject.job.as_deref().unwrap_or(""),
+                pid = f.subject.pid, message = %f.message, "finding firing"
+            );
+        }
         self.post(f.clone());
     }
 
@@ -95,7 +110,9 @@ impl Findings {
     }
 
     pub fn resolved(&mut self, f: Finding) {
-        tracing::info!(finding = %f.id, kind = f.kind.as_str(), "finding resolved");
+        if self.log.allow(f.resolved_ts.unwrap_or(f.updated_ts)) {
+            tracing::info!(finding = %f.id, kind = f.kind.as_str(), "finding resolved");
+        }
         self.post(f.clone());
         if self.recent.len() == RECENT {
             self.recent.pop_front();
@@ -103,19 +120,95 @@ impl Findings {
         self.recent.push_back(f);
     }
 
-    /// A crash: firing now, resolved by `tick` once `until` has passed.
+    /// Says whose session is being closed: the crash finding its close raises (`hold`) is
+    /// grouped by this uid and the session's job.
+    pub fn closing(&mut self, uid: Option<u32>) {
+        self.closing_uid = uid;
+    }
+
+    /// A crash: firing now, resolved by `tick` once its hold has passed. Past a few crashes of
+    /// one (uid, job), or once `HELD_MAX` are held, it is counted in an aggregated finding.
     pub fn hold(&mut self, f: Finding) {
-        self.fired(&f);
-        self.held.push(f);
+        let uid = self.closing_uid.take();
+        let job = f.subject.job.clone();
+        let by_job = Group::Job(uid, job.clone());
+        let by_uid = Group::Uid(uid);
+        if let Some(i) = self.aggregate_of(&by_job).or_else(|| {
+            (self.held.len() >= HELD_MAX)
+                .then(|| self.aggregate_of(&by_uid))
+                .flatten()
+        }) {
+            self.totals[f.kind.index()] += 1;
+            let h = &mut self.held[i];
+            held::bump(h, 1, Some(&f));
+            if h.group
+                .as_ref()
+                .is_some_and(|(_, n)| held::worth_posting(*n))
+            {
+                let update = h.f.clone();
+                self.post(update);
+            }
+            return;
+        }
+        let same = self.held.iter().filter(|h| h.of_job(uid, &job)).count();
+        if same < PER_JOB && self.held.len() < HELD_MAX {
+            self.fired(&f);
+            self.held.push(Held {
+                f,
+                uid,
+                group: None,
+            });
+            return;
+        }
+        // Fold: the job's own findings when it has too many, else (the cap reached) this one
+        // alone, into a finding for the job or for the uid.
+        let (group, members) = if same >= PER_JOB {
+            let members: Vec<Held> = self.take_held(|h| h.of_job(uid, &job));
+            (by_job, members)
+        } else {
+            (by_uid, Vec::new())
+        };
+        self.aggregates += 1;
+        let id = format!("crashes-{}", self.aggregates);
+        let first_ts = members
+            .iter()
+            .map(|h| h.f.first_ts)
+            .fold(f.first_ts, f64::min);
+        let n = members.len() as u64 + 1;
+        // Each crash counts once: the members fired already; this one fires as the aggregate.
+        let agg = held::aggregate(self.aggregates, group, f.clone(), n, first_ts);
+        self.fired(&agg.f);
+        self.held.push(agg);
+        for mut m in members {
+            let why = format!("counted in {id}");
+            m.f.state = FindingState::Resolved;
+            m.f.resolved_ts = Some(f.updated_ts);
+            m.f.updated_ts = f.updated_ts;
+            m.f.message = format!("{}; {why}", m.f.message);
+            m.f.evidence.detail = Some(why);
+            self.resolved(m.f);
+        }
+    }
+
+    fn aggregate_of(&self, g: &Group) -> Option<usize> {
+        self.held
+            .iter()
+            .position(|h| h.group.as_ref().is_some_and(|(x, _)| x == g))
+    }
+
+    fn take_held(&mut self, which: impl Fn(&Held) -> bool) -> Vec<Held> {
+        let (taken, keep) = std::mem::take(&mut self.held).into_iter().partition(which);
+        self.held = keep;
+        taken
     }
 
     /// Resolves the held finding `id` before its time, saying why (its trainer came back).
     /// It was raised, so it still counts in the totals.
     pub fn release(&mut self, id: &str, now: Timestamp, why: &str) -> bool {
-        let Some(i) = self.held.iter().position(|f| f.id == id) else {
+        let Some(i) = self.held.iter().position(|h| h.f.id == id) else {
             return false;
         };
-        let mut f = self.held.remove(i);
+        let mut f = self.held.remove(i).f;
         f.state = FindingState::Resolved;
         f.resolved_ts = Some(now);
         f.updated_ts = now;
@@ -125,17 +218,19 @@ impl Findings {
         true
     }
 
-    /// Resolves held findings whose time is up.
+    /// Resolves held findings whose time is up: `hold_seconds` after their latest crash.
     pub fn tick(&mut self, now: Timestamp, hold_seconds: f64) {
-        let (done, keep): (Vec<Finding>, Vec<Finding>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|f| now - f.first_ts >= hold_seconds);
-        self.held = keep;
-        for mut f in done {
+        self.log.roll(now);
+        let done = self.take_held(|h| now - h.f.updated_ts >= hold_seconds);
+        for Held { mut f, .. } in done {
             f.state = FindingState::Resolved;
             f.resolved_ts = Some(now);
             f.updated_ts = now;
             self.resolved(f);
+        }
+        if self.held.capacity() > 2 * self.held.len().max(PER_JOB) {
+            // After a flood the list is short again: give its memory back.
+            self.held.shrink_to_fit();
         }
     }
 
@@ -165,6 +260,14 @@ impl Findings {
     }
 
     pub fn held(&self) -> impl Iterator<Item = &Finding> {
-        self.held.iter()
+        self.held.iter().map(|h| &h.f)
+    }
+
+    /// Finding log lines left out since start (over the budget).
+    pub fn log_suppressed(&self) -> u64 {
+        self.log.suppressed()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! The HTTP side: /metrics, /api/v1/snapshot, /healthz, /readyz.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
@@ -8,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 
 use super::prometheus::Exporter;
 use crate::ingest::server::IngestStats;
@@ -22,11 +24,22 @@ pub struct AppState {
     pub ingest: Arc<IngestStats>,
 }
 
+/// Snapshots built at once. Each is built and serialised on the blocking pool, never on the
+/// runtime's workers, so /metrics and /healthz answer whatever snapshots are in flight; the cap
+/// keeps many requests from taking every core and a copy of the store each.
+const SNAPSHOT_BUILDS: usize = 2;
+/// How long a snapshot request waits for a build slot before it is told to come back.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
+
 pub fn router(state: AppState) -> Router {
+    let builds = Arc::new(Semaphore::new(SNAPSHOT_BUILDS));
     Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
-        .route("/api/v1/snapshot", get(snapshot))
+        .route(
+            "/api/v1/snapshot",
+            get(move |st, q| snapshot(st, q, builds.clone())),
+        )
         .route("/api/v1/sessions/{id}", get(session))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -59,6 +72,7 @@ struct SnapshotQuery {
 async fn snapshot(
     State(s): State<AppState>,
     query: Result<Query<SnapshotQuery>, axum::extract::rejection::QueryRejection>,
+    builds: Arc<Semaphore>,
 ) -> Response {
     let history = match query {
         Ok(Query(q)) => q.history.unwrap_or(0.0),
@@ -77,16 +91,40 @@ async fn snapshot(
         )
             .into_response();
     }
-    let snap = match s.store.read() {
-        Ok(store) => Snapshot {
+    let busy = || {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "too many snapshots in flight; retry in a second\n",
+        )
+            .into_response()
+    };
+    let permit = match tokio::time::timeout(SNAPSHOT_WAIT, builds.acquire_owned()).await {
+        Ok(Ok(p)) => p,
+        _ => return busy(),
+    };
+    let built = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        snapshot_json(&s, history)
+    })
+    .await;
+    match built {
+        Ok(Some(body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response(),
+    }
+}
+
+/// The snapshot as JSON; the store's read lock is held while it is copied, not while it is
+/// serialised. None when the store is poisoned.
+fn snapshot_json(s: &AppState, history: f64) -> Option<Vec<u8>> {
+    let snap = {
+        let store = s.store.read().ok()?;
+        Snapshot {
             ingest: Some(IngestView::of(&s.ingest)),
             ..Snapshot::build(&store, &s.hostname, history)
-        },
-        Err(_) => {
-            return (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response()
         }
     };
-    Json(snap).into_response()
+    serde_json::to_vec(&snap).ok()
 }
 
 /// One trainer session, shaped as in the snapshot: a cheap poll for a dashboard (or a probe)

@@ -134,6 +134,11 @@ pub struct SessionSeries {
 }
 
 impl SessionSeries {
+    /// Gives back what was allocated ahead for points that will not come (an ended session).
+    pub fn shrink_to_fit(&mut self) {
+        self.points.shrink_to_fit();
+    }
+
     pub fn new(capacity: usize) -> Self {
         Self {
             points: VecDeque::new(),

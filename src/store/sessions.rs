@@ -294,9 +294,14 @@ impl Sessions {
             );
         }
         sess.ended = Some((now, ending));
+        // The ring was allocated whole for a running session (115 KB at 3600 points); an ended
+        // one grows no more: keep only its points.
+        sess.series.shrink_to_fit();
         let last = sess.last_sample.as_ref().map(|(_, s)| s);
+        self.findings.closing(Some(sess.peer.uid));
         sess.detect
             .close(&sess.subject, ending, last, now, &mut self.findings);
+        self.findings.closing(None);
         if ending == Ending::Crash {
             // A trainer restarted at once may say hello before its old connection's close is
             // read: the crash is over already if so.

@@ -96,16 +96,19 @@ class Cadence:
 
 
 class Throttle:
-    """Paces samples under the daemon's line rate limit; no limit known (an older daemon, or no
-    welcome yet): every sample goes. `skipped` counts the samples it held back."""
+    """Paces samples under the daemon's line rate limit with a token bucket: a steady rate of a
+    share of the limit and a burst of one second of it (the daemon allows bursts of twice its
+    limit), so a few fast steps in a row all go. No limit known (an older daemon, or no welcome
+    yet): every sample goes. `skipped` counts the samples it held back."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.limit: Optional[float] = None  # lines per second, from the welcome
-        self.interval = 0.0  # least seconds between samples; 0: no pacing
+        self.rate = 0.0  # samples a second allowed now; 0: no pacing
         self.factor = 1.0  # < 1 for _SLOW_FOR seconds after a rate_limited notice
         self._slow_until = 0.0
-        self._last = -float("inf")
+        self._tokens = 0.0
+        self._last: Optional[float] = None
         self.skipped = 0
 
     def set_limit(self, limit: Any) -> None:
@@ -113,29 +116,34 @@ class Throttle:
         ok = isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0
         self.limit = float(limit) if ok else None
         self._pace()
+        self._tokens = self.rate  # a new connection starts with a full burst
 
     def limited(self) -> None:
         """The daemon said `rate_limited`: it dropped lines. Halve the rate for a while."""
         self.factor = max(self.factor / 2, _MIN_FACTOR)
         self._slow_until = self._clock() + _SLOW_FOR
         self._pace()
+        self._tokens = min(self._tokens, self.rate)
 
     def allow(self) -> bool:
         """True when a sample may go now (and it is counted as gone)."""
-        if not self.interval and self.factor == 1.0:
+        if not self.rate:
             return True
         now = self._clock()
         if self.factor < 1.0 and now >= self._slow_until:
             self.factor = 1.0
             self._pace()
-        if now - self._last < self.interval:
+        if self._last is not None:
+            self._tokens = min(self.rate, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        if self._tokens < 1.0:
             self.skipped += 1
             return False
-        self._last = now
+        self._tokens -= 1.0
         return True
 
     def _pace(self) -> None:
         # Without a known limit there is no rate to halve: a notice then waits for a welcome
         # that names one (an older daemon names none, and closes instead).
         limit = self.limit
-        self.interval = 1.0 / (limit * _LIMIT_SHARE * self.factor) if limit else 0.0
+        self.rate = limit * _LIMIT_SHARE * self.factor if limit else 0.0

@@ -43,7 +43,9 @@ def test_samples_stay_under_the_limit_and_halve_for_a_while_after_a_notice():
     t = Throttle(clock)
     t.set_limit(100)
     got = [allowed_per_second(t, clock)]
-    assert 75 <= got[-1] <= 80  # 80 % of the limit
+    assert 155 <= got[-1] <= 160  # a burst of one second's worth, then 80 % of the limit
+    got.append(allowed_per_second(t, clock))
+    assert 75 <= got[-1] <= 80
     t.limited()
     got.append(allowed_per_second(t, clock))
     assert 38 <= got[-1] <= 40
@@ -52,7 +54,14 @@ def test_samples_stay_under_the_limit_and_halve_for_a_while_after_a_notice():
     assert 18 <= got[-1] <= 20
     got += [allowed_per_second(t, clock) for _ in range(10)]
     assert 75 <= got[-1] <= 80  # the slowdown wears off, 10 s after the last notice
-    assert t.skipped == 13 * 2000 - sum(got)
+    assert t.skipped == 14 * 2000 - sum(got)
+
+
+def test_a_few_fast_steps_in_a_row_all_go():
+    clock = Clock()
+    t = Throttle(clock)
+    t.set_limit(1000)
+    assert all(t.allow() for _ in range(5)) and t.skipped == 0
 
 
 def samples(d: FakeDaemon, since: float = 0.0) -> list:
@@ -85,7 +94,7 @@ def test_a_reporter_at_twice_the_limit_paces_itself_and_stays_connected(sock_pat
         paced = len(samples(d, end - 1.0))
         assert 30 <= paced <= 41, paced  # at most 80 % of 50/s
         assert stats["rate_skipped"] > 1000
-        assert len(samples(d, start)) <= 0.8 * 50 * 1.5 + 2
+        assert len(samples(d, start)) <= 0.8 * 50 * 2.5 + 2  # one second's burst, then paced
 
         # The daemon says it dropped lines: the client halves its rate, on the same connection.
         d.send({"type": "error", "code": "rate_limited", "line": 40, "message": "more than 50 lines/s"})

@@ -76,7 +76,14 @@ pub fn finding_families(store: &Store, out: &mut Vec<MetricFamily>) {
     for (k, n) in store.sessions.findings.totals() {
         total.add(&[k.as_str()], n as f64);
     }
-    for f in [leak, slope, eta, near, firing, total] {
+    let mut suppressed = Family::new(
+        "gpumon_log_suppressed_total",
+        "Finding log lines left out since the daemon started: past a burst per interval, one summary line says how many.",
+        MetricType::COUNTER,
+        &[],
+    );
+    suppressed.add(&[], store.sessions.findings.log_suppressed() as f64);
+    for f in [leak, slope, eta, near, firing, total, suppressed] {
         f.finish(out);
     }
 }

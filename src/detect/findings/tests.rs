@@ -1,0 +1,139 @@
+use super::*;
+
+fn crash(session: u64, job: &str, ts: Timestamp) -> Finding {
+    Finding {
+        id: format!("s-{session}/crash"),
+        kind: Kind::Crash,
+        state: FindingState::Firing,
+        severity: Severity::Critical,
+        subject: Subject {
+            session: format!("s-{session}"),
+            job: Some(job.into()),
+            rank: Some(session),
+            pid: 100 + session as u32,
+            ns_pid: None,
+            gpu_uuid: Some("GPU-1".into()),
+        },
+        gpu: None,
+        first_step: None,
+        first_ts: ts,
+        since: Some(ts),
+        updated_ts: ts,
+        resolved_ts: None,
+        message: "connection closed without bye".into(),
+        hint: None,
+        evidence: Evidence::default(),
+        attribution: None,
+    }
+}
+
+fn hold(f: &mut Findings, uid: u32, c: Finding) {
+    f.closing(Some(uid));
+    f.hold(c);
+}
+
+fn crashes(f: &Findings) -> u64 {
+    f.totals()
+        .find(|(k, _)| *k == Kind::Crash)
+        .map_or(0, |t| t.1)
+}
+
+#[test]
+fn many_crashes_of_one_job_fold_into_one_finding_that_counts_them() {
+    let mut f = Findings::default();
+    for i in 0..PER_JOB as u64 {
+        hold(&mut f, 5, crash(i, "train", 10.0 + i as f64));
+    }
+    assert_eq!(f.held().count(), PER_JOB, "a few crashes are held one each");
+    for i in PER_JOB as u64..1000 {
+        hold(&mut f, 5, crash(i, "train", 10.0 + i as f64));
+    }
+    // Another user's job of the same name is not folded in.
+    hold(&mut f, 6, crash(1000, "train", 1010.0));
+    let held: Vec<_> = f.held().collect();
+    assert_eq!(held.len(), 2);
+    let agg = held.iter().find(|x| x.id == "crashes-1").unwrap();
+    assert_eq!(agg.state, FindingState::Firing);
+    assert_eq!(agg.severity, Severity::Critical);
+    assert_eq!(agg.subject.job.as_deref(), Some("train"));
+    assert_eq!(agg.subject.session, "s-999", "the latest");
+    assert_eq!(agg.subject.rank, None);
+    assert_eq!((agg.first_ts, agg.updated_ts), (10.0, 1009.0));
+    assert!(
+        agg.message
+            .starts_with("1000 sessions of job train (uid 5) closed without bye in the last 999 s"),
+        "{}",
+        agg.message
+    );
+    assert_eq!(crashes(&f), 1001, "every crash counts once");
+    // The findings it folded in are resolved, saying where they went.
+    let folded: Vec<_> = f.recent().collect();
+    assert_eq!(folded.len(), PER_JOB);
+    assert!(folded
+        .iter()
+        .all(|x| x.message.ends_with("counted in crashes-1") && x.state == FindingState::Resolved));
+    // The sinks got a bounded number of transitions, not one per crash.
+    let posted = f.drain();
+    assert!(posted.len() < 40, "{} posted", posted.len());
+    assert_eq!(posted.last().unwrap().id, "s-1000/crash");
+}
+
+#[test]
+fn the_aggregate_is_held_from_its_latest_crash() {
+    let mut f = Findings::default();
+    for i in 0..=PER_JOB as u64 {
+        hold(&mut f, 0, crash(i, "j", 0.0));
+    }
+    hold(&mut f, 0, crash(99, "j", 50.0));
+    f.tick(100.0, 60.0);
+    assert_eq!(
+        f.held().count(),
+        1,
+        "60 s from the latest crash, not the first"
+    );
+    f.tick(110.0, 60.0);
+    assert_eq!(f.held().count(), 0);
+    let last = f.recent().last().unwrap();
+    assert_eq!(last.id, "crashes-1");
+    assert_eq!(last.state, FindingState::Resolved);
+    assert!(last
+        .message
+        .starts_with(&format!("{} sessions", PER_JOB + 2)));
+    // A new burst raises a new aggregate.
+    for i in 0..=PER_JOB as u64 {
+        hold(&mut f, 0, crash(200 + i, "j", 120.0));
+    }
+    assert_eq!(f.held().next().unwrap().id, "crashes-2");
+}
+
+#[test]
+fn past_the_cap_crashes_are_counted_per_uid() {
+    let mut f = Findings::default();
+    // Every session its own job: none folds by job.
+    for i in 0..10_000u64 {
+        hold(&mut f, 7, crash(i, &format!("job{i}"), 1.0));
+    }
+    assert_eq!(f.held().count(), HELD_MAX + 1);
+    let agg = f.held().last().unwrap();
+    assert_eq!(agg.subject.job, None);
+    assert!(
+        agg.message.starts_with(&format!(
+            "{} sessions of uid 7 closed without bye",
+            10_000 - HELD_MAX
+        )),
+        "{}",
+        agg.message
+    );
+    assert_eq!(crashes(&f), 10_000);
+    // Log lines: a burst, the rest counted.
+    assert!(f.log_suppressed() >= (HELD_MAX as u64) - 20);
+}
+
+#[test]
+fn a_restart_still_releases_a_crash_held_on_its_own() {
+    let mut f = Findings::default();
+    hold(&mut f, 0, crash(1, "j", 1.0));
+    assert!(f.release("s-1/crash", 2.0, "restarted as s-2"));
+    assert_eq!(f.held().count(), 0);
+    assert!(!f.release("s-1/crash", 2.0, "again"));
+}
