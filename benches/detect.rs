@@ -36,15 +36,9 @@ fn bench(c: &mut Criterion) {
             ns_pid: Some(u64::from(i)),
             job: Some(format!("job{i}")),
             rank: Some(0),
-            world_size: None,
             cuda_device: Some(0),
             gpu_uuid: Some("GPU-1".into()),
-            client: None,
-            torch: None,
-            allocator: None,
-            expandable_segments: None,
-            alloc_limit: None,
-            caps: Vec::new(),
+            ..Hello::default()
         };
         let peer = Peer {
             pid: 1000 + i,

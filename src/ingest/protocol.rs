@@ -117,7 +117,8 @@ pub struct Stats {
     pub device_free: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// `Default` is for building one in tests and benches (`v` 0 is no version the daemon speaks).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hello {
     pub v: u64,
     pub ns_pid: Option<u64>,

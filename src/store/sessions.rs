@@ -389,15 +389,9 @@ mod tests {
             ns_pid: Some(1),
             job: Some("j".into()),
             rank: Some(0),
-            world_size: None,
             cuda_device: Some(0),
             gpu_uuid: Some("GPU-1".into()),
-            client: None,
-            torch: None,
-            allocator: None,
-            expandable_segments: None,
-            alloc_limit: None,
-            caps: Vec::new(),
+            ..Hello::default()
         }
     }
 

@@ -162,6 +162,16 @@ def clip(text: str, limit: int = MAX_STR) -> str:
     return raw[:limit].decode("utf-8", "ignore")
 
 
+def _answer(id: int, ts: float, step_from: Optional[int], step_to: Optional[int],
+            seconds: Optional[float]) -> Dict[str, Any]:
+    """What every answer to an `attribute` request starts with: its request and its window."""
+    msg: Dict[str, Any] = {"type": "attribution", "id": id, "ts": ts}
+    _put(msg, "step_from", step_from)
+    _put(msg, "step_to", step_to)
+    _put(msg, "seconds", seconds)
+    return msg
+
+
 def attribution(
     id: int,
     ts: float,
@@ -172,10 +182,7 @@ def attribution(
     seconds: Optional[float] = None,
 ) -> Dict[str, Any]:
     """The answer to an `attribute` request: the window's growth and its top sites."""
-    msg: Dict[str, Any] = {"type": "attribution", "id": id, "ts": ts}
-    _put(msg, "step_from", step_from)
-    _put(msg, "step_to", step_to)
-    _put(msg, "seconds", seconds)
+    msg = _answer(id, ts, step_from, step_to, seconds)
     msg["total_growth_bytes"] = int(total_growth_bytes)
     msg["sites"] = sites
     return msg
@@ -191,10 +198,7 @@ def attribution_error(
     seconds: Optional[float] = None,
 ) -> Dict[str, Any]:
     """The answer to an `attribute` request the client could not fulfil (ATTRIBUTION_ERRORS)."""
-    msg: Dict[str, Any] = {"type": "attribution", "id": id, "ts": ts}
-    _put(msg, "step_from", step_from)
-    _put(msg, "step_to", step_to)
-    _put(msg, "seconds", seconds)
+    msg = _answer(id, ts, step_from, step_to, seconds)
     msg["error"] = error
     msg["detail"] = clip(detail)
     return msg

@@ -19,15 +19,10 @@ fn hello(caps: &[&str]) -> Hello {
         ns_pid: Some(42),
         job: Some("ft".into()),
         rank: Some(0),
-        world_size: None,
         cuda_device: Some(0),
         gpu_uuid: Some("GPU-1".into()),
-        client: None,
-        torch: None,
-        allocator: None,
-        expandable_segments: None,
-        alloc_limit: None,
         caps: caps.iter().map(|c| c.to_string()).collect(),
+        ..Hello::default()
     }
 }
 
