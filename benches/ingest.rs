@@ -35,6 +35,7 @@ fn bench(c: &mut Criterion) {
             conn.apply(
                 Message::Sample(parsed.clone()),
                 sample.as_bytes(),
+                None,
                 &mut sessions,
                 1e9,
             )

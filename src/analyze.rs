@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::detect::attribution::Attribution;
 use crate::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
-use crate::ingest::conn::{Conn, Outcome};
+use crate::ingest::conn::{Conn, Outcome, IDLE_TIMEOUT};
 use crate::ingest::protocol::MAX_LINE;
 use crate::outputs::attribution_text as words;
 use crate::store::sessions::{Peer, SessionLimits, Sessions};
@@ -177,13 +177,22 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
                 }
             }
             Outcome::Accepted | Outcome::Bye => accepted += 1,
+            // Only a connection that acknowledges drops resends; a replay does not.
+            Outcome::Duplicate => {}
         }
         collect(&mut sessions, &mut seen, &mut report.findings);
     }
     if let Some(s) = sessions.live().next() {
         report.samples = s.samples;
     }
-    if report.truncated.is_some() {
+    // The daemon closed the connection for going quiet (its `idle_timeout` event ends the
+    // trace): the trainer may be alive, as the daemon itself recorded no crash.
+    let idle = sessions
+        .live()
+        .next()
+        .and_then(|s| s.events.back())
+        .is_some_and(|e| e.kind == IDLE_TIMEOUT);
+    if report.truncated.is_some() || idle {
         // What happened after the trace stops is unknown: no crash is read into it.
         conn.close_for_shutdown(&mut sessions, clock);
     } else {

@@ -30,6 +30,7 @@ pub async fn run(
         config.nvml_lib.clone(),
     );
     store.sessions = crate::store::sessions::Sessions::new(Default::default())
+        .with_id_epoch(crate::model::now())
         .with_detect(config.detect())
         .with_attribution(config.attribution());
     let store = store.shared();

@@ -343,4 +343,13 @@ fn a_truncated_trace_says_so_instead_of_reporting_a_crash() {
     let (code, t) = json(&cut_trace(50, "{\"type\":\"sample\",\"ts\":17637"));
     assert_eq!(code, Some(0), "{t}");
     assert_eq!(t["truncated"], "the trace ends mid-line");
+    // Closed by the daemon for going quiet (its idle_timeout event is the last line): the
+    // trainer may be alive, and no crash is read into it.
+    let idle = cut_trace(
+        50,
+        "{\"type\":\"event\",\"ts\":1763700950,\"kind\":\"idle_timeout\",\"detail\":\"nothing sent for 900 s\"}\n",
+    );
+    let (code, t) = json(&idle);
+    assert_eq!(code, Some(0), "{t}");
+    assert_eq!(t["findings"].as_array().map(Vec::len), Some(0), "{t}");
 }

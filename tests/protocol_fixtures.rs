@@ -36,6 +36,7 @@ fn every_client_fixture_line_is_accepted() {
             match conn.handle(line.as_bytes(), &mut sessions, 1.0) {
                 Outcome::Accepted => {}
                 Outcome::Bye => byes += 1,
+                Outcome::Duplicate => panic!("{name}:{}: a replay drops no line", i + 1),
                 Outcome::Reply {
                     line: reply,
                     rejected,
@@ -73,6 +74,11 @@ fn the_reply_fixtures_match_what_the_daemon_sends() {
                 server: v["server"].as_str().unwrap(),
                 session: v["session"].as_str().unwrap(),
                 max_lines_per_second: v["max_lines_per_second"].as_u64().map(|n| n as u32),
+                ack: v["ack"].as_bool().unwrap_or(false),
+            }
+            .to_line(),
+            "ack" => Reply::Ack {
+                seq: v["seq"].as_u64().unwrap(),
             }
             .to_line(),
             "error" => {

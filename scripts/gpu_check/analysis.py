@@ -152,7 +152,8 @@ def latest_sessions(history: Sequence[Dict[str, Any]], job: str) -> List[Dict[st
 
 
 def _session_order(sid: str) -> Tuple[int, str]:
-    m = re.match(r"s-(\d+)$", sid)
+    # s-17, or s-<daemon start>-17 (ids are unique across daemon restarts).
+    m = re.match(r"s-(?:[0-9a-z]+-)?(\d+)$", sid)
     return (int(m.group(1)) if m else 1 << 60, sid)
 
 

@@ -28,8 +28,8 @@ const MAX_EXEMPT_LINE: usize = 4096;
 // only add an allocation per line.
 #[allow(clippy::large_enum_variant)]
 enum Item {
-    /// A parsed line, and where its raw bytes lie in the reader's buffer.
-    Msg(Message, Range<usize>),
+    /// A parsed line, where its raw bytes lie in the reader's buffer, and its `seq`.
+    Msg(Message, Range<usize>, Option<u64>),
     Reject(Rejection),
     /// Over the rate limit: dropped.
     Limited,
@@ -43,6 +43,8 @@ pub struct Batch {
     outcomes: Vec<Outcome>,
     /// A request for the trainer that came due with this batch, sent after its replies.
     request: Option<Vec<u8>>,
+    /// An `ack` that came due with this batch, sent last.
+    ack: Option<Vec<u8>>,
     /// Lines dropped for the rate limit without a reply (counted at `finish`).
     silenced: u64,
     /// The connection ends after this batch (EOF).
@@ -89,9 +91,9 @@ impl Batch {
                     if !admitted && line.len() > MAX_EXEMPT_LINE {
                         Item::Limited
                     } else {
-                        match protocol::parse(line) {
-                            Ok(msg) if admitted || exempt(&msg) => {
-                                Item::Msg(msg, reader.last_line())
+                        match protocol::parse_numbered(line) {
+                            Ok((msg, seq)) if admitted || exempt(&msg) => {
+                                Item::Msg(msg, reader.last_line(), seq)
                             }
                             Ok(_) => Item::Limited,
                             Err(r) if admitted => Item::Reject(r),
@@ -118,7 +120,7 @@ impl Batch {
         let mut guard = None;
         for item in self.items.drain(..) {
             let outcome = match item {
-                Item::Msg(msg, raw) => {
+                Item::Msg(msg, raw, seq) => {
                     if guard.is_none() {
                         let Ok(g) = store.write() else { return false };
                         guard = Some(g);
@@ -126,7 +128,7 @@ impl Batch {
                     let Some(s) = guard.as_mut() else {
                         return false;
                     };
-                    conn.apply(msg, reader.bytes(raw), &mut s.sessions, ts)
+                    conn.apply(msg, reader.bytes(raw), seq, &mut s.sessions, ts)
                 }
                 Item::Reject(r) => conn.reject(r),
                 Item::Limited => match conn.over_limit(ts) {
@@ -148,6 +150,7 @@ impl Batch {
         if let Some(s) = guard.as_mut() {
             self.request = conn.request(&mut s.sessions, ts);
         }
+        self.ack = conn.ack_due(ts);
         true
     }
 
@@ -155,9 +158,11 @@ impl Batch {
     /// after the lock is released.
     pub fn finish(&mut self, stats: &IngestStats, send: impl Fn(&[u8])) {
         let mut accepted = 0;
+        let mut duplicates = 0;
         for outcome in self.outcomes.drain(..) {
             match outcome {
                 Outcome::Accepted | Outcome::Bye => accepted += 1,
+                Outcome::Duplicate => duplicates += 1,
                 Outcome::Reply { line, rejected } => {
                     match rejected {
                         Some(code) => stats.reject(code),
@@ -170,6 +175,9 @@ impl Batch {
         if accepted > 0 {
             stats.lines.fetch_add(accepted, Ordering::Relaxed);
         }
+        if duplicates > 0 {
+            stats.duplicates.fetch_add(duplicates, Ordering::Relaxed);
+        }
         // One count per dropped line: those with a reply were counted above, by its code.
         let silenced = std::mem::take(&mut self.silenced);
         if silenced > 0 {
@@ -178,6 +186,9 @@ impl Batch {
         if let Some(r) = self.request.take() {
             stats.requests.fetch_add(1, Ordering::Relaxed);
             send(&r);
+        }
+        if let Some(a) = self.ack.take() {
+            send(&a);
         }
     }
 }

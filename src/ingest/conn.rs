@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use super::protocol::{self, Code, Message, Rejection, Reply};
+use super::protocol::{self, Code, Message, Rejection, Reply, CAP_ACK};
 use super::record::{Recorder, Trace};
+use super::resume::{Mark, Resume};
 use crate::model::Timestamp;
 use crate::store::sessions::{Ending, Peer, Sessions};
 
@@ -13,6 +14,12 @@ const SERVER: &str = concat!("gpumon/", env!("CARGO_PKG_VERSION"));
 /// Seconds between two `rate_limited` replies on one connection: one per line would flood a
 /// client that is already sending too much, and may not be reading.
 const LIMITED_REPLY_EVERY: f64 = 1.0;
+/// An `ack` goes out when this long has passed since the last one, or this many numbered lines
+/// went unacknowledged: a client at 100 lines/s gets about ten a second, not one per line.
+const ACK_EVERY: f64 = 0.1;
+const ACK_LINES: u64 = 64;
+/// The event kind a session closed for going quiet ends with, in the store and in its trace.
+pub const IDLE_TIMEOUT: &str = "idle_timeout";
 
 pub struct Conn {
     peer: Peer,
@@ -27,6 +34,13 @@ pub struct Conn {
     /// When the last `rate_limited` reply went out, and lines dropped since.
     limited_reply: Option<Timestamp>,
     limited_dropped: u64,
+    /// Acknowledgements (capability `ack`): the marks table, this client's mark once its hello
+    /// asked for acks, the highest `seq` taken on this connection, and the last acknowledged.
+    resume: Option<Arc<Resume>>,
+    mark: Option<Arc<Mark>>,
+    taken: u64,
+    acked: u64,
+    ack_sent: Option<Timestamp>,
 }
 
 /// What the caller should do after a line.
@@ -40,6 +54,9 @@ pub enum Outcome {
     },
     /// Bye received: the session ended cleanly; the connection may close.
     Bye,
+    /// A numbered line this client's instance already sent (a resend after a reconnect):
+    /// dropped, counted, no reply.
+    Duplicate,
 }
 
 impl Conn {
@@ -54,7 +71,19 @@ impl Conn {
             rate_limit: None,
             limited_reply: None,
             limited_dropped: 0,
+            resume: None,
+            mark: None,
+            taken: 0,
+            acked: 0,
+            ack_sent: None,
         }
+    }
+
+    /// Acknowledges numbered lines to clients that ask (hello `caps` has `ack`), dropping lines
+    /// an instance sends twice, against the marks in `resume`.
+    pub fn acking(mut self, resume: Arc<Resume>) -> Self {
+        self.resume = Some(resume);
+        self
     }
 
     /// The connection's line rate limit, announced in the welcome and named in `rate_limited`.
@@ -121,8 +150,8 @@ impl Conn {
     }
 
     pub fn handle(&mut self, raw: &[u8], sessions: &mut Sessions, now: Timestamp) -> Outcome {
-        match protocol::parse(raw) {
-            Ok(msg) => self.apply(msg, raw, sessions, now),
+        match protocol::parse_numbered(raw) {
+            Ok((msg, seq)) => self.apply(msg, raw, seq, sessions, now),
             Err(r) => self.reject(r),
         }
     }
@@ -133,12 +162,24 @@ impl Conn {
         &mut self,
         msg: Message,
         raw: &[u8],
+        seq: Option<u64>,
         sessions: &mut Sessions,
         now: Timestamp,
     ) -> Outcome {
         self.line += 1;
+        if let (Some(seq), Some(mark), Some(_)) = (seq, &self.mark, self.session) {
+            self.taken = self.taken.max(seq);
+            if !mark.advance(seq) {
+                return Outcome::Duplicate;
+            }
+        }
+        let seq = seq.unwrap_or(0);
         match (msg, self.session) {
             (Message::Hello(h), None) => {
+                self.mark = match &self.resume {
+                    Some(r) if h.can(CAP_ACK) => Some(r.mark(self.peer.uid, h.instance.as_deref())),
+                    _ => None,
+                };
                 let (job, rank) = (h.job.clone(), h.rank);
                 let (key, id) = sessions.open(self.peer, h, now);
                 self.session = Some(key);
@@ -151,6 +192,7 @@ impl Conn {
                     server: SERVER,
                     session: &id,
                     max_lines_per_second: self.rate_limit,
+                    ack: self.mark.is_some(),
                 };
                 Outcome::Reply {
                     line: welcome.to_line(),
@@ -167,24 +209,24 @@ impl Conn {
             )),
             (Message::Sample(s), Some(key)) => {
                 sessions.sample(key, s, now);
-                self.record(raw);
+                self.record(raw, seq);
                 Outcome::Accepted
             }
             (Message::Event(e), Some(key)) => {
                 sessions.event(key, e);
-                self.record(raw);
+                self.record(raw, seq);
                 Outcome::Accepted
             }
             (Message::Attribution(a), Some(key)) => match sessions.attribution(key, a) {
                 Ok(()) => {
-                    self.record(raw);
+                    self.record(raw, seq);
                     Outcome::Accepted
                 }
                 Err(r) => self.error(r),
             },
             (Message::Bye { .. }, Some(key)) => {
                 sessions.close(key, Ending::Clean, now);
-                self.record(raw);
+                self.record(raw, seq);
                 self.trace = None;
                 self.session = None;
                 self.said_bye = true;
@@ -210,9 +252,28 @@ impl Conn {
         )
     }
 
-    fn record(&mut self, raw: &[u8]) {
+    /// An `ack` line when one is due: the highest `seq` taken on this connection, held back
+    /// to what the trace file holds while the session is recorded, so that no acknowledged
+    /// line is missing from the trace if the daemon dies. Lines refused or dropped for the rate
+    /// limit are covered by the next ack (they had their own reply; resending would not help).
+    pub fn ack_due(&mut self, now: Timestamp) -> Option<Vec<u8>> {
+        self.mark.as_ref()?;
+        let upto = match &self.trace {
+            Some(t) if t.recording() => self.taken.min(t.durable()),
+            _ => self.taken,
+        };
+        let waited = self.ack_sent.is_none_or(|t| (now - t).abs() >= ACK_EVERY);
+        if upto <= self.acked || !(waited || upto - self.acked >= ACK_LINES) {
+            return None;
+        }
+        self.acked = upto;
+        self.ack_sent = Some(now);
+        Some(Reply::Ack { seq: upto }.to_line())
+    }
+
+    fn record(&mut self, raw: &[u8], seq: u64) {
         if let Some(t) = self.trace.as_mut() {
-            t.write(raw);
+            t.write(raw, seq);
         }
     }
 
@@ -226,11 +287,16 @@ impl Conn {
     /// The daemon closed a connection that went quiet: the trainer may well be alive (stuck, or
     /// between steps longer than the idle timeout), so the session ends without a crash
     /// finding, and an `idle_timeout` event says why it ended.
-    pub fn close_idle(self, sessions: &mut Sessions, now: Timestamp, detail: String) {
+    pub fn close_idle(mut self, sessions: &mut Sessions, now: Timestamp, detail: String) {
         if let Some(key) = self.session {
+            // In the trace too, so `gpumon analyze` reads the end as the daemon did: no crash.
+            let line = serde_json::json!({
+                "type": "event", "ts": now, "kind": IDLE_TIMEOUT, "detail": &detail,
+            });
+            self.record(line.to_string().as_bytes(), 0);
             let e = protocol::Event {
                 ts: now,
-                kind: "idle_timeout".into(),
+                kind: IDLE_TIMEOUT.into(),
                 alloc_bytes: None,
                 device_free: None,
                 alloc_limit: None,
@@ -421,5 +487,140 @@ mod tests {
             3.0,
         ));
         assert_eq!(code, Some(Code::BadField));
+    }
+
+    fn numbered(seq: u64) -> Vec<u8> {
+        format!(r#"{{"type":"sample","ts":1763700000,"step":{seq},"seq":{seq},"stats":{{"allocated_bytes.all.current":10}}}}"#).into_bytes()
+    }
+
+    const ACKING: &[u8] = br#"{"type":"hello","v":1,"job":"j","caps":["ack"],"instance":"c-1"}"#;
+
+    #[test]
+    fn acks_come_at_most_every_tenth_of_a_second_or_64_lines() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let mut c = Conn::new(PEER).acking(Arc::default());
+        let (welcome, _) = reply_of(c.handle(ACKING, &mut s, 1.0));
+        assert!(welcome.contains(r#""ack":true"#), "{welcome}");
+        assert_eq!(c.ack_due(1.0), None, "nothing numbered yet");
+        assert_eq!(c.handle(&numbered(1), &mut s, 1.0), Outcome::Accepted);
+        assert_eq!(c.ack_due(1.0).unwrap(), b"{\"type\":\"ack\",\"seq\":1}\n");
+        for seq in 2..=10 {
+            c.handle(&numbered(seq), &mut s, 1.0);
+        }
+        assert_eq!(c.ack_due(1.05), None, "too soon, too few");
+        assert_eq!(c.ack_due(1.11).unwrap(), b"{\"type\":\"ack\",\"seq\":10}\n");
+        for seq in 11..=74 {
+            c.handle(&numbered(seq), &mut s, 1.0);
+        }
+        assert_eq!(c.ack_due(1.12).unwrap(), b"{\"type\":\"ack\",\"seq\":74}\n");
+        // Without the capability: no ack in the welcome, none sent, seq ignored.
+        let mut plain = Conn::new(PEER).acking(Arc::default());
+        let (welcome, _) = reply_of(plain.handle(HELLO, &mut s, 1.0));
+        assert!(!welcome.contains("ack"), "{welcome}");
+        assert_eq!(plain.handle(&numbered(1), &mut s, 1.0), Outcome::Accepted);
+        assert_eq!(plain.handle(&numbered(1), &mut s, 1.0), Outcome::Accepted);
+        assert_eq!(plain.ack_due(9.0), None);
+    }
+
+    #[test]
+    fn lines_resent_on_a_new_connection_are_dropped_once_applied() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let resume = Arc::new(Resume::default());
+        let mut first = Conn::new(PEER).acking(resume.clone());
+        reply_of(first.handle(ACKING, &mut s, 1.0));
+        for seq in 1..=5 {
+            first.handle(&numbered(seq), &mut s, 1.0);
+        }
+        // The new connection says hello before the old one is seen closing.
+        let mut second = Conn::new(PEER).acking(resume.clone());
+        reply_of(second.handle(ACKING, &mut s, 2.0));
+        first.close(&mut s, 2.0);
+        let outcomes: Vec<_> = (3..=7)
+            .map(|seq| second.handle(&numbered(seq), &mut s, 2.0))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Duplicate,
+                Outcome::Duplicate,
+                Outcome::Duplicate,
+                Outcome::Accepted,
+                Outcome::Accepted
+            ]
+        );
+        let samples: u64 = s.live().chain(s.ended()).map(|x| x.samples).sum();
+        assert_eq!(samples, 7, "each line applied once");
+        // Resends are acknowledged too, so the client forgets them.
+        assert_eq!(
+            second.ack_due(3.0).unwrap(),
+            b"{\"type\":\"ack\",\"seq\":7}\n"
+        );
+        // Another user cannot silence this client by borrowing its instance name.
+        let other = Peer { uid: 1001, ..PEER };
+        let mut third = Conn::new(other).acking(resume);
+        reply_of(third.handle(ACKING, &mut s, 3.0));
+        assert_eq!(third.handle(&numbered(2), &mut s, 3.0), Outcome::Accepted);
+    }
+
+    #[test]
+    fn a_recorded_session_is_acknowledged_only_as_far_as_its_trace_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let stats = Box::leak(Box::new(crate::ingest::record::RecordStats::new()));
+        let rec = Recorder::with_stats(dir.path(), 1 << 30, 1 << 30, stats).unwrap();
+        let mut s = Sessions::new(SessionLimits::default());
+        let mut c = Conn::new(PEER)
+            .acking(Arc::default())
+            .recording(Some(rec.clone()));
+        reply_of(c.handle(ACKING, &mut s, 1.0));
+        c.handle(&numbered(1), &mut s, 1.0);
+        assert_eq!(
+            c.ack_due(5.0),
+            None,
+            "line 1 is still in the trace's buffer"
+        );
+        // 64 KiB of lines send the buffer to the recorder thread, which writes it.
+        let mut seq = 1;
+        while c.trace.as_ref().unwrap().durable() == 0 && seq < 100_000 {
+            seq += 1;
+            c.handle(&numbered(seq), &mut s, 1.0);
+            if seq % 1000 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let durable = c.trace.as_ref().unwrap().durable();
+        assert!(durable > 1 && durable <= seq, "{durable} of {seq}");
+        let ack: serde_json::Value = serde_json::from_slice(&c.ack_due(6.0).unwrap()).unwrap();
+        assert_eq!(ack["seq"], durable);
+        drop(c);
+        rec.finish();
+        let text: String = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+            .collect();
+        assert!(text.contains(&format!(r#""seq":{durable},"#)));
+    }
+
+    #[test]
+    fn an_idle_close_is_written_to_the_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let stats = Box::leak(Box::new(crate::ingest::record::RecordStats::new()));
+        let rec = Recorder::with_stats(dir.path(), 1 << 30, 1 << 30, stats).unwrap();
+        let mut s = Sessions::new(SessionLimits::default());
+        let mut c = Conn::new(PEER).recording(Some(rec.clone()));
+        reply_of(c.handle(HELLO, &mut s, 1.0));
+        c.handle(SAMPLE, &mut s, 1.0);
+        c.close_idle(&mut s, 901.0, "nothing sent for 900 s".into());
+        rec.finish();
+        let text: String = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+            .collect();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["kind"], IDLE_TIMEOUT, "{text}");
+        assert_eq!(last["detail"], "nothing sent for 900 s");
+        assert_eq!(
+            s.ended().next().unwrap().ended,
+            Some((901.0, Ending::Clean))
+        );
     }
 }

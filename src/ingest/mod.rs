@@ -6,5 +6,6 @@ pub mod conn;
 pub mod lines;
 pub mod protocol;
 pub mod record;
+pub mod resume;
 pub mod server;
 pub mod socket;

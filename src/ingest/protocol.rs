@@ -35,6 +35,8 @@ const MAX_CAPS: usize = 16;
 const MAX_CAP: usize = 32;
 /// The capability to answer `attribute` requests.
 pub const CAP_ATTRIBUTION: &str = "attribution";
+/// The capability to number lines (`seq`), take `ack`s and resend what was never acknowledged.
+pub const CAP_ACK: &str = "ack";
 
 /// Error codes of the protocol's `error` reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -135,6 +137,9 @@ pub struct Hello {
     pub alloc_limit: Option<u64>,
     /// What the client can do when asked (`attribution`); unknown names are kept, unused.
     pub caps: Vec<String>,
+    /// The client's own id for its lifetime, the same on every connection it opens: with
+    /// `seq`, it lets the daemon drop lines a reconnecting client sends again.
+    pub instance: Option<String>,
 }
 
 impl Hello {
@@ -222,6 +227,10 @@ struct Raw<'a> {
     path: Option<Cow<'a, str>>,
     /// hello: a list of capability names; taken as any value so a bad one can be named.
     caps: Option<serde_json::Value>,
+    #[serde(borrow)]
+    instance: Option<Cow<'a, str>>,
+    /// Any line after hello: its number in the client's stream (capability `ack`).
+    seq: Option<u64>,
     /// attribution: the request answered, the window, and the sites (checked field by field).
     id: Option<u64>,
     step_from: Option<u64>,
@@ -302,6 +311,12 @@ impl<'de> Visitor<'de> for StatsVisitor {
 
 /// Parses one line (without its newline).
 pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
+    parse_numbered(line).map(|(m, _)| m)
+}
+
+/// Parses one line, with its `seq` when it carries one (and is not a hello, which is never
+/// numbered: it belongs to its connection).
+pub fn parse_numbered(line: &[u8]) -> Result<(Message, Option<u64>), Rejection> {
     if line.len() > MAX_LINE {
         return Err(Rejection::new(
             Code::LineTooLong,
@@ -330,7 +345,8 @@ pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
             "missing \"type\"; every message needs one of hello, sample, event, attribution, bye",
         )
     })?;
-    match msg_type.as_ref() {
+    let seq = raw.seq.filter(|_| msg_type != "hello");
+    let msg = match msg_type.as_ref() {
         "hello" => hello(raw).map(Message::Hello),
         "sample" => sample(raw).map(Message::Sample),
         "event" => event(raw).map(Message::Event),
@@ -346,7 +362,8 @@ pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
                 shorten(&format!("{:?}", shorten(other, MAX_QUOTE)), MAX_QUOTE)
             ),
         )),
-    }
+    }?;
+    Ok((msg, seq))
 }
 
 fn hello(r: Raw) -> Result<Hello, Rejection> {
@@ -373,6 +390,7 @@ fn hello(r: Raw) -> Result<Hello, Rejection> {
         expandable_segments: r.expandable_segments,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
         caps: caps(r.caps)?,
+        instance: label("instance", r.instance)?,
     })
 }
 
@@ -552,7 +570,13 @@ pub enum Reply<'a> {
         /// where there is none (an offline replay).
         #[serde(skip_serializing_if = "Option::is_none")]
         max_lines_per_second: Option<u32>,
+        /// True when the hello listed `ack`: this daemon acknowledges numbered lines.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        ack: bool,
     },
+    /// Every line numbered up to `seq` was taken (applied, and written to the trace when the
+    /// session is recorded) or refused with its own error reply: the client may forget them.
+    Ack { seq: u64 },
     Error {
         code: Code,
         line: u64,

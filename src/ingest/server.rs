@@ -22,6 +22,7 @@ use super::conn::{Conn, Outcome};
 use super::lines::LineReader;
 use super::protocol::{Code, Rejection, MAX_LINE};
 use super::record::Recorder;
+use super::resume::Resume;
 use crate::model::now;
 use crate::store::sessions::Peer;
 use crate::store::SharedStore;
@@ -102,6 +103,8 @@ pub struct IngestStats {
     pub replies_dropped: AtomicU64,
     /// Requests (`attribute`) sent to trainers, dropped ones included.
     pub requests: AtomicU64,
+    /// Numbered lines dropped because their client's instance had sent them already.
+    pub duplicates: AtomicU64,
     /// Connections the daemon closed, by `Close` (in `Close::ALL` order).
     pub closed: [AtomicU64; Close::ALL.len()],
 }
@@ -141,6 +144,7 @@ pub async fn serve(
         },
         stats.clone(),
     );
+    let resume = Arc::new(Resume::default());
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -175,12 +179,13 @@ pub async fn serve(
             }
         };
         let (store, stats, shutdown) = (store.clone(), stats.clone(), shutdown.clone());
-        let recorder = recorder.clone();
+        let (recorder, resume) = (recorder.clone(), resume.clone());
         tracker.spawn(async move {
-            handle(
-                stream, peer, slot, &store, &stats, limits, recorder, shutdown,
-            )
-            .await;
+            let conn = Conn::new(peer)
+                .recording(recorder)
+                .acking(resume)
+                .rate_limited(limits.max_lines_per_second);
+            handle(stream, conn, slot, &store, &stats, limits, shutdown).await;
         });
     }
     tracker.close();
@@ -217,22 +222,17 @@ enum End {
     Closed(Close),
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn handle(
     stream: UnixStream,
-    peer: Peer,
+    mut conn: Conn,
     mut slot: Slot,
     store: &SharedStore,
     stats: &IngestStats,
     limits: Limits,
-    recorder: Option<Arc<Recorder>>,
     shutdown: CancellationToken,
 ) {
     let (read, write) = stream.into_split();
     let mut reader = LineReader::new(read, MAX_LINE);
-    let mut conn = Conn::new(peer)
-        .recording(recorder)
-        .rate_limited(limits.max_lines_per_second);
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
     let mut batch = Batch::default();
     let send = |line: &[u8]| {

@@ -144,9 +144,25 @@ impl Default for SessionLimits {
     }
 }
 
+fn base36(mut n: u64) -> String {
+    let mut out = Vec::new();
+    loop {
+        out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
 pub struct Sessions {
     limits: SessionLimits,
     next_id: u64,
+    /// Between `s-` and the number in session ids: the daemon's start time, so ids (and the
+    /// `session` label) are not reused for other trainers after a restart.
+    id_prefix: String,
     /// By numeric id, so iteration is in start order.
     live: BTreeMap<u64, Session>,
     ended: VecDeque<Session>,
@@ -161,12 +177,20 @@ impl Sessions {
         Self {
             limits,
             next_id: 1,
+            id_prefix: String::new(),
             live: BTreeMap::new(),
             ended: VecDeque::new(),
             detect: DetectConfig::default(),
             policy: None,
             findings: Findings::default(),
         }
+    }
+
+    /// Session ids become `s-<started>-<n>`, `<started>` the Unix second `started` in base 36
+    /// (`s-t627mo-17`): unique across restarts unless two daemons start in the same second.
+    pub fn with_id_epoch(mut self, started: Timestamp) -> Self {
+        self.id_prefix = format!("{}-", base36(started.max(0.0) as u64));
+        self
     }
 
     pub fn with_detect(mut self, cfg: DetectConfig) -> Self {
@@ -179,7 +203,7 @@ impl Sessions {
     pub fn open(&mut self, peer: Peer, hello: Hello, now: Timestamp) -> (u64, String) {
         let key = self.next_id;
         self.next_id += 1;
-        let id = format!("s-{key}");
+        let id = format!("s-{}{key}", self.id_prefix);
         self.restarted(peer, &hello, &id, now);
         let alloc_limit = hello.alloc_limit;
         let asking = Asking::new(hello.can(CAP_ATTRIBUTION));
@@ -342,9 +366,13 @@ impl Sessions {
         self.findings.tick(now, self.detect.crash_hold_seconds);
     }
 
-    /// A live or recently ended session by its id (`s-17`).
+    /// A live or recently ended session by its id (`s-t627mo-17`; `s-17` in a replay).
     pub fn get(&self, id: &str) -> Option<&Session> {
-        let key = id.strip_prefix("s-")?.parse::<u64>().ok()?;
+        let key = id
+            .strip_prefix("s-")?
+            .strip_prefix(self.id_prefix.as_str())?
+            .parse::<u64>()
+            .ok()?;
         self.live
             .get(&key)
             .filter(|s| s.id == id)
@@ -416,6 +444,20 @@ mod tests {
         uid: 0,
         gid: 0,
     };
+
+    #[test]
+    fn ids_carry_the_daemon_start_so_a_restart_does_not_reuse_them() {
+        let mut before = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_000.0);
+        let mut after = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_001.0);
+        let (_, a) = before.open(PEER, hello(), 0.0);
+        let (_, b) = after.open(PEER, hello(), 0.0);
+        assert_eq!(a, "s-t627mo-1");
+        assert_eq!(b, "s-t627mp-1");
+        assert!(before.get(&a).is_some(), "found by its id");
+        assert!(before.get(&b).is_none() && before.get("s-1").is_none());
+        assert_eq!(base36(0), "0");
+        assert_eq!(base36(35), "z");
+    }
 
     #[test]
     fn counters_survive_resets() {

@@ -56,6 +56,7 @@ class Client:
         pid: Optional[int] = None,
         jitter: bool = True,
         attribution: Union[None, bool, SnapshotSource] = None,
+        instance: Optional[str] = None,
     ) -> None:
         self.disabled = _env.disabled()
         self.job = job or os.environ.get("GPUMON_JOB") or None
@@ -84,6 +85,7 @@ class Client:
             wall=clock,
             jitter=jitter,
             read_every=1 if snapshots is not None else 32,
+            instance=instance,
         )
         # None when the client does not offer attribution: steps then test one attribute.
         self.attributor: Optional[Attributor] = None

@@ -43,6 +43,7 @@ ERROR_CODES = (
 
 # What a client can do when asked (hello `caps`), and the limits of the `attribution` answer.
 CAP_ATTRIBUTION = "attribution"
+CAP_ACK = "ack"  # lines carry `seq`; the daemon acknowledges them; unacknowledged ones are resent
 ATTRIBUTION_ERRORS = ("unavailable", "failed", "cut_short")
 MAX_STR = 512  # bytes in file, function, note and detail strings
 MAX_SITES = 20

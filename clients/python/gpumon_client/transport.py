@@ -2,7 +2,14 @@
 
 The rule this module exists for: the trainer's step never waits on the daemon. `send` runs on the
 training thread, so it does no blocking syscall, keeps at most `max_lines` messages queued (the
-oldest go first when full), and reconnects only when the backoff timer allows it.
+oldest go first when full), and reconnects only when the backoff timer allows it, or at once when
+the socket file changes (a restarted daemon).
+
+Nothing is lost silently across a daemon restart (capability `ack`): every line after the hello
+is numbered (`seq`), and a line stays held, up to `max_lines` of them, until the daemon
+acknowledges it; after a reconnect whatever was never acknowledged goes again, and the daemon
+drops what it already had. What the client gives up is counted: `dropped` (never sent) and
+`unconfirmed` (sent, then forgotten unacknowledged when more than `max_lines` were held).
 """
 
 import collections
@@ -27,6 +34,9 @@ _CHUNK = 65536  # bytes joined per send() while draining a backlog
 _FLUSH_BUDGET = 4 * _CHUNK  # bytes one send() call may write, so draining stays cheap per step
 _READ_EVERY = 32  # sends between non-blocking reads of the daemon's replies
 _MAX_REQUESTS = 8  # requests queued for the client; the daemon sends one at a time
+_WATCH_EVERY = 0.25  # seconds between looks at the socket files while disconnected
+_SEQ_ROOM = 24  # bytes `,"seq":N` adds to a line
+_ANSWER = b'{"type":"attribution"'  # answers belong to their connection: never numbered or resent
 
 
 def socket_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -56,6 +66,8 @@ class Transport:
         wall: Callable[[], float] = time.time,
         jitter: bool = True,
         read_every: int = _READ_EVERY,
+        acks: bool = True,
+        instance: Optional[str] = None,
     ) -> None:
         self._hello = hello
         # A client that takes requests (hello `caps`) reads at every send, so a request waits at
@@ -67,6 +79,8 @@ class Transport:
         self.backoff_max = backoff_max
         self._monotonic = monotonic
         self._wall = wall
+        self.acks = acks
+        self._instance = instance  # fixed only where output must be reproducible (fixtures)
         self._rng = random.Random() if jitter else None
         self._init_state()
         _live.add(self)
@@ -79,6 +93,20 @@ class Transport:
         self._off = 0  # how much of _out the kernel has taken
         self._delay = self.backoff_initial
         self._next_attempt = 0.0
+        # The socket files as they were at the last failed attempt; a change means a daemon
+        # (re)started, and the next send connects without waiting out the backoff.
+        self._watched: Dict[str, Tuple[int, int]] = {}
+        self._tried: List[str] = []
+        self._next_watch = 0.0
+        # Lines numbered (`seq`) and held until acknowledged, oldest first. Every connection
+        # starts out keeping them; a welcome without `ack` (an older daemon) stops that.
+        self.instance = self._instance or "%d-%s" % (os.getpid(), os.urandom(6).hex())
+        self._seq = 0
+        self._unacked: Deque[Tuple[int, bytes]] = collections.deque()
+        self._acking = self.acks
+        self.acked = 0  # the highest seq the daemon acknowledged
+        self.unconfirmed = 0  # lines forgotten before an ack (the daemon may or may not have them)
+        self.resent = 0  # lines sent again after a reconnect
         self._since_read = 0
         self._rx = b""
         # Requests from the daemon, (connection number, request), for the client to take at step
@@ -116,7 +144,10 @@ class Transport:
                     self._unreported += 1
                 buf.append(msg)
                 if self._sock is None:
-                    if self._monotonic() < self._next_attempt or not self._connect():
+                    now = self._monotonic()
+                    if now < self._next_attempt and not self._socket_changed(now):
+                        return
+                    if not self._connect():
                         return
                 self._flush()
         except Exception as exc:  # the trainer must never see our failures
@@ -175,6 +206,10 @@ class Transport:
             "requests_dropped": self.requests_dropped,
             "max_lines_per_second": self.throttle.limit,
             "rate_skipped": self.throttle.skipped,
+            "acked": self.acked,
+            "unacked": len(self._unacked),
+            "unconfirmed": self.unconfirmed,
+            "resent": self.resent,
         }
 
     @property
@@ -184,7 +219,8 @@ class Transport:
     # --- internals, all called with the lock held ------------------------------------------------
 
     def _connect(self) -> bool:
-        for path in self._paths():
+        self._tried = self._paths()
+        for path in self._tried:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.setblocking(False)
             try:
@@ -197,17 +233,53 @@ class Transport:
             self.path = path
             self.connects += 1
             self.session = None
-            hello = protocol.encode(self._hello())
-            # A line cut by the last disconnect goes again in full; the daemon drops half lines.
-            start = self._out.rfind(b"\n", 0, self._off) + 1
-            self._out = (hello or b"") + self._out[start:]
+            hello = protocol.encode(self._hello_msg()) or b""
+            if self._acking:
+                # Everything not acknowledged goes again, in order (the line cut by the last
+                # disconnect among it); the daemon drops what it already had. Unnumbered
+                # answers to the last connection's requests mean nothing on this one.
+                self.resent += len(self._unacked)
+                self._out = hello + b"".join(line for _, line in self._unacked)
+            else:
+                # A line cut by the last disconnect goes again in full; the daemon drops half lines.
+                start = self._out.rfind(b"\n", 0, self._off) + 1
+                self._out = hello + self._out[start:]
             self._off = 0
+            self._acking = self.acks
             log.debug("gpumon: connected to %s", path)
             return True
         self._schedule_retry()
         return False
 
+    def _hello_msg(self) -> Dict[str, Any]:
+        hello = self._hello()
+        if not self.acks:
+            return hello
+        hello = dict(hello)
+        hello["caps"] = list(hello.get("caps") or []) + [protocol.CAP_ACK]
+        hello["instance"] = self.instance
+        return hello
+
+    def _stat_paths(self) -> Dict[str, Tuple[int, int]]:
+        seen = {}
+        for path in self._tried:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            seen[path] = (st.st_ino, st.st_mtime_ns)
+        return seen
+
+    def _socket_changed(self, now: float) -> bool:
+        # At most a few stat() calls a second while disconnected: far below a step's budget.
+        if now < self._next_watch:
+            return False
+        self._next_watch = now + _WATCH_EVERY
+        seen = self._stat_paths()
+        return bool(seen) and seen != self._watched
+
     def _schedule_retry(self) -> None:
+        self._watched = self._stat_paths()
         delay = self._delay
         if self._rng is not None:
             delay *= self._rng.uniform(0.8, 1.2)  # spreads the ranks of a job apart
@@ -242,6 +314,14 @@ class Transport:
             if line is None:
                 self.unencodable += 1
                 continue
+            if self._acking and len(line) + _SEQ_ROOM <= protocol.MAX_LINE and not line.startswith(_ANSWER):
+                self._seq += 1
+                line = b"%s,\"seq\":%d}\n" % (line[:-2], self._seq)
+                held = self._unacked
+                held.append((self._seq, line))
+                if len(held) > self.max_lines:
+                    held.popleft()
+                    self.unconfirmed += 1
             lines.append(line)
             size += len(line)
         self._out = b"".join(lines)
@@ -305,11 +385,18 @@ class Transport:
         if obj["type"] == "attribute":
             self._on_request(obj)
             return
+        if obj["type"] == "ack":
+            self._on_ack(obj.get("seq"))
+            return
         reply = protocol.reply_of(obj)
         if reply.type == "welcome":
             self.session = reply.session
             self.server = reply.server
             self.throttle.set_limit(obj.get("max_lines_per_second"))
+            if not obj.get("ack"):
+                # This daemon does not acknowledge: holding lines for it would only fill up.
+                self._acking = False
+                self._unacked.clear()
             self._delay = self.backoff_initial  # a welcomed connection proves the daemon is healthy
         elif reply.type == "error":
             code = reply.code or "unknown"
@@ -318,6 +405,15 @@ class Transport:
                 self.throttle.limited()
             self.last_error = "%s: %s" % (code, reply.message or "")
             log.debug("gpumon: daemon error %s", self.last_error)
+
+    def _on_ack(self, seq: Any) -> None:
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            self.bad_replies += 1
+            return
+        held = self._unacked
+        while held and held[0][0] <= seq:
+            held.popleft()
+        self.acked = max(self.acked, seq)
 
     def _on_request(self, obj: Dict[str, Any]) -> None:
         request = protocol.parse_request(obj)
@@ -353,6 +449,7 @@ class Transport:
         # The child shares the parent's socket fd; writing to it would interleave lines. The
         # child starts over with its own connection (and its own hello) if it reports at all.
         sock = self._sock
+        self._instance = None  # the child is another client: its own instance
         self._init_state()
         if sock is not None:
             try:

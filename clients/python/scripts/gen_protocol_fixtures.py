@@ -26,6 +26,9 @@ from gpumon_client.testing import FakeDaemon  # noqa: E402
 FIXTURE_DIR = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "protocol")
 SNAPSHOTS = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "torch-snapshots")
 
+# The client's instance id is random per process; the fixtures pin one.
+FIXED_INSTANCE = "4242-5f1a2b3c4d5e"
+
 # Values from the protocol document's examples.
 STATS = {
     "allocated_bytes.all.current": 21474836480,
@@ -70,7 +73,7 @@ def _clock(start: float = 1763700000.0, tick: float = 0.25) -> Callable[[], floa
 
 def _session(path: str) -> None:
     c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
-               world_size=8, clock=_clock(), pid=4242, jitter=False)
+               world_size=8, clock=_clock(), pid=4242, jitter=False, instance=FIXED_INSTANCE)
     c.sample(step=1)
     c.sample(step=2)
     with phase("eval"):
@@ -86,7 +89,7 @@ def _minimal(path: str) -> None:
     # No device info, no labels, no mem_get_info, no step: every optional field left out.
     stats = dict(STATS, **EXTRA_STATS)
     c = Client(source=StaticStatsSource(stats), socket=path, stats_keys=None, clock=_clock(1763700300.0),
-               pid=17, jitter=False)
+               pid=17, jitter=False, instance=FIXED_INSTANCE)
     c.sample()
     c.close(timeout=2.0)
 
@@ -98,7 +101,7 @@ def _capped(path: str) -> None:
                            "reserved_bytes.all.current": 4980000000, "active_bytes.all.current": 4500000000,
                            "requested_bytes.all.current": 4490000000, "num_alloc_retries": 7})
     source = StaticStatsSource(stats, (75000000000, 85520809984), dict(DEVICE, alloc_limit=5080000000))
-    c = Client("shared-ft", source=source, socket=path, clock=_clock(1763700200.0), pid=4343, jitter=False)
+    c = Client("shared-ft", source=source, socket=path, clock=_clock(1763700200.0), pid=4343, jitter=False, instance=FIXED_INSTANCE)
     c._monotonic = _clock(100.0, tick=0.5)  # device info and the cap are re-read once a second
     c.sample(step=1)
     c.sample(step=2)
@@ -112,7 +115,7 @@ def _capped(path: str) -> None:
 def _reconnect(path: str) -> Dict[str, object]:
     # The daemon is down for steps 1-6 with room for 4 lines; it is up for step 7.
     c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
-               world_size=8, clock=_clock(1763700100.0), pid=4242, jitter=False, max_buffer=4, backoff_initial=0.0)
+               world_size=8, clock=_clock(1763700100.0), pid=4242, jitter=False, instance=FIXED_INSTANCE, max_buffer=4, backoff_initial=0.0)
     for step in range(1, 7):
         c.sample(step=step)
     return {"client": c}
@@ -134,7 +137,7 @@ def _attribution(path: str, daemon: FakeDaemon) -> None:
         os.path.join(SNAPSHOTS, "leak-kept-outputs-step180.pickle"),
     )
     c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0, world_size=8,
-               clock=_clock(1763700300.0), pid=4242, jitter=False, attribution=snapshots)
+               clock=_clock(1763700300.0), pid=4242, jitter=False, instance=FIXED_INSTANCE, attribution=snapshots)
     c.attributor._monotonic = _clock(500.0, tick=0.5)
     c.sample(step=610)
     daemon.wait_for(2)

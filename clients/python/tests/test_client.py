@@ -30,7 +30,9 @@ def test_sample_carries_known_keys_and_device_memory(sock_path):
         c = Client("job-a", source=source(), socket=sock_path, rank=3, world_size=8)
         c.sample(step=5)
         hello, sample = d.wait_for(2)
-        assert hello == dict(protocol.hello(pid=os.getpid(), job="job-a", rank=3, world_size=8, **INFO))
+        expected = dict(protocol.hello(pid=os.getpid(), job="job-a", rank=3, world_size=8, **INFO))
+        expected.update(caps=["ack"], instance=c.transport.instance)
+        assert hello == expected
         assert sample["step"] == 5 and sample["phase"] == "train"
         assert set(sample["stats"]) == set(protocol.KNOWN_STATS_KEYS)
         assert "allocated_bytes.large_pool.current" not in sample["stats"]
@@ -44,7 +46,7 @@ def test_all_stats_keys_and_timer_samples(sock_path):
         c = Client(source=src, socket=sock_path, stats_keys=None)
         c.sample()
         hello, sample = d.wait_for(2)
-        assert set(hello) == {"type", "v", "pid", "client"}
+        assert set(hello) == {"type", "v", "pid", "client", "caps", "instance"}
         assert sample["stats"] == sample_stats.STATS
         assert "step" not in sample and "device_free" not in sample
 
@@ -91,7 +93,8 @@ def test_events(sock_path):
         c.oom(2 * 1024**3, device_free=104857600, device=0)
         msgs = d.wait_for(4)[1:]
         assert msgs[0]["kind"] == "mark" and msgs[0]["lr"] == 0.1
-        assert msgs[1] == {"type": "event", "ts": msgs[1]["ts"], "kind": "snapshot", "path": "/var/lib/gpumon/snap.pickle"}
+        assert msgs[1] == {"type": "event", "ts": msgs[1]["ts"], "kind": "snapshot", "path": "/var/lib/gpumon/snap.pickle",
+                           "seq": 2}
         assert msgs[2]["alloc_bytes"] == 2147483648 and msgs[2]["device_free"] == 104857600
         assert msgs[2]["detail"] == "CUDA out of memory on device 0. Tried to allocate 2.00 GiB"
 

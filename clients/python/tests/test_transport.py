@@ -32,7 +32,8 @@ def test_hello_first_then_lines_in_order(sock_path):
         assert msgs[0]["type"] == "hello" and msgs[0]["pid"] == 42
         assert [m["step"] for m in msgs[1:]] == list(range(1, 41))
         t.close(bye=protocol.bye(99.0))
-        assert d.wait_for(42)[-1] == {"type": "bye", "ts": 99.0}
+        # Lines are numbered (`seq`, capability `ack`) until a welcome says the daemon does not ack.
+        assert d.wait_for(42)[-1] == {"type": "bye", "ts": 99.0, "seq": 41}
     assert t.session == "s-1"  # the welcome was read
     assert t.stats()["dropped"] == 0
 
@@ -170,3 +171,60 @@ def test_unencodable_message_is_skipped(sock_path):
         msgs = d.wait_for(2)
         assert [m["type"] for m in msgs] == ["hello", "sample"]
         assert t.unencodable == 1
+
+
+def _seqs(msgs):
+    return [m.get("seq") for m in msgs if m["type"] != "hello"]
+
+
+def test_unacknowledged_lines_go_again_on_the_next_connection(sock_path):
+    clock = Clock()
+    t = make(sock_path, monotonic=clock, backoff_initial=60, read_every=1)
+    with FakeDaemon(sock_path, welcome=False) as d:
+        t.send(msg(1))
+        hello = d.wait_for(2)[0]
+        assert "ack" in hello["caps"] and hello["instance"] == t.instance
+        d.send({"type": "welcome", "v": 1, "server": "x", "session": "s-1", "ack": True})
+        for i in range(2, 6):
+            t.send(msg(i))
+        assert _seqs(d.wait_for(6)) == [1, 2, 3, 4, 5]
+        d.send({"type": "ack", "seq": 3})
+        time.sleep(0.05)
+        t.send(msg(6))
+        d.wait_for(7)
+        st = t.stats()
+        assert (st["acked"], st["unacked"]) == (3, 3)
+    # The daemon is gone; a new one binds the socket again. The backoff (60 s) has not run
+    # out, but the socket file changed: the next send connects.
+    t.send(msg(7))
+    with FakeDaemon(sock_path, welcome=False) as d2:
+        clock.t += 1  # past the look-at-the-socket-file interval, far inside the backoff
+        t.send(msg(8))
+        msgs = d2.wait_for(6)
+        assert msgs[0]["type"] == "hello" and msgs[0]["instance"] == hello["instance"]
+        assert _seqs(msgs) == [4, 5, 6, 7, 8], "everything unacknowledged, in order, then the new"
+        assert [m["step"] for m in msgs[1:]] == [4, 5, 6, 7, 8]
+        assert t.stats()["resent"] == 4  # 7 went to the dead connection first
+        assert t.stats()["dropped"] == 0 and t.stats()["unconfirmed"] == 0
+
+
+def test_a_daemon_that_does_not_ack_is_not_held_for(sock_path):
+    t = make(sock_path, read_every=1, max_lines=4)
+    with FakeDaemon(sock_path) as d:  # its welcome has no "ack"
+        for i in range(1, 20):
+            t.send(msg(i))
+            time.sleep(0.002)
+        d.wait_for(20)
+        st = t.stats()
+        assert st["unacked"] == 0 and st["unconfirmed"] == 0 and st["dropped"] == 0
+
+
+def test_held_lines_are_bounded_and_what_is_given_up_is_counted(sock_path):
+    t = make(sock_path, read_every=1, max_lines=4)
+    with FakeDaemon(sock_path, welcome=False) as d:
+        for i in range(1, 11):
+            t.send(msg(i))
+        d.wait_for(11)
+        st = t.stats()
+        # Ten lines sent, none acknowledged: four held, six given up and counted as such.
+        assert (st["unacked"], st["unconfirmed"], st["dropped"]) == (4, 6, 0)

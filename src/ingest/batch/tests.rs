@@ -186,6 +186,9 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
             Outcome::Accepted | Outcome::Bye => {
                 stats.lines.fetch_add(1, Ordering::Relaxed);
             }
+            Outcome::Duplicate => {
+                stats.duplicates.fetch_add(1, Ordering::Relaxed);
+            }
             Outcome::Reply { line, rejected } => {
                 match rejected {
                     // Counted above, as every dropped line is.

@@ -186,11 +186,16 @@ fn replies_are_single_json_lines() {
         server: "gpumon/0.1.0",
         session: "s-17",
         max_lines_per_second: None,
+        ack: false,
     }
     .to_line();
     assert_eq!(
         String::from_utf8(w).unwrap(),
         "{\"type\":\"welcome\",\"v\":1,\"server\":\"gpumon/0.1.0\",\"session\":\"s-17\"}\n"
+    );
+    assert_eq!(
+        Reply::Ack { seq: 42 }.to_line(),
+        b"{\"type\":\"ack\",\"seq\":42}\n"
     );
     let e = Reply::Error {
         code: Code::BadJson,
@@ -532,4 +537,28 @@ fn the_attribute_request_is_the_contract_line() {
     assert!(String::from_utf8(odd)
         .unwrap()
         .contains("\"seconds\":90.5,"));
+}
+
+#[test]
+fn seq_is_read_from_every_line_but_hello() {
+    let (m, seq) = parse_numbered(br#"{"type":"sample","ts":1763700000,"seq":7}"#).unwrap();
+    assert!(matches!(m, Message::Sample(_)));
+    assert_eq!(seq, Some(7));
+    let (_, seq) = parse_numbered(br#"{"type":"event","ts":1763700000,"kind":"mark"}"#).unwrap();
+    assert_eq!(seq, None);
+    let (m, seq) =
+        parse_numbered(br#"{"type":"hello","v":1,"seq":3,"caps":["ack"],"instance":"c-9f2e"}"#)
+            .unwrap();
+    assert_eq!(
+        seq, None,
+        "a hello belongs to its connection and is never numbered"
+    );
+    let Message::Hello(h) = m else {
+        panic!("hello")
+    };
+    assert!(h.can(CAP_ACK));
+    assert_eq!(h.instance.as_deref(), Some("c-9f2e"));
+    let bad = parse(br#"{"type":"sample","ts":1763700000,"seq":-1}"#).unwrap_err();
+    assert_eq!(bad.code, Code::BadField);
+    assert!(bad.message.contains("-1"), "{}", bad.message);
 }

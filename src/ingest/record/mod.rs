@@ -52,6 +52,9 @@ pub struct Trace {
     sent: Instant,
     /// Set by the recorder thread (or here) once this session's recording stopped.
     stopped: Arc<AtomicBool>,
+    /// The highest `seq` among lines in `buf`, and the highest the recorder has written.
+    seq: u64,
+    durable: Arc<AtomicU64>,
     /// Set here when a chunk did not fit in the queue.
     queue_full: bool,
     dropped: u64,
@@ -115,12 +118,14 @@ impl Recorder {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let base = names::base(started, session, job, rank);
         let stopped = Arc::new(AtomicBool::new(false));
+        let durable = Arc::new(AtomicU64::new(0));
         let path = self.dir.join(names::part_name(&base, 0, 1));
         let _ = self.tx.send(Msg::Open {
             id,
             base,
             hello: hello.to_vec(),
             stopped: stopped.clone(),
+            durable: durable.clone(),
         });
         Trace {
             rec: self.clone(),
@@ -130,6 +135,8 @@ impl Recorder {
             lines: 0,
             sent: Instant::now(),
             stopped,
+            seq: 0,
+            durable,
             queue_full: false,
             dropped: 0,
         }
@@ -155,12 +162,23 @@ impl Trace {
         &self.path
     }
 
-    /// Appends one accepted line (without its newline).
-    pub fn write(&mut self, line: &[u8]) {
-        if self.queue_full || self.stopped.load(Ordering::Relaxed) {
+    /// Whether this session's lines still go to its trace (not stopped for a cap or an error).
+    pub fn recording(&self) -> bool {
+        !self.queue_full && !self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// The highest `seq` whose line is in the file.
+    pub fn durable(&self) -> u64 {
+        self.durable.load(Ordering::Relaxed)
+    }
+
+    /// Appends one accepted line (without its newline), numbered `seq` by the client (0: not).
+    pub fn write(&mut self, line: &[u8], seq: u64) {
+        if !self.recording() {
             self.dropped += 1;
             return;
         }
+        self.seq = self.seq.max(seq);
         if self.buf.capacity() == 0 {
             self.buf.reserve(CHUNK + 1024);
         }
@@ -193,6 +211,7 @@ impl Trace {
             id: self.id,
             bytes,
             lines,
+            seq: self.seq,
         });
     }
 }

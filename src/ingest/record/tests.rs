@@ -44,7 +44,7 @@ fn a_trace_is_hello_then_lines_and_rotates_with_hello_first() {
     );
     let first = t.path().to_path_buf();
     for i in 0..10 {
-        t.write(format!(r#"{{"type":"sample","step":{i}}}"#).as_bytes());
+        t.write(format!(r#"{{"type":"sample","step":{i}}}"#).as_bytes(), 0);
     }
     drop(t);
     rec.finish();
@@ -80,7 +80,7 @@ fn the_directory_stays_under_its_cap_deleting_the_oldest_finished_traces() {
     for s in 1..20 {
         let mut t = rec.start(&format!("s-{s}"), None, None, s as f64 + 1.0, HELLO);
         for _ in 0..9 {
-            t.write(&line);
+            t.write(&line, 0);
         }
     }
     drop(keep);
@@ -110,7 +110,7 @@ fn files_gpumon_did_not_write_are_never_deleted() {
     for s in 1..10 {
         let mut t = rec.start(&format!("s-{s}"), None, None, s as f64, HELLO);
         for _ in 0..9 {
-            t.write(&[b'x'; 99]);
+            t.write(&[b'x'; 99], 0);
         }
     }
     rec.finish();
@@ -134,7 +134,7 @@ fn open_traces_count_and_the_writer_crossing_the_cap_is_stopped_with_a_last_line
         .collect();
     for _ in 0..30 {
         for t in traces.iter_mut() {
-            t.write(&[b'y'; 99]);
+            t.write(&[b'y'; 99], 0);
             t.send();
         }
     }
@@ -158,7 +158,7 @@ fn a_stopped_trace_ends_with_a_line_saying_why() {
             break;
         }
         for t in traces.iter_mut() {
-            t.write(&[b'y'; 99]);
+            t.write(&[b'y'; 99], 0);
             t.send();
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -188,7 +188,7 @@ fn traces_of_an_earlier_run_are_pruned_oldest_first() {
     let rec = Recorder::with_stats(dir.path(), 1_000, 2_500, stats()).unwrap();
     let mut t = rec.start("s-2", None, None, 2.0, HELLO);
     for _ in 0..9 {
-        t.write(&[b'x'; 99]);
+        t.write(&[b'x'; 99], 0);
     }
     drop(t);
     rec.finish();

@@ -24,12 +24,15 @@ pub enum Msg {
         base: String,
         hello: Vec<u8>,
         stopped: Arc<AtomicBool>,
+        durable: Arc<AtomicU64>,
     },
-    /// Whole lines, each ending in a newline.
+    /// Whole lines, each ending in a newline; `seq` the highest line number among them (0:
+    /// none numbered).
     Data {
         id: u64,
         bytes: Vec<u8>,
         lines: u64,
+        seq: u64,
     },
     /// The session ended; `Some` when ingest itself gave up recording it.
     Close {
@@ -54,6 +57,9 @@ struct Open {
     /// Bytes in the current part.
     written: u64,
     stopped: Arc<AtomicBool>,
+    /// Raised to a chunk's `seq` once all of it is in the file (in the kernel's hands: a
+    /// daemon killed after that loses none of it), so ingest acknowledges no line not on disk.
+    durable: Arc<AtomicU64>,
 }
 
 pub struct Writer {
@@ -130,10 +136,16 @@ impl Writer {
                     base,
                     hello,
                     stopped,
-                } => self.open_session(id, base, hello, stopped),
-                Msg::Data { id, bytes, lines } => {
+                    durable,
+                } => self.open_session(id, base, hello, stopped, durable),
+                Msg::Data {
+                    id,
+                    bytes,
+                    lines,
+                    seq,
+                } => {
                     self.queued.fetch_sub(bytes.len() as u64, Ordering::Relaxed);
-                    self.data(id, &bytes, lines);
+                    self.data(id, &bytes, lines, seq);
                 }
                 Msg::Close { id, reason } => {
                     if let Some(r) = reason {
@@ -189,7 +201,14 @@ impl Writer {
         true
     }
 
-    fn open_session(&mut self, id: u64, base: String, hello: Vec<u8>, stopped: Arc<AtomicBool>) {
+    fn open_session(
+        &mut self,
+        id: u64,
+        base: String,
+        hello: Vec<u8>,
+        stopped: Arc<AtomicBool>,
+        durable: Arc<AtomicU64>,
+    ) {
         self.stats.sessions.fetch_add(1, Ordering::Relaxed);
         self.open.insert(
             id,
@@ -200,6 +219,7 @@ impl Writer {
                 file: None,
                 written: 0,
                 stopped,
+                durable,
             },
         );
         self.next_part(id);
@@ -291,7 +311,7 @@ impl Writer {
         self.stop(id, reason);
     }
 
-    fn data(&mut self, id: u64, mut bytes: &[u8], mut lines: u64) {
+    fn data(&mut self, id: u64, mut bytes: &[u8], mut lines: u64, seq: u64) {
         let Some(s) = self.open.get(&id) else { return };
         if s.stopped.load(Ordering::Relaxed) {
             self.stats.dropped_lines.fetch_add(lines, Ordering::Relaxed);
@@ -332,6 +352,9 @@ impl Writer {
             }
             bytes = &bytes[take..];
             lines = lines.saturating_sub(n);
+        }
+        if let Some(s) = self.open.get(&id) {
+            s.durable.fetch_max(seq, Ordering::Relaxed);
         }
     }
 

@@ -2,7 +2,7 @@
 
 use prometheus::proto::{MetricFamily, MetricType};
 
-use super::trainers::{Labels, T};
+use super::trainers::{labelled, T};
 use super::Family;
 use crate::detect::{FindingState, Kind};
 use crate::store::Store;
@@ -35,8 +35,15 @@ pub fn finding_families(store: &Store, out: &mut Vec<MetricFamily>) {
         &["kind"],
     );
     let mut counts = [0u64; Kind::ALL.len()];
-    for s in store.sessions.live() {
-        let own = Labels::of(s, gpus);
+    for (own, s, shown) in labelled(store, gpus) {
+        for f in s.detect.current() {
+            if f.state == FindingState::Firing {
+                counts[f.kind.index()] += 1;
+            }
+        }
+        if !shown {
+            continue;
+        }
         let l = own.as_array(s);
         let leak_finding = s.detect.current().find(|f| f.kind == Kind::Leak);
         let leak_firing = leak_finding.is_some_and(|f| f.state == FindingState::Firing);
@@ -55,11 +62,6 @@ pub fn finding_families(store: &Store, out: &mut Vec<MetricFamily>) {
         }
         let near_firing = s.detect.firing(Kind::NearLimit).is_some();
         near.add(&l, if near_firing { 1.0 } else { 0.0 });
-        for f in s.detect.current() {
-            if f.state == FindingState::Firing {
-                counts[f.kind.index()] += 1;
-            }
-        }
     }
     for f in store.sessions.findings.held() {
         counts[f.kind.index()] += 1;

@@ -111,3 +111,56 @@ fn nvml_down_renders_only_health() {
     assert!(!text.contains("gpumon_gpu_memory"), "{text}");
     assert!(!text.contains("gpumon_process_memory"), "{text}");
 }
+
+#[test]
+fn two_live_sessions_with_one_label_set_export_the_newest_once() {
+    use crate::ingest::protocol::{Hello, Sample, Stats};
+    use crate::store::sessions::Peer;
+    let mut store = new_store();
+    store.apply(reading(), 0.002);
+    let peer = Peer {
+        pid: 10,
+        uid: 1000,
+        gid: 1000,
+    };
+    let hello = Hello {
+        v: 1,
+        job: Some("j".into()),
+        rank: Some(0),
+        gpu_uuid: Some("GPU-0".into()),
+        ..Hello::default()
+    };
+    // A reconnect whose new hello arrived before the old connection was seen closing.
+    for (i, allocated) in [111u64, 222].into_iter().enumerate() {
+        let (key, _) = store.sessions.open(peer, hello.clone(), 1.0 + i as f64);
+        let sample = Sample {
+            ts: 2.0,
+            step: Some(1),
+            phase: "train".into(),
+            stats: Stats {
+                allocated: Some(allocated),
+                ..Stats::default()
+            },
+            device_free: None,
+            device_total: None,
+            alloc_limit: None,
+        };
+        store.sessions.sample(key, sample, 2.0);
+    }
+    let text = render(store);
+    let series = |name: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(series("gpumon_trainer_info").len(), 2, "{text}");
+    let allocated = series("gpumon_trainer_allocated_bytes");
+    assert_eq!(allocated.len(), 1, "{allocated:?}");
+    assert!(allocated[0].ends_with(" 222"), "the newest: {allocated:?}");
+    assert_eq!(series("gpumon_leak_suspected").len(), 1);
+    assert!(
+        text.contains("gpumon_trainer_sessions_shadowed 1"),
+        "{text}"
+    );
+}

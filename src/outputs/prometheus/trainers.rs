@@ -1,6 +1,7 @@
 //! gpumon_trainer_* and gpumon_ingest_* families. Rendered on every scrape: sessions change with
 //! every sample, and there are few of them (one per trainer process and device).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use prometheus::proto::{MetricFamily, MetricType};
@@ -69,13 +70,23 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         "gpumon_trainer_ooms_total",
         "Out-of-memory errors the allocator raised (num_ooms, resets handled).",
     );
-    for s in store.sessions.live() {
-        let own = Labels::of(s, gpus);
+    let mut shadowed = Family::gauge(
+        "gpumon_trainer_sessions_shadowed",
+        "Live sessions whose per-session series are left out because a newer session carries the same gpu, uuid, pid, job and rank labels (e.g. a reconnect before the old connection closed); their gpumon_trainer_info is kept.",
+        &[],
+    );
+    let sessions = labelled(store, gpus);
+    let mut hidden = 0;
+    for (own, s, shown) in &sessions {
         let l = own.as_array(s);
         let [gpu, uuid, pid, job, rank] = l;
         let torch = s.hello.torch.as_deref().unwrap_or("");
         let client = s.hello.client.as_deref().unwrap_or("");
         info.add(&[gpu, uuid, pid, job, rank, &s.id, torch, client], 1.0);
+        if !shown {
+            hidden += 1;
+            continue;
+        }
         retries.add(&l, s.retries.total as f64);
         ooms.add(&l, s.ooms.total as f64);
         if let Some(cap) = s.alloc_limit {
@@ -106,8 +117,10 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
             last.add(&l, t);
         }
     }
+    shadowed.add(&[], f64::from(hidden));
     for f in [
         info,
+        shadowed,
         allocated,
         peak,
         reserved,
@@ -122,6 +135,31 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
     ] {
         f.finish(out);
     }
+}
+
+/// Live sessions in start order with their labels, and whether their per-session series are
+/// exported: of sessions with the same label set only the newest is, so an exposition never
+/// holds two series with one label set (Prometheus would keep one of them, silently).
+pub fn labelled<'a>(store: &'a Store, gpus: &[GpuReading]) -> Vec<(Labels, &'a Session, bool)> {
+    let mut out: Vec<_> = store
+        .sessions
+        .live()
+        .map(|s| (Labels::of(s, gpus), s, true))
+        .collect();
+    let mut newest: HashMap<[&str; 5], usize> = HashMap::with_capacity(out.len());
+    for (i, (own, s, _)) in out.iter().enumerate() {
+        newest.insert(own.as_array(s), i);
+    }
+    let hidden: Vec<usize> = out
+        .iter()
+        .enumerate()
+        .filter(|(i, (own, s, _))| newest.get(&own.as_array(s)) != Some(i))
+        .map(|(i, _)| i)
+        .collect();
+    for i in hidden {
+        out[i].2 = false;
+    }
+    out
 }
 
 /// The gpu, uuid, pid, job and rank labels every per-session series carries.
@@ -201,6 +239,14 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
         &[],
     );
     f.add(&[], stats.replies_dropped.load(Ordering::Relaxed) as f64);
+    f.finish(out);
+    let mut f = Family::new(
+        "gpumon_ingest_duplicates_total",
+        "Numbered lines dropped because their client had sent them already (a resend after a reconnect; capability ack).",
+        MetricType::COUNTER,
+        &[],
+    );
+    f.add(&[], stats.duplicates.load(Ordering::Relaxed) as f64);
     f.finish(out);
     let mut f = Family::new(
         "gpumon_ingest_requests_total",

@@ -1,0 +1,97 @@
+//! Lines a reconnecting client sends again (capability `ack`): each client instance (hello's
+//! `instance`, per uid so one user cannot silence another's) has one high-water mark of the
+//! `seq` numbers applied, shared by every connection it opens, so a line resent on the next
+//! connection, even one opened before the old one closed, is dropped instead of applied twice.
+//! Marks of instances with no open connection are forgotten when the table is full: a client
+//! gone that long has nothing left to resend.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Client instances remembered at most.
+const MAX_INSTANCES: usize = 8192;
+
+#[derive(Default)]
+pub struct Resume {
+    marks: Mutex<HashMap<(u32, String), Arc<Mark>>>,
+}
+
+/// The highest `seq` applied for one client instance.
+#[derive(Debug, Default)]
+pub struct Mark(AtomicU64);
+
+impl Mark {
+    /// Whether `seq` is new (above the mark); if so the mark moves up to it. Callers apply a
+    /// client's lines one at a time under the store lock, so check-and-raise cannot interleave
+    /// between two connections of one instance.
+    pub fn advance(&self, seq: u64) -> bool {
+        self.0.fetch_max(seq, Ordering::Relaxed) < seq
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Resume {
+    /// The mark of `instance` for `uid`; a fresh one for a client that gave no instance.
+    pub fn mark(&self, uid: u32, instance: Option<&str>) -> Arc<Mark> {
+        let Some(instance) = instance else {
+            return Arc::default();
+        };
+        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = marks.get(&(uid, instance.to_owned())) {
+            return m.clone();
+        }
+        if marks.len() >= MAX_INSTANCES {
+            // Only marks nobody holds: an open connection's mark must stay shared.
+            marks.retain(|_, m| Arc::strong_count(m) > 1);
+        }
+        let m = Arc::<Mark>::default();
+        if marks.len() < MAX_INSTANCES {
+            marks.insert((uid, instance.to_owned()), m.clone());
+        }
+        m
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.marks.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_instance_shares_its_mark_across_connections_per_uid() {
+        let r = Resume::default();
+        let a = r.mark(1000, Some("c-1"));
+        assert!(a.advance(5));
+        assert!(!a.advance(5) && !a.advance(3));
+        let again = r.mark(1000, Some("c-1"));
+        assert_eq!(again.get(), 5);
+        assert!(!again.advance(4) && again.advance(6));
+        assert_eq!(a.get(), 6);
+        // Another user's client with the same instance name has its own mark.
+        assert_eq!(r.mark(1001, Some("c-1")).get(), 0);
+        // No instance: a mark of its own, never shared.
+        let lone = r.mark(1000, None);
+        assert!(lone.advance(9));
+        assert_eq!(r.mark(1000, None).get(), 0);
+    }
+
+    #[test]
+    fn the_table_stays_bounded_and_keeps_marks_in_use() {
+        let r = Resume::default();
+        let held = r.mark(1, Some("held"));
+        held.advance(77);
+        for i in 0..MAX_INSTANCES * 2 {
+            r.mark(2, Some(&format!("gone-{i}")));
+        }
+        assert!(r.len() <= MAX_INSTANCES);
+        assert_eq!(r.mark(1, Some("held")).get(), 77);
+    }
+}
