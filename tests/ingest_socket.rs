@@ -431,3 +431,25 @@ fn a_client_that_never_reads_costs_dropped_replies_not_a_stuck_daemon() {
     assert_silent(&mut calm_r);
     assert_eq!(d.get("/healthz").0, 200);
 }
+
+#[test]
+fn lines_a_client_reports_dropped_are_counted() {
+    let d = Daemon::with_scenario("two_gpus");
+    assert_eq!(
+        sample(&d.metrics(), "gpumon_ingest_dropped_total"),
+        Some(0.0)
+    );
+    let (mut w, mut r) = connect(&d);
+    w.write_all(hello("dropper").as_bytes()).unwrap();
+    assert_eq!(reply(&mut r)["type"], "welcome");
+    // The reference client's mark after a reconnect, when its buffer overflowed meanwhile.
+    for n in [17, 5] {
+        let mark = format!(
+            "{{\"type\":\"event\",\"ts\":1763700000,\"kind\":\"mark\",\"detail\":\"gpumon-client dropped {n} line(s) while the daemon was unreachable\",\"dropped\":{n}}}\n"
+        );
+        w.write_all(mark.as_bytes()).unwrap();
+    }
+    d.wait_for(Duration::from_secs(5), "the drops counted", || {
+        sample(&d.metrics(), "gpumon_ingest_dropped_total") == Some(22.0)
+    });
+}

@@ -47,6 +47,8 @@ pub struct Batch {
     ack: Option<Vec<u8>>,
     /// Lines dropped for the rate limit without a reply (counted at `finish`).
     silenced: u64,
+    /// Lines the client says it dropped because the daemon could not take them.
+    client_dropped: u64,
     /// The connection ends after this batch (EOF).
     pub closing: bool,
 }
@@ -121,6 +123,12 @@ impl Batch {
         for item in self.items.drain(..) {
             let outcome = match item {
                 Item::Msg(msg, raw, seq) => {
+                    if let Message::Event(protocol::Event {
+                        dropped: Some(n), ..
+                    }) = &msg
+                    {
+                        self.client_dropped = self.client_dropped.saturating_add(*n);
+                    }
                     if guard.is_none() {
                         let Ok(g) = store.write() else { return false };
                         guard = Some(g);
@@ -179,6 +187,10 @@ impl Batch {
             stats.duplicates.fetch_add(duplicates, Ordering::Relaxed);
         }
         // One count per dropped line: those with a reply were counted above, by its code.
+        let dropped = std::mem::take(&mut self.client_dropped);
+        if dropped > 0 {
+            stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
         let silenced = std::mem::take(&mut self.silenced);
         if silenced > 0 {
             stats.reject_many(Code::RateLimited, silenced);

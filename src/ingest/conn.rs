@@ -303,6 +303,7 @@ impl Conn {
                 phase: None,
                 detail: Some(detail),
                 path: None,
+                dropped: None,
             };
             sessions.event(key, e);
             sessions.close(key, Ending::Clean, now);

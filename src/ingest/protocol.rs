@@ -173,6 +173,9 @@ pub struct Event {
     pub phase: Option<String>,
     pub detail: Option<String>,
     pub path: Option<String>,
+    /// Lines the client dropped before this one because the daemon could not take them
+    /// (unreachable, or reading too slowly); the reference client says so on a `mark`.
+    pub dropped: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -231,6 +234,8 @@ struct Raw<'a> {
     instance: Option<Cow<'a, str>>,
     /// Any line after hello: its number in the client's stream (capability `ack`).
     seq: Option<u64>,
+    /// event: lines the client dropped before it.
+    dropped: Option<u64>,
     /// attribution: the request answered, the window, and the sites (checked field by field).
     id: Option<u64>,
     step_from: Option<u64>,
@@ -476,6 +481,7 @@ fn event(r: Raw) -> Result<Event, Rejection> {
         phase: label("phase", r.phase)?,
         detail: text("detail", r.detail)?,
         path: text("path", r.path)?,
+        dropped: r.dropped,
     })
 }
 

@@ -105,6 +105,8 @@ pub struct IngestStats {
     pub requests: AtomicU64,
     /// Numbered lines dropped because their client's instance had sent them already.
     pub duplicates: AtomicU64,
+    /// Lines trainers dropped because the daemon could not take them, as they report it.
+    pub dropped: AtomicU64,
     /// Connections the daemon closed, by `Close` (in `Close::ALL` order).
     pub closed: [AtomicU64; Close::ALL.len()],
 }

@@ -493,6 +493,7 @@ mod tests {
                         phase: None,
                         detail: Some("x".into()),
                         path: None,
+                        dropped: None,
                     },
                 );
             }
@@ -567,6 +568,7 @@ mod tests {
             phase: None,
             detail: None,
             path: None,
+            dropped: None,
         };
         // An oom event without it is recorded with the session's; one with it updates it.
         s.event(key, oom(None));
@@ -592,6 +594,7 @@ mod tests {
             phase: None,
             detail: None,
             path: None,
+            dropped: None,
         }
     }
 

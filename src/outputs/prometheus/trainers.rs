@@ -225,12 +225,13 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
     f.finish(out);
     let mut f = Family::new(
         "gpumon_ingest_dropped_total",
-        "Samples dropped because the daemon was overloaded.",
+        "Lines trainers dropped because the daemon could not take them (unreachable, or reading too slowly), as the clients report them.",
         MetricType::COUNTER,
         &[],
     );
-    // Every accepted sample is applied under the store lock; none are shed yet.
-    f.add(&[], 0.0);
+    // The daemon applies every line it reads; what is lost is lost before it, in the client's
+    // bounded buffer, and the client says how much on its next connection.
+    f.add(&[], stats.dropped.load(Ordering::Relaxed) as f64);
     f.finish(out);
     let mut f = Family::new(
         "gpumon_ingest_replies_dropped_total",
