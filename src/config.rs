@@ -31,6 +31,7 @@ pub struct Config {
     pub log_level: String,
     pub history: HistoryConfig,
     pub ingest: IngestConfig,
+    pub http: HttpConfig,
     pub record: RecordConfig,
     pub detect: DetectSection,
     pub attribution: AttributionSection,
@@ -176,6 +177,39 @@ impl Default for IngestConfig {
     }
 }
 
+/// Limits of the HTTP server (/metrics and the API), so that slow, idle or oversized clients
+/// are closed rather than held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Open HTTP connections at most; one more is closed as soon as it is accepted.
+    pub connection_limit: usize,
+    /// Seconds from connecting (or from the first byte of a later request) to a complete head.
+    #[serde(deserialize_with = "de_seconds")]
+    pub header_timeout_seconds: f64,
+    /// Seconds a keep-alive connection may sit between requests.
+    #[serde(deserialize_with = "de_seconds")]
+    pub keepalive_timeout_seconds: f64,
+    /// Request line plus headers, in bytes; a larger head is answered 431 and closed.
+    pub max_request_head_bytes: usize,
+    /// Seconds that requests in flight get to finish at shutdown; then every connection closes.
+    #[serde(deserialize_with = "de_seconds")]
+    pub shutdown_grace_seconds: f64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            // Far below the unit's LimitNOFILE=8192 less ingest's 1024, so ingest keeps its fds.
+            connection_limit: 512,
+            header_timeout_seconds: 10.0,
+            keepalive_timeout_seconds: 60.0,
+            max_request_head_bytes: 16 * 1024,
+            shutdown_grace_seconds: 3.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HistoryConfig {
@@ -204,6 +238,7 @@ impl Default for Config {
             log_level: "info".into(),
             history: HistoryConfig::default(),
             ingest: IngestConfig::default(),
+            http: HttpConfig::default(),
             record: RecordConfig::default(),
             detect: DetectSection::default(),
             attribution: AttributionSection::default(),
@@ -354,6 +389,7 @@ impl Config {
         }
         self.validate_attribution()?;
         self.validate_ingest()?;
+        self.validate_http()?;
         self.validate_record()
     }
 }
@@ -390,6 +426,60 @@ impl Config {
                 value: i.reserved_connections.to_string(),
                 reason: "keep between 0 and 1000000".into(),
             });
+        }
+        Ok(())
+    }
+
+    fn validate_http(&self) -> Result<(), ConfigError> {
+        let h = &self.http;
+        let invalid =
+            |key, value: String, reason: String| Err(ConfigError::Invalid { key, value, reason });
+        if !(1..=1_000_000).contains(&h.connection_limit) {
+            return invalid(
+                "http.connection_limit",
+                h.connection_limit.to_string(),
+                "keep between 1 and 1000000, and well under the open-file limit".into(),
+            );
+        }
+        for (key, v, min, max) in [
+            (
+                "http.header_timeout_seconds",
+                h.header_timeout_seconds,
+                0.1,
+                3_600.0,
+            ),
+            (
+                "http.keepalive_timeout_seconds",
+                h.keepalive_timeout_seconds,
+                0.1,
+                86_400.0,
+            ),
+            (
+                "http.shutdown_grace_seconds",
+                h.shutdown_grace_seconds,
+                0.0,
+                300.0,
+            ),
+        ] {
+            // Written as a negated range so that NaN is refused too.
+            if !(v >= min && v <= max) {
+                return invalid(
+                    key,
+                    v.to_string(),
+                    format!("keep between {min} and {max} seconds"),
+                );
+            }
+        }
+        let head = h.max_request_head_bytes;
+        if !(crate::outputs::http::MIN_HEAD_BYTES..=1 << 20).contains(&head) {
+            return invalid(
+                "http.max_request_head_bytes",
+                head.to_string(),
+                format!(
+                    "keep between {} and 1048576 bytes, e.g. 16384",
+                    crate::outputs::http::MIN_HEAD_BYTES
+                ),
+            );
         }
         Ok(())
     }
@@ -573,6 +663,20 @@ max_connections_per_uid = {max_connections_per_uid}
 # hello always finds room (connections still waiting for theirs make way for newcomers).
 reserved_connections = {reserved_connections}
 
+[http]
+# HTTP connections open at most (scrapers, the TUI, the API); one more is closed at once and
+# counted. Keep it well under the open-file limit so the ingest socket always has room.
+connection_limit = {connection_limit}
+# Seconds a client has, from connecting (or from the first byte of a later request on the same
+# connection), to send a complete request head; then it is closed (reason header_timeout).
+header_timeout_seconds = {header_timeout_seconds:?}
+# Seconds a keep-alive connection may sit between requests before it is closed.
+keepalive_timeout_seconds = {keepalive_timeout_seconds:?}
+# Request line plus headers, in bytes (at least 8192); a larger head is answered 431 and closed.
+max_request_head_bytes = {max_request_head_bytes}
+# At shutdown, seconds that requests in flight get to finish; then every connection is closed.
+shutdown_grace_seconds = {shutdown_grace_seconds:?}
+
 [record]
 # Record each trainer session's lines as a trace file (hello first) for `gpumon analyze`.
 # Unset: nothing is recorded. An absolute path.  (GPUMON_RECORD_DIR, --record-dir)
@@ -636,6 +740,11 @@ resend_interval = "{resend_interval}"
         idle_timeout_seconds = d.ingest.idle_timeout_seconds,
         max_connections_per_uid = d.ingest.max_connections_per_uid,
         reserved_connections = d.ingest.reserved_connections,
+        connection_limit = d.http.connection_limit,
+        header_timeout_seconds = d.http.header_timeout_seconds,
+        keepalive_timeout_seconds = d.http.keepalive_timeout_seconds,
+        max_request_head_bytes = d.http.max_request_head_bytes,
+        shutdown_grace_seconds = d.http.shutdown_grace_seconds,
         max_file_bytes = d.record.max_file_bytes,
         max_total_bytes = d.record.max_total_bytes,
         headroom_margin_bytes = d.detect.headroom_margin_bytes,

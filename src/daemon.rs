@@ -78,16 +78,24 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
+    let http_stats = Arc::new(crate::outputs::http::HttpStats::default());
     let state = AppState {
-        exporter: Arc::new(Exporter::new(store.clone(), ingest_stats.clone())?),
+        exporter: Arc::new(
+            Exporter::new(store.clone(), ingest_stats.clone())?.with_http(http_stats.clone()),
+        ),
         ingest: ingest_stats,
         store,
         hostname: hostname.into(),
     };
     tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
-    let server = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let result = server.await;
+    let result = crate::outputs::http::serve(
+        listener,
+        router(state),
+        (&config.http).into(),
+        http_stats,
+        shutdown.clone(),
+    )
+    .await;
     // The HTTP server stops only on shutdown, so the ingest task is stopping too.
     if let Some(t) = ingest_task {
         t.await?;

@@ -309,3 +309,71 @@ fn the_variables_here_are_the_ones_the_flags_read() {
     here.sort();
     assert_eq!(from_flags, here);
 }
+
+#[test]
+fn http_limits_are_read_and_bounded() {
+    let c = Config::parse(
+        "[http]\nconnection_limit = 64\nheader_timeout_seconds = 2\nkeepalive_timeout_seconds = 0.5\nmax_request_head_bytes = 8192\nshutdown_grace_seconds = 0\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let h = &c.http;
+    assert_eq!(
+        (
+            h.connection_limit,
+            h.header_timeout_seconds,
+            h.keepalive_timeout_seconds,
+            h.max_request_head_bytes,
+            h.shutdown_grace_seconds
+        ),
+        (64, 2.0, 0.5, 8192, 0.0)
+    );
+    let limits = crate::outputs::http::HttpLimits::from(h);
+    assert_eq!(limits.header_timeout, Duration::from_secs(2));
+    assert_eq!(limits.drain, Duration::ZERO);
+    for (line, key, value) in [
+        ("connection_limit = 0", "http.connection_limit", "0"),
+        (
+            "header_timeout_seconds = 0",
+            "http.header_timeout_seconds",
+            "0",
+        ),
+        (
+            "header_timeout_seconds = nan",
+            "http.header_timeout_seconds",
+            "NaN",
+        ),
+        (
+            "keepalive_timeout_seconds = inf",
+            "http.keepalive_timeout_seconds",
+            "inf",
+        ),
+        (
+            "shutdown_grace_seconds = -1",
+            "http.shutdown_grace_seconds",
+            "-1",
+        ),
+        (
+            "max_request_head_bytes = 4096",
+            "http.max_request_head_bytes",
+            "4096",
+        ),
+        (
+            "max_request_head_bytes = 2000000",
+            "http.max_request_head_bytes",
+            "2000000",
+        ),
+    ] {
+        let err = Config::parse(&format!("[http]\n{line}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(key) && err.contains(&format!("\"{value}\"")),
+            "{line}: {err}"
+        );
+    }
+    let err = Config::parse("[http]\nmax_connections = 5\n", Path::new("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_connections"), "{err}");
+}

@@ -6,6 +6,7 @@
 //! children's pids with the memory they report.
 
 pub mod attribution;
+pub mod bundled;
 pub mod oom;
 pub mod profile;
 pub mod scenario;
@@ -31,7 +32,8 @@ pub struct DemoArgs {
     /// Ingest socket path (default: in a temporary directory).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// The fake NVML library (default: libfake_nvml.so beside the gpumon binary).
+    /// The fake NVML library (default: beside the gpumon binary, then ../lib/gpumon/ and
+    /// /usr/lib/gpumon/, then the copy built into gpumon).
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
     /// Start the simulation this many seconds in. The leaking trainer runs out of memory every
@@ -77,29 +79,21 @@ impl Drop for Node {
     }
 }
 
-fn fake_lib(args: &DemoArgs) -> anyhow::Result<PathBuf> {
-    let lib = match &args.nvml_lib {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .map(|d| d.join("libfake_nvml.so"))
-            .unwrap_or_default(),
-    };
-    if !lib.is_file() {
-        anyhow::bail!(
-            "the demo's simulated GPUs need the fake NVML library, and {} does not exist: build it with `cargo build --workspace` (it lands beside gpumon), or pass --nvml-lib PATH",
-            lib.display()
-        );
-    }
+/// The fake NVML library (see bundled.rs for where it is looked for); `dir` is the demo's scratch
+/// directory, used only where the built-in copy cannot be loaded from memory.
+fn fake_lib(args: &DemoArgs, dir: &Path) -> anyhow::Result<bundled::FakeLib> {
+    let lib = bundled::find(args.nvml_lib.as_deref(), dir)?;
+    tracing::info!(path = %lib.path.display(), origin = lib.origin, "fake NVML library");
     Ok(lib)
 }
 
 pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Result<()> {
-    let lib = fake_lib(&args)?;
     if !(args.skip.is_finite() && args.skip >= 0.0) {
         anyhow::bail!("--skip takes seconds, 0 or more (got {})", args.skip);
     }
     let dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
+    // Held until the demo returns: NVML may open the library again at any time.
+    let lib = fake_lib(&args, &dir)?;
     std::fs::create_dir_all(&dir)?;
     let socket = args
         .socket
@@ -133,7 +127,7 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
     // Read by the fake library at NVML init, which happens after this on the poller thread.
     std::env::set_var("FAKE_NVML_SCENARIO", &scen);
     std::env::set_var("FAKE_NVML_T0", t0.to_string());
-    config.nvml_lib = lib.display().to_string();
+    config.nvml_lib = lib.path.display().to_string();
     config.socket = Some(socket.clone());
 
     let rt = tokio::runtime::Builder::new_multi_thread()

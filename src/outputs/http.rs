@@ -1,10 +1,11 @@
-//! The HTTP side: /metrics, /api/v1/snapshot, /healthz, /readyz.
+//! The HTTP side: /metrics, /api/v1/snapshot, /healthz, /readyz. The router is here; the
+//! server that runs it, with its limits, is in `serve`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -15,6 +16,14 @@ use super::prometheus::Exporter;
 use crate::ingest::server::IngestStats;
 use crate::snapshot::{IngestView, SessionView, Snapshot};
 use crate::store::SharedStore;
+
+pub mod gzip;
+pub mod serve;
+mod stats;
+pub mod web_config;
+
+pub use serve::{serve, HttpLimits, MIN_HEAD_BYTES};
+pub use stats::{Closed, HttpStats};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -50,14 +59,31 @@ async fn index() -> &'static str {
     "gpumon: see /metrics, /api/v1/snapshot, /api/v1/sessions/{id}, /healthz, /readyz\n"
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
-    let body = s.exporter.render();
+const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The text, gzip-compressed when the scraper accepts it (Prometheus always does).
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let vary = (header::VARY, "Accept-Encoding");
+    if gzip::accepts_gzip(headers.get_all(header::ACCEPT_ENCODING)) {
+        match s.exporter.render_gzip() {
+            Ok(body) => {
+                return (
+                    [
+                        (header::CONTENT_TYPE, METRICS_TYPE),
+                        (header::CONTENT_ENCODING, "gzip"),
+                        vary,
+                    ],
+                    body,
+                )
+                    .into_response()
+            }
+            // Compressing into memory fails only on a bug; the plain text still serves.
+            Err(e) => tracing::error!(error = %e, "gzip of /metrics failed; serving it plain"),
+        }
+    }
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
+        [(header::CONTENT_TYPE, METRICS_TYPE), vary],
+        s.exporter.render(),
     )
         .into_response()
 }

@@ -9,6 +9,8 @@ use prometheus::{Registry, TextEncoder};
 
 use crate::ingest::server::IngestStats;
 use crate::model::{GpuState, NodeReading};
+use crate::outputs::http::gzip::GzPrefix;
+use crate::outputs::http::HttpStats;
 
 mod findings;
 mod record;
@@ -16,13 +18,18 @@ mod trainers;
 use crate::store::{SharedStore, Store};
 
 /// Builds one metric family; label names are given once, values per series.
-struct Family {
+pub(crate) struct Family {
     mf: MetricFamily,
     labels: &'static [&'static str],
 }
 
 impl Family {
-    fn new(name: &str, help: &str, kind: MetricType, labels: &'static [&'static str]) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        help: &str,
+        kind: MetricType,
+        labels: &'static [&'static str],
+    ) -> Self {
         let mut mf = MetricFamily::default();
         mf.set_name(name.to_string());
         mf.set_help(help.to_string());
@@ -30,11 +37,11 @@ impl Family {
         Self { mf, labels }
     }
 
-    fn gauge(name: &str, help: &str, labels: &'static [&'static str]) -> Self {
+    pub(crate) fn gauge(name: &str, help: &str, labels: &'static [&'static str]) -> Self {
         Self::new(name, help, MetricType::GAUGE, labels)
     }
 
-    fn add(&mut self, values: &[&str], value: f64) {
+    pub(crate) fn add(&mut self, values: &[&str], value: f64) {
         let mut m = Metric::default();
         let pairs = self
             .labels
@@ -63,7 +70,7 @@ impl Family {
         self.mf.mut_metric().push(m);
     }
 
-    fn finish(self, out: &mut Vec<MetricFamily>) {
+    pub(crate) fn finish(self, out: &mut Vec<MetricFamily>) {
         // An empty family would print HELP/TYPE with no samples; leave it out instead.
         if !self.mf.get_metric().is_empty() {
             out.push(self.mf);
@@ -263,13 +270,22 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
 /// The daemon's registry (its own counters) plus the NVML families of the latest collection.
 ///
 /// Those families change only when the poller collects, so they are encoded once per collection
-/// (at the first scrape after it) and later scrapes copy the cached text. The daemon's own
-/// counters are encoded on every scrape.
+/// (at the first scrape after it) and later scrapes copy the cached text; the same goes for
+/// their gzip form, made at the first scrape that asks for gzip. The daemon's own counters are
+/// encoded on every scrape.
 pub struct Exporter {
     registry: Registry,
     store: SharedStore,
     ingest: Arc<IngestStats>,
-    cache: Mutex<Option<(u64, Arc<str>)>>,
+    http: Option<Arc<HttpStats>>,
+    cache: Mutex<Option<Cached>>,
+}
+
+/// The NVML families of one collection (by store generation), as text and maybe as gzip.
+struct Cached {
+    generation: u64,
+    text: Arc<str>,
+    gzip: Option<Arc<GzPrefix>>,
 }
 
 impl Exporter {
@@ -287,8 +303,15 @@ impl Exporter {
             registry,
             store,
             ingest,
+            http: None,
             cache: Mutex::new(None),
         })
+    }
+
+    /// Adds the HTTP server's connection counters to every scrape.
+    pub fn with_http(mut self, stats: Arc<HttpStats>) -> Self {
+        self.http = Some(stats);
+        self
     }
 
     pub fn registry(&self) -> &Registry {
@@ -297,8 +320,21 @@ impl Exporter {
 
     pub fn render(&self) -> String {
         let gpu_text = self.gpu_text();
-        let mut out = String::with_capacity(gpu_text.len() + 4096);
+        let live = self.live_text();
+        let mut out = String::with_capacity(gpu_text.len() + live.len());
         out.push_str(&gpu_text);
+        out.push_str(&live);
+        out
+    }
+
+    /// `render()`'s text as one gzip member; the NVML part is compressed once per collection.
+    pub fn render_gzip(&self) -> std::io::Result<Vec<u8>> {
+        let prefix = self.gpu_gzip()?;
+        prefix.with_tail(self.live_text().as_bytes())
+    }
+
+    /// What changes at every scrape: sessions, findings and the daemon's own counters.
+    fn live_text(&self) -> String {
         let mut live = Vec::new();
         if let Ok(store) = self.store.read() {
             trainers::session_families(&store, &mut live);
@@ -306,27 +342,53 @@ impl Exporter {
         }
         trainers::ingest_families(&self.ingest, &mut live);
         record::record_families(&crate::ingest::record::STATS, &mut live);
-        out.push_str(&encode(&live));
+        if let Some(http) = &self.http {
+            http.families(&mut live);
+        }
+        let mut out = encode(&live);
         out.push_str(&encode(&self.registry.gather()));
         out
     }
 
     /// The NVML families as text, from the cache when no collection happened since.
     fn gpu_text(&self) -> Arc<str> {
-        let Ok(store) = self.store.read() else {
-            // A writer panicked mid-update: serve nothing rather than half-written numbers.
-            return Arc::from("");
-        };
+        self.with_cache(|c| c.text.clone())
+            .unwrap_or_else(|| Arc::from(""))
+    }
+
+    /// The NVML families deflated, compressed at the first call after each collection.
+    fn gpu_gzip(&self) -> std::io::Result<Arc<GzPrefix>> {
+        let made = self.with_cache(|c| match &c.gzip {
+            Some(gz) => Ok(gz.clone()),
+            None => {
+                let gz = Arc::new(GzPrefix::new(c.text.as_bytes())?);
+                c.gzip = Some(gz.clone());
+                Ok(gz)
+            }
+        });
+        match made {
+            Some(r) => r,
+            None => Ok(Arc::new(GzPrefix::new(b"")?)),
+        }
+    }
+
+    /// Runs `f` on the cache entry of the store's current generation, encoding it first if a
+    /// collection happened since. None when the store is poisoned: a writer panicked
+    /// mid-update, so serve nothing rather than half-written numbers.
+    fn with_cache<R>(&self, f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
+        let store = self.store.read().ok()?;
         let generation = store.generation();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((g, text)) = cache.as_ref() {
-            if *g == generation {
-                return text.clone();
-            }
+        let stale = cache.as_ref().is_none_or(|c| c.generation != generation);
+        if stale {
+            *cache = Some(Cached {
+                generation,
+                text: Arc::from(encode(&gpu_families(&store))),
+                gzip: None,
+            });
         }
-        let text: Arc<str> = Arc::from(encode(&gpu_families(&store)));
-        *cache = Some((generation, text.clone()));
-        text
+        drop(store);
+        cache.as_mut().map(f)
     }
 }
 

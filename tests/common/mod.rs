@@ -182,6 +182,23 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Sends `signal` and waits up to `timeout` for the exit: the status, or None while it runs.
+    pub fn signal_and_wait(&mut self, signal: i32, timeout: Duration) -> Option<ExitStatus> {
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

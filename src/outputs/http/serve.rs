@@ -1,0 +1,357 @@
+//! The HTTP accept loop: hyper's HTTP/1 server around the axum router, with the limits that
+//! keep slow, idle or oversized clients from holding the daemon's memory and file descriptors.
+//!
+//! hyper's own header-read timer restarts whenever it waits for a head, so it cannot tell a
+//! slow head from an idle keep-alive connection; each connection is watched here instead (see
+//! `Clock`), and dropping its future closes the socket whatever the client does.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::stats::{Closed, HttpStats};
+
+/// The server's limits; `[http]` in the config.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// From a new connection, or from the first byte of a later request, to its complete head.
+    pub header_timeout: Duration,
+    /// From the end of a response to the first byte of the next request.
+    pub idle_timeout: Duration,
+    /// Request line plus headers, in bytes (hyper's floor is 8192).
+    pub max_head_bytes: usize,
+    /// After shutdown begins, how long requests in flight may take before every connection is
+    /// dropped.
+    pub drain: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self::from(&crate::config::HttpConfig::default())
+    }
+}
+
+impl From<&crate::config::HttpConfig> for HttpLimits {
+    /// Seconds were range-checked by `Config::validate`; a config built in code without it
+    /// falls back to a fixed value for one a Duration cannot hold.
+    fn from(c: &crate::config::HttpConfig) -> Self {
+        let secs = |s: f64, default| Duration::try_from_secs_f64(s).unwrap_or(default);
+        Self {
+            max_connections: c.connection_limit.max(1),
+            header_timeout: secs(c.header_timeout_seconds, Duration::from_secs(10)),
+            idle_timeout: secs(c.keepalive_timeout_seconds, Duration::from_secs(60)),
+            max_head_bytes: c.max_request_head_bytes.max(MIN_HEAD_BYTES),
+            drain: secs(c.shutdown_grace_seconds, Duration::from_secs(3)),
+        }
+    }
+}
+
+/// hyper panics on a smaller read buffer.
+pub const MIN_HEAD_BYTES: usize = 8192;
+
+/// Serves `router` on `listener` until `shutdown`, then drains for at most `limits.drain`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    stats: Arc<HttpStats>,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let mut builder = http1::Builder::new();
+    builder
+        .max_buf_size(limits.max_head_bytes.max(MIN_HEAD_BYTES))
+        // Timeouts are kept by `watch`; hyper's timer would need a Timer and misnames idleness.
+        .header_read_timeout(None)
+        .keep_alive(true);
+    let builder = Arc::new(builder);
+    let limits = Arc::new(limits);
+    let tracker = TaskTracker::new();
+    let hard_stop = CancellationToken::new();
+    let mut accept_errors = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                accept_errors += 1;
+                // Out of fds (or another transient failure): the ingest socket needs them more;
+                // back off instead of spinning, and log the first and then every 1000th.
+                if accept_errors % 1000 == 1 {
+                    tracing::warn!(error = %e, count = accept_errors, "cannot accept an HTTP connection");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        if stats.open() >= limits.max_connections as u64 {
+            // Closed before anything is read: the cheapest refusal, and one the client sees at once.
+            drop(stream);
+            stats.count_closed(Closed::OverCap);
+            continue;
+        }
+        let open = stats.opened();
+        let (builder, limits, stats) = (builder.clone(), limits.clone(), stats.clone());
+        let (router, draining, hard_stop) = (router.clone(), shutdown.clone(), hard_stop.clone());
+        tracker.spawn(async move {
+            let why = watch(stream, &builder, router, &limits, draining, hard_stop).await;
+            stats.count_closed(why);
+            drop(open);
+        });
+    }
+    drop(listener);
+    tracker.close();
+    if tokio::time::timeout(limits.drain, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            open = stats.open(),
+            "HTTP drain deadline passed: closing the connections still open"
+        );
+        hard_stop.cancel();
+        tracker.wait().await;
+    }
+    Ok(())
+}
+
+/// Runs one connection to its end and says why it ended.
+async fn watch(
+    stream: TcpStream,
+    builder: &http1::Builder,
+    router: Router,
+    limits: &HttpLimits,
+    draining: CancellationToken,
+    hard_stop: CancellationToken,
+) -> Closed {
+    // Small responses go out at once rather than waiting on Nagle; failure changes nothing.
+    let _ = stream.set_nodelay(true);
+    let clock = Arc::new(Clock::new());
+    let io = TokioIo::new(Watched {
+        io: stream,
+        clock: clock.clone(),
+    });
+    let service = Tracked {
+        inner: TowerToHyperService::new(router),
+        clock: clock.clone(),
+    };
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut graceful = false;
+    loop {
+        let (deadline, _) = clock.deadline(limits);
+        tokio::select! {
+            r = conn.as_mut() => return match r {
+                Ok(()) => Closed::Done,
+                Err(e) if e.is_parse_too_large() => Closed::TooLarge,
+                Err(e) if e.is_parse() => Closed::BadRequest,
+                Err(_) => Closed::IoError,
+            },
+            _ = hard_stop.cancelled() => return Closed::Shutdown,
+            _ = draining.cancelled(), if !graceful => {
+                // Finishes the request in flight, then closes; an idle connection closes now.
+                conn.as_mut().graceful_shutdown();
+                graceful = true;
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                // The deadline moves with activity: close only if it still lies in the past.
+                let (now_deadline, now_why) = clock.deadline(limits);
+                if now_deadline <= Instant::now() {
+                    return now_why;
+                }
+            }
+        }
+    }
+}
+
+/// What one connection is doing, as its reads, writes and requests show.
+struct Clock(Mutex<Phase>);
+
+struct Phase {
+    requests: u64,
+    in_flight: u32,
+    /// When the connection was accepted, or its last response was produced.
+    since: Instant,
+    /// The first byte of a head not yet complete.
+    first_byte: Option<Instant>,
+    last_write: Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let now = Instant::now();
+        Self(Mutex::new(Phase {
+            requests: 0,
+            in_flight: 0,
+            since: now,
+            first_byte: None,
+            last_write: now,
+        }))
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Phase) -> R) -> R {
+        // Nothing panics while holding the lock, so poisoning cannot happen; recover anyway.
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn on_read(&self) {
+        self.with(|p| {
+            if p.in_flight == 0 && p.first_byte.is_none() {
+                p.first_byte = Some(Instant::now());
+            }
+        });
+    }
+
+    fn on_write(&self) {
+        self.with(|p| p.last_write = Instant::now());
+    }
+
+    fn request_started(&self) {
+        self.with(|p| {
+            p.requests += 1;
+            p.in_flight += 1;
+            p.first_byte = None;
+        });
+    }
+
+    fn request_done(&self) {
+        self.with(|p| {
+            p.in_flight = p.in_flight.saturating_sub(1);
+            p.since = Instant::now();
+        });
+    }
+
+    /// When the connection is to be closed if nothing changes, and as what. A request in flight
+    /// has no deadline here (its handler bounds itself); it is looked at again an idle period on.
+    fn deadline(&self, l: &HttpLimits) -> (Instant, Closed) {
+        self.with(|p| {
+            let now = Instant::now();
+            if p.in_flight > 0 {
+                (now + l.idle_timeout, Closed::IdleTimeout)
+            } else if let Some(first) = p.first_byte {
+                (first + l.header_timeout, Closed::HeaderTimeout)
+            } else if p.requests == 0 {
+                // A connection that never sent a byte gets the header timeout, not the idle one.
+                (p.since + l.header_timeout, Closed::HeaderTimeout)
+            } else {
+                // A slow reader of a large response is not idle while its bytes still go out.
+                (
+                    p.since.max(p.last_write) + l.idle_timeout,
+                    Closed::IdleTimeout,
+                )
+            }
+        })
+    }
+}
+
+/// The socket, telling the clock about every read and write.
+struct Watched {
+    io: TcpStream,
+    clock: Arc<Clock>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.clock.on_read();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.on_write();
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.on_write();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The router, telling the clock when a request starts and when its response is ready.
+struct Tracked {
+    inner: TowerToHyperService<Router>,
+    clock: Arc<Clock>,
+}
+
+type Response = axum::response::Response;
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+        self.clock.request_started();
+        let done = RequestDone(self.clock.clone());
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let r = fut.await;
+            drop(done);
+            r
+        })
+    }
+}
+
+/// Ends the request on the clock however its future ends, dropped (client gone) included.
+struct RequestDone(Arc<Clock>);
+
+impl Drop for RequestDone {
+    fn drop(&mut self) {
+        self.0.request_done();
+    }
+}

@@ -1,0 +1,105 @@
+//! Counters of the HTTP server: connections open now, and those closed, by why.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use crate::outputs::prometheus::Family;
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// The client closed it, or asked for it to be closed after a complete exchange.
+    Done,
+    /// No complete request head within `http.header_timeout_seconds`.
+    HeaderTimeout,
+    /// Nothing sent between two requests for `http.keepalive_timeout_seconds`.
+    IdleTimeout,
+    /// Accepted while `http.connection_limit` connections were open: closed at once.
+    OverCap,
+    /// A request head (URL and headers) past `http.max_request_head_bytes`: answered 431.
+    TooLarge,
+    /// A request that is not HTTP/1 (answered 400 when hyper could).
+    BadRequest,
+    /// A read or write failed, or the client went away mid-request.
+    IoError,
+    /// Still open when the shutdown drain deadline passed.
+    Shutdown,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 8] = [
+        Closed::Done,
+        Closed::HeaderTimeout,
+        Closed::IdleTimeout,
+        Closed::OverCap,
+        Closed::TooLarge,
+        Closed::BadRequest,
+        Closed::IoError,
+        Closed::Shutdown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::Done => "done",
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::OverCap => "over_cap",
+            Closed::TooLarge => "too_large",
+            Closed::BadRequest => "bad_request",
+            Closed::IoError => "io_error",
+            Closed::Shutdown => "shutdown",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    open: AtomicU64,
+    closed: [AtomicU64; Closed::ALL.len()],
+}
+
+impl HttpStats {
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    pub fn closed(&self, why: Closed) -> u64 {
+        self.closed[why as usize].load(Ordering::Relaxed)
+    }
+
+    pub(super) fn count_closed(&self, why: Closed) {
+        self.closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection as open until the guard is dropped.
+    pub(super) fn opened(self: &Arc<Self>) -> OpenGuard {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        OpenGuard(self.clone())
+    }
+
+    pub fn families(&self, out: &mut Vec<MetricFamily>) {
+        let mut open = Family::gauge("gpumon_http_connections", "HTTP connections open now.", &[]);
+        open.add(&[], self.open() as f64);
+        open.finish(out);
+        let mut closed = Family::new(
+            "gpumon_http_connections_closed_total",
+            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, too_large, bad_request, io_error, shutdown.",
+            MetricType::COUNTER,
+            &["reason"],
+        );
+        for why in Closed::ALL {
+            closed.add(&[why.as_str()], self.closed(why) as f64);
+        }
+        closed.finish(out);
+    }
+}
+
+pub(super) struct OpenGuard(Arc<HttpStats>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
