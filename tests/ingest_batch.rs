@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use common::*;
 
-fn sample_line(step: u64) -> String {
+fn sample_line(t0: u64, step: u64) -> String {
     format!(
         "{{\"type\":\"sample\",\"ts\":{},\"step\":{step},\"stats\":{{\"allocated_bytes.all.current\":{},\"reserved_bytes.all.current\":4096}}}}\n",
-        1_763_700_000 + step,
+        t0 + step,
         step * 8
     )
 }
@@ -26,13 +26,19 @@ fn a_burst_of_mixed_lines_gets_per_line_replies_and_counts() {
     let s = UnixStream::connect(&d.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
+    // Ten minutes ago: the daemon takes samples over an hour old (or ahead) at their arrival.
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 600;
     let mut burst = String::new();
-    burst.push_str(&sample_line(0)); // line 1: no_hello
+    burst.push_str(&sample_line(t0, 0)); // line 1: no_hello
     burst.push_str("{\"type\":\"hello\",\"v\":1,\"job\":\"burst\"}\n");
     // Bad lines every 50 samples, each at a known line number.
     let mut bad = Vec::new();
     for step in 1..=500u64 {
-        burst.push_str(&sample_line(step));
+        burst.push_str(&sample_line(t0, step));
         if step % 50 == 0 {
             burst.push_str("{\"type\":\"sample\",\"ts\":\"soon\"}\n");
             bad.push(burst.lines().count());
@@ -92,7 +98,15 @@ fn a_burst_of_mixed_lines_gets_per_line_replies_and_counts() {
     assert_eq!(series.len(), 300, "the snapshot's window of session points");
     assert_eq!(series[299]["value"]["step"], 500);
     assert_eq!(series[299]["value"]["allocated"], 4000);
-    assert_eq!(series[299]["ts"], 1_763_700_500.0);
+    assert_eq!(
+        series[299]["ts"],
+        (t0 + 500) as f64,
+        "kept at their own times"
+    );
+    assert_eq!(
+        sample(&d.metrics(), "gpumon_ingest_timestamps_clamped_total"),
+        Some(0.0)
+    );
 
     let (code, body) = d.get("/api/v1/sessions/s-999");
     assert_eq!(code, 404);

@@ -4,6 +4,7 @@
 use super::attribution::Attribution;
 use super::findings::{Finding, FindingState, Findings, Severity, Subject};
 use super::lifecycle::{Change, Lifecycle, Span};
+use super::window::StepAxis;
 use super::{
     crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
     Obs, Pos, Signal,
@@ -22,6 +23,8 @@ struct Track {
 
 pub struct SessionDetect {
     tracks: Vec<Track>,
+    /// Steps as detectors and findings see them: continued across a step count that starts over.
+    steps: StepAxis,
 }
 
 /// near_limit resolves only after this long without pressure (no retries in the detector's
@@ -75,11 +78,28 @@ impl SessionDetect {
                     Span::samples(1),
                 ),
             ],
+            steps: StepAxis::default(),
         }
     }
 
     pub fn sample(&mut self, who: &Subject, obs: &Obs, findings: &mut Findings) {
-        let step = obs.sample.step;
+        let step = self.steps.at(obs.sample.step);
+        if !self.steps.shifted() {
+            return self.observe(who, obs, step, findings);
+        }
+        // After a reset the detectors see the continued step; the copy is needed only then.
+        let sample = Sample {
+            step,
+            ..obs.sample.clone()
+        };
+        let shifted = Obs {
+            sample: &sample,
+            ..*obs
+        };
+        self.observe(who, &shifted, step, findings);
+    }
+
+    fn observe(&mut self, who: &Subject, obs: &Obs, step: Option<u64>, findings: &mut Findings) {
         for t in &mut self.tracks {
             if let Some(sig) = t.det.sample(obs) {
                 apply(t, who, sig, step, obs.ts(), findings);

@@ -66,6 +66,39 @@ impl<T> Recent<T> {
     }
 }
 
+/// A session's step axis, continued across a step count that starts over (a per-epoch `step`, a
+/// trainer that restarts its loop counter): a step lower than the last one is taken as the step
+/// after it, and the steps that follow count on from there. The memory that survives each step
+/// does not care that the counter started again, so neither do rates per step, windows in steps
+/// and quiet periods; read as a jump back, each reset ran windows backwards and made findings
+/// resolve and fire again.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepAxis {
+    /// Added to the trainer's step: grows at each reset.
+    offset: u64,
+    last: Option<u64>,
+}
+
+impl StepAxis {
+    /// The step on the continued axis; None for a sample without a step (a timer sample).
+    pub fn at(&mut self, raw: Option<u64>) -> Option<u64> {
+        let raw = raw?;
+        let mut step = raw.saturating_add(self.offset);
+        if let Some(last) = self.last.filter(|last| step < *last) {
+            // A repeated step stays where it is; one going back continues after the last.
+            step = last.saturating_add(1);
+            self.offset = step - raw;
+        }
+        self.last = Some(step);
+        Some(step)
+    }
+
+    /// Whether the trainer's steps and the axis differ (a reset was seen).
+    pub fn shifted(&self) -> bool {
+        self.offset != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +153,37 @@ mod tests {
         w.push(at(5_000, 0.0), 1);
         w.push(at(3, 61.0), 2);
         assert_eq!(w.values().copied().collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_step_count_that_starts_over_continues_the_axis() {
+        let mut axis = StepAxis::default();
+        let raw = [
+            Some(0),
+            Some(5),
+            Some(5),
+            Some(199),
+            Some(0),
+            None,
+            Some(3),
+            Some(1),
+        ];
+        let got: Vec<_> = raw.iter().map(|s| axis.at(*s)).collect();
+        let want = [
+            Some(0),
+            Some(5),
+            Some(5),
+            Some(199),
+            Some(200),
+            None,
+            Some(203),
+            Some(204),
+        ];
+        assert_eq!(got, want);
+        assert!(axis.shifted());
+        let mut plain = StepAxis::default();
+        assert_eq!(plain.at(Some(u64::MAX)), Some(u64::MAX));
+        assert_eq!(plain.at(Some(7)), Some(u64::MAX), "saturates, never wraps");
     }
 
     #[test]

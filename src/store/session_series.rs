@@ -169,17 +169,35 @@ impl SessionSeries {
         self.points.push_back(Packed::new(off, &p));
     }
 
-    /// Moves the base so that `ms` fits, a quarter of the range below the top (time moves
-    /// forward); returns its offset. Points then out of range (a ring spanning more than ~37
-    /// days) are clamped to the oldest representable time.
+    /// Moves the base so that `ms` fits, and returns its offset. Every point keeps its exact
+    /// time when the series and `ms` span less than the offsets reach (~49 days): the base then
+    /// leaves a quarter of the range above the newest time (time moves forward, so the next
+    /// rebase is days away) unless that would push the oldest out. When they span more (a ring
+    /// of very sparse points, or `ms` weeks away from the others), `ms` is exact and the points
+    /// it cannot share a base with are clamped to the nearest time the range still holds:
+    /// towards `ms`, never past it. (Rebasing as if `ms` were always the newest clamped the
+    /// older-but-later points to the top of the range: 6.2 days after `ms`.)
     fn rebase(&mut self, ms: i64) -> i32 {
-        let base = ms - i64::from(i32::MAX / 4 * 3);
-        let shift = self.base_ms - base;
+        let (min, max) = (i64::from(i32::MIN), i64::from(i32::MAX));
+        let times = self.points.iter().map(|p| self.base_ms + i64::from(p.ts));
+        let (lo, hi) = times.fold((ms, ms), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        let headroom = i64::from(i32::MAX / 4 * 3);
+        // Saturating throughout: the protocol only lets Unix times of this century through.
+        let base = if hi.saturating_sub(lo) <= max - min {
+            // In [hi − max, lo − min], where both ends fit.
+            hi.saturating_sub(headroom).min(lo.saturating_sub(min))
+        } else if ms == hi {
+            ms.saturating_sub(headroom)
+        } else {
+            // `ms` far behind the others: at the bottom, the later points as far up as fits.
+            ms.saturating_sub(min)
+        };
+        let shift = self.base_ms.saturating_sub(base);
         for p in &mut self.points {
-            p.ts = clamp_i32(i64::from(p.ts) + shift);
+            p.ts = clamp_i32(i64::from(p.ts).saturating_add(shift));
         }
         self.base_ms = base;
-        clamp_i32(ms - base)
+        clamp_i32(ms.saturating_sub(base))
     }
 
     fn ts(&self, p: &Packed) -> Timestamp {
@@ -314,6 +332,76 @@ mod tests {
         let got: Vec<f64> = s.iter().map(|p| p.ts).collect();
         assert_eq!(got[3], 1e9 + 100.0 * day);
         assert!(got.windows(2).all(|w| w[0] <= w[1]), "{got:?}");
+    }
+
+    /// Points accepted far in the future (30 days), then points at the right time: the rebase
+    /// for the later ones assumed time only moves forward, clamped the first seven to the top of
+    /// the offset range, and they read back 6.2 days after the newest point.
+    #[test]
+    fn a_point_far_behind_the_others_keeps_every_time_exact() {
+        let (now, day) = (1_763_700_000.0, 86_400.0);
+        let mut s = SessionSeries::new(16);
+        let mut times: Vec<f64> = (0..7).map(|i| now + 30.0 * day + f64::from(i)).collect();
+        times.extend((0..5).map(|i| now + f64::from(i)));
+        for (i, t) in times.iter().enumerate() {
+            s.push(*t, pt(Some(i as u64), true, [None; 3]));
+        }
+        let got: Vec<f64> = s.iter().map(|p| p.ts).collect();
+        assert_eq!(got, times);
+        // Further back than the offsets can reach from the others (60 days): the new point is
+        // exact, and those it cannot share a base with are clamped towards it, never past it.
+        s.push(now - 60.0 * day, pt(None, false, [None; 3]));
+        let got: Vec<f64> = s.iter().map(|p| p.ts).collect();
+        assert_eq!(got.last(), Some(&(now - 60.0 * day)));
+        for (g, t) in got.iter().zip(&times) {
+            assert!(*g <= *t && *g > now - 60.0 * day, "{g} for {t}");
+        }
+    }
+
+    /// Through the session store: samples stamped far from their arrival (a wrong clock, a
+    /// hostile client) go into the history at their arrival and are counted; samples resent
+    /// minutes late, and those a little ahead, keep their own time.
+    #[test]
+    fn sessions_take_untrusted_times_at_their_arrival() {
+        use crate::ingest::protocol::{Hello, Sample, Stats};
+        use crate::store::sessions::{Peer, SessionLimits, Sessions};
+
+        let (t0, day) = (1_763_700_000.0, 86_400.0);
+        let mut s = Sessions::new(SessionLimits::default());
+        let peer = Peer {
+            pid: 1,
+            uid: 0,
+            gid: 0,
+        };
+        let (key, _) = s.open(peer, Hello::default(), t0);
+        let sample = |ts: f64, step: u64| Sample {
+            ts,
+            step: Some(step),
+            phase: "train".into(),
+            stats: Stats::default(),
+            device_free: None,
+            device_total: None,
+            alloc_limit: None,
+        };
+        // (sent ts, arrival, where it lands)
+        let cases = [
+            (t0 + 30.0 * day, t0, t0),
+            (t0 + 30.0 * day + 1.0, t0 + 1.0, t0 + 1.0),
+            (t0 - 1_800.0, t0 + 2.0, t0 - 1_800.0),
+            (t0 - 3_700.0, t0 + 3.0, t0 + 3.0),
+            (t0 + 4.0 + 290.0, t0 + 4.0, t0 + 294.0),
+            (t0 + 5.0 + 310.0, t0 + 5.0, t0 + 5.0),
+            (t0 + 6.0, t0 + 6.0, t0 + 6.0),
+        ];
+        for (i, (ts, now, _)) in cases.iter().enumerate() {
+            s.sample(key, sample(*ts, i as u64), *now);
+        }
+        let sess = s.live().next().unwrap();
+        let got: Vec<f64> = sess.series.iter().map(|p| p.ts).collect();
+        let want: Vec<f64> = cases.iter().map(|c| c.2).collect();
+        assert_eq!(got, want);
+        assert_eq!(s.timestamps_clamped, 4);
+        assert_eq!(sess.last_sample.as_ref().map(|(ts, _)| *ts), Some(t0 + 6.0));
     }
 
     #[test]

@@ -170,6 +170,9 @@ pub struct Sessions {
     /// How live sessions ask for attributions; None in a replay.
     policy: Option<AttributionPolicy>,
     pub findings: Findings,
+    /// Samples whose `ts` was outside the sane window around their arrival and were taken at
+    /// their arrival time instead (`sample`), since start.
+    pub timestamps_clamped: u64,
 }
 
 impl Sessions {
@@ -183,6 +186,7 @@ impl Sessions {
             detect: DetectConfig::default(),
             policy: None,
             findings: Findings::default(),
+            timestamps_clamped: 0,
         }
     }
 
@@ -255,10 +259,22 @@ impl Sessions {
         }
     }
 
-    pub fn sample(&mut self, key: u64, s: Sample, now: Timestamp) {
+    pub fn sample(&mut self, key: u64, mut s: Sample, now: Timestamp) {
+        /// How far a sample's `ts` may be from its arrival: trainers run on this host, on its
+        /// clock. Behind by up to an hour covers samples resent after a daemon restart, which
+        /// keep their own time; beyond that, or ahead by more than 5 minutes, the clock or the
+        /// client is wrong.
+        const TS_BEHIND: f64 = 3600.0;
+        const TS_AHEAD: f64 = 300.0;
         let Some(sess) = self.live.get_mut(&key) else {
             return;
         };
+        if !(now - TS_BEHIND..=now + TS_AHEAD).contains(&s.ts) {
+            // Not trusted: history and detectors take it at its arrival, so one bad clock can
+            // neither stretch the history's time range nor skew rates per second.
+            s.ts = now;
+            self.timestamps_clamped += 1;
+        }
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
         sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);

@@ -1,6 +1,8 @@
 use super::*;
 use crate::ingest::protocol::{Sample, Stats};
 
+mod resets;
+
 const GIB: f64 = 1073741824.0;
 const MIB: f64 = 1048576.0;
 const TOTAL: u64 = 85_520_809_984;

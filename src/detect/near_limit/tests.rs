@@ -240,3 +240,23 @@ fn retries_from_before_the_session_do_not_count() {
     }
     assert_eq!(r.near_limit(), (0, false));
 }
+
+/// Retries in bursts of 2 every 250 steps of 3 s, the step count starting over every 200 steps
+/// (a per-epoch `step`): within 300 steps there are always 2 retries, so one episode. Counted in
+/// seconds only across a reset (as the windows were), a burst's retries left the window 5
+/// minutes after it, the finding resolved 2 minutes later and fired again at the next burst.
+#[test]
+fn retries_across_step_resets_keep_one_episode() {
+    let mut r = Run::new();
+    for i in 0..3_000u64 {
+        let new = if i % 250 == 1 { 2 } else { 0 };
+        r.sample(
+            sample(i % 200, i as f64 * 3.0, 20 * GIB, 18 * GIB),
+            new,
+            None,
+        );
+        if i > 1 {
+            assert_eq!(r.near_limit(), (1, true), "sample {i}");
+        }
+    }
+}

@@ -118,9 +118,17 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         }
     }
     shadowed.add(&[], f64::from(hidden));
+    let mut clamped = Family::new(
+        "gpumon_ingest_timestamps_clamped_total",
+        "Samples whose ts was over an hour behind or five minutes ahead of their arrival: taken at their arrival time instead.",
+        MetricType::COUNTER,
+        &[],
+    );
+    clamped.add(&[], store.sessions.timestamps_clamped as f64);
     for f in [
         info,
         shadowed,
+        clamped,
         allocated,
         peak,
         reserved,
