@@ -96,6 +96,13 @@ pub struct DaemonArgs {
     /// POST findings as JSON to this URL.
     #[arg(long, env = "GPUMON_WEBHOOK_URL", value_name = "URL")]
     pub webhook_url: Option<String>,
+    /// TLS and basic auth for the HTTP side, in Prometheus exporter-toolkit's web config format.
+    #[arg(
+        long = "web.config.file",
+        env = "GPUMON_WEB_CONFIG_FILE",
+        value_name = "PATH"
+    )]
+    pub web_config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +157,9 @@ impl Cli {
                 }
                 if let Some(v) = &d.webhook_url {
                     c.alerts.webhook_url = Some(v.clone());
+                }
+                if let Some(v) = &d.web_config_file {
+                    c.http.web_config_file = Some(v.clone());
                 }
                 Some(&d.common)
             }

@@ -195,6 +195,8 @@ pub struct HttpConfig {
     /// Seconds that requests in flight get to finish at shutdown; then every connection closes.
     #[serde(deserialize_with = "de_seconds")]
     pub shutdown_grace_seconds: f64,
+    /// TLS, basic auth and response headers, in the exporter-toolkit's web config format.
+    pub web_config_file: Option<PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -206,6 +208,7 @@ impl Default for HttpConfig {
             keepalive_timeout_seconds: 60.0,
             max_request_head_bytes: 16 * 1024,
             shutdown_grace_seconds: 3.0,
+            web_config_file: None,
         }
     }
 }
@@ -676,6 +679,10 @@ keepalive_timeout_seconds = {keepalive_timeout_seconds:?}
 max_request_head_bytes = {max_request_head_bytes}
 # At shutdown, seconds that requests in flight get to finish; then every connection is closed.
 shutdown_grace_seconds = {shutdown_grace_seconds:?}
+# TLS, basic auth and response headers for /metrics and the API, in the web config format of
+# Prometheus' exporter-toolkit (the file node_exporter's --web.config.file reads). Reloaded when
+# it changes and on SIGHUP. Unset: plain HTTP.  (GPUMON_WEB_CONFIG_FILE, --web.config.file)
+# web_config_file = "/etc/gpumon/web.yml"
 
 [record]
 # Record each trainer session's lines as a trace file (hello first) for `gpumon analyze`.

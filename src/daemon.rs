@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::ingest::record::Recorder;
 use crate::ingest::server::{IngestStats, Limits};
+use crate::outputs::http::web_config::WebConfigWatch;
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
 use crate::sources::GpuSource;
@@ -21,6 +22,9 @@ pub async fn run(
     source: Box<dyn GpuSource>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Before anything starts: a bad web config is a configuration error (exit 78).
+    let web = Arc::new(web_config(&config)?);
+    reload_on_sighup(web.clone())?;
     let mut store = Store::new(
         HistoryLimits {
             gpu_points: config.history.gpu_points,
@@ -86,6 +90,8 @@ pub async fn run(
         ingest: ingest_stats,
         store,
         hostname: hostname.into(),
+        web: web.clone(),
+        http: http_stats.clone(),
     };
     tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
     let result = crate::outputs::http::serve(
@@ -93,6 +99,7 @@ pub async fn run(
         router(state),
         (&config.http).into(),
         http_stats,
+        web,
         shutdown.clone(),
     )
     .await;
@@ -133,6 +140,31 @@ fn ingest_limits(c: &crate::config::IngestConfig) -> Limits {
         max_per_uid: c.max_connections_per_uid,
         reserved: c.reserved_connections,
     }
+}
+
+/// `http.web_config_file` loaded, or the configuration error that names what is wrong in it.
+fn web_config(config: &Config) -> Result<WebConfigWatch, crate::config::ConfigError> {
+    let path = config.http.web_config_file.clone();
+    WebConfigWatch::new(path.clone()).map_err(|e| crate::config::ConfigError::Invalid {
+        key: "http.web_config_file",
+        value: path.map(|p| p.display().to_string()).unwrap_or_default(),
+        reason: format!("{}: {}", e.key, e.reason),
+    })
+}
+
+/// SIGHUP reads the web config again (certificates rotated, users changed); a bad file keeps
+/// the one in force.
+fn reload_on_sighup(web: Arc<WebConfigWatch>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reading the web config again");
+            let web = web.clone();
+            let _ = tokio::task::spawn_blocking(move || web.reload()).await;
+        }
+    });
+    Ok(())
 }
 
 /// Cancels `token` on SIGINT or SIGTERM.

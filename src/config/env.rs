@@ -17,6 +17,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("record.dir", "GPUMON_RECORD_DIR"),
     ("alerts.alertmanager_url", "GPUMON_ALERTMANAGER_URL"),
     ("alerts.webhook_url", "GPUMON_WEBHOOK_URL"),
+    ("http.web_config_file", "GPUMON_WEB_CONFIG_FILE"),
 ];
 
 /// Every config key, as `key` or `section.key`.

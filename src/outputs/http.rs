@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -23,7 +24,7 @@ mod stats;
 pub mod web_config;
 
 pub use serve::{serve, HttpLimits, MIN_HEAD_BYTES};
-pub use stats::{Closed, HttpStats};
+pub use stats::{Closed, Denied, HttpStats};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -31,6 +32,9 @@ pub struct AppState {
     pub exporter: Arc<Exporter>,
     pub hostname: Arc<str>,
     pub ingest: Arc<IngestStats>,
+    /// TLS, basic auth, headers and rate limit (`http.web_config_file`).
+    pub web: Arc<web_config::WebConfigWatch>,
+    pub http: Arc<HttpStats>,
 }
 
 /// Snapshots built at once. Each is built and serialised on the blocking pool, never on the
@@ -52,7 +56,41 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/sessions/{id}", get(session))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// What the web config asks of every request, health checks included (as in exporter-toolkit):
+/// the rate limit, then basic auth, then its response headers.
+async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let web = s.web.current();
+    if web.rate_limit.as_ref().is_some_and(|r| !r.admit()) {
+        s.http.count_denied(Denied::RateLimited);
+        return (StatusCode::TOO_MANY_REQUESTS, "rate limited\n").into_response();
+    }
+    if web.auth.enabled() {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes().to_vec());
+        let check = web.clone();
+        // bcrypt takes tens of milliseconds by design: never on the runtime's workers.
+        let verdict = tokio::task::spawn_blocking(move || check.auth.check(given.as_deref())).await;
+        if !matches!(verdict, Ok(web_config::Verdict::Allowed)) {
+            s.http.count_denied(Denied::Unauthorized);
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Basic realm=\"gpumon\"")],
+                "Unauthorized\n",
+            )
+                .into_response();
+        }
+    }
+    let mut resp = next.run(req).await;
+    for (name, value) in &web.headers {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+    resp
 }
 
 async fn index() -> &'static str {

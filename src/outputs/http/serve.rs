@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::stats::{Closed, HttpStats};
+use super::web_config::WebConfigWatch;
 
 /// The server's limits; `[http]` in the config.
 #[derive(Debug, Clone)]
@@ -72,6 +73,7 @@ pub async fn serve(
     router: Router,
     limits: HttpLimits,
     stats: Arc<HttpStats>,
+    web: Arc<WebConfigWatch>,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let mut builder = http1::Builder::new();
@@ -112,8 +114,13 @@ pub async fn serve(
         let open = stats.opened();
         let (builder, limits, stats) = (builder.clone(), limits.clone(), stats.clone());
         let (router, draining, hard_stop) = (router.clone(), shutdown.clone(), hard_stop.clone());
+        let web = web.clone();
         tracker.spawn(async move {
-            let why = watch(stream, &builder, router, &limits, draining, hard_stop).await;
+            let ends = Ends {
+                draining,
+                hard_stop,
+            };
+            let why = watch(stream, &builder, router, &limits, &web, ends).await;
             stats.count_closed(why);
             drop(open);
         });
@@ -134,22 +141,61 @@ pub async fn serve(
     Ok(())
 }
 
-/// Runs one connection to its end and says why it ended.
+/// How a connection may be told to stop: gracefully (drain), then at once.
+struct Ends {
+    draining: CancellationToken,
+    hard_stop: CancellationToken,
+}
+
+/// Runs one connection to its end and says why it ended: the TLS handshake first when the web
+/// config asks for TLS (bounded by the header timeout, like a request head), then HTTP/1.
 async fn watch(
     stream: TcpStream,
     builder: &http1::Builder,
     router: Router,
     limits: &HttpLimits,
-    draining: CancellationToken,
-    hard_stop: CancellationToken,
+    web: &WebConfigWatch,
+    ends: Ends,
 ) -> Closed {
     // Small responses go out at once rather than waiting on Nagle; failure changes nothing.
     let _ = stream.set_nodelay(true);
     let clock = Arc::new(Clock::new());
-    let io = TokioIo::new(Watched {
+    let io = Watched {
         io: stream,
         clock: clock.clone(),
-    });
+    };
+    let Some(tls) = web.current().tls.clone() else {
+        return run(TokioIo::new(io), builder, router, limits, clock, ends).await;
+    };
+    let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(io);
+    let stream = tokio::select! {
+        r = handshake => match r {
+            Ok(s) => s,
+            Err(_) => return Closed::TlsHandshake,
+        },
+        _ = tokio::time::sleep(limits.header_timeout) => return Closed::TlsHandshake,
+        _ = ends.draining.cancelled() => return Closed::Shutdown,
+    };
+    run(TokioIo::new(stream), builder, router, limits, clock, ends).await
+}
+
+/// Serves HTTP/1 on `io` until the connection ends, is idle or slow past its limits, or the
+/// daemon stops.
+async fn run<I>(
+    io: TokioIo<I>,
+    builder: &http1::Builder,
+    router: Router,
+    limits: &HttpLimits,
+    clock: Arc<Clock>,
+    ends: Ends,
+) -> Closed
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Ends {
+        draining,
+        hard_stop,
+    } = ends;
     let service = Tracked {
         inner: TowerToHyperService::new(router),
         clock: clock.clone(),

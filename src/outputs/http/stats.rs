@@ -26,10 +26,13 @@ pub enum Closed {
     IoError,
     /// Still open when the shutdown drain deadline passed.
     Shutdown,
+    /// The TLS handshake failed (plain HTTP to a TLS port, no client certificate when one is
+    /// required, an untrusted one) or did not finish within the header timeout.
+    TlsHandshake,
 }
 
 impl Closed {
-    pub const ALL: [Closed; 8] = [
+    pub const ALL: [Closed; 9] = [
         Closed::Done,
         Closed::HeaderTimeout,
         Closed::IdleTimeout,
@@ -38,6 +41,7 @@ impl Closed {
         Closed::BadRequest,
         Closed::IoError,
         Closed::Shutdown,
+        Closed::TlsHandshake,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,27 @@ impl Closed {
             Closed::BadRequest => "bad_request",
             Closed::IoError => "io_error",
             Closed::Shutdown => "shutdown",
+            Closed::TlsHandshake => "tls_handshake",
+        }
+    }
+}
+
+/// Why a request was refused before its handler ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// Basic auth required and missing or wrong: 401.
+    Unauthorized,
+    /// Over the web config's `rate_limit`: 429.
+    RateLimited,
+}
+
+impl Denied {
+    pub const ALL: [Denied; 2] = [Denied::Unauthorized, Denied::RateLimited];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Denied::Unauthorized => "unauthorized",
+            Denied::RateLimited => "rate_limited",
         }
     }
 }
@@ -58,6 +83,7 @@ impl Closed {
 pub struct HttpStats {
     open: AtomicU64,
     closed: [AtomicU64; Closed::ALL.len()],
+    denied: [AtomicU64; Denied::ALL.len()],
 }
 
 impl HttpStats {
@@ -67,6 +93,14 @@ impl HttpStats {
 
     pub fn closed(&self, why: Closed) -> u64 {
         self.closed[why as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn denied(&self, why: Denied) -> u64 {
+        self.denied[why as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn count_denied(&self, why: Denied) {
+        self.denied[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn count_closed(&self, why: Closed) {
@@ -85,7 +119,7 @@ impl HttpStats {
         open.finish(out);
         let mut closed = Family::new(
             "gpumon_http_connections_closed_total",
-            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, too_large, bad_request, io_error, shutdown.",
+            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, too_large, bad_request, io_error, shutdown, tls_handshake.",
             MetricType::COUNTER,
             &["reason"],
         );
@@ -93,6 +127,16 @@ impl HttpStats {
             closed.add(&[why.as_str()], self.closed(why) as f64);
         }
         closed.finish(out);
+        let mut denied = Family::new(
+            "gpumon_http_requests_denied_total",
+            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429).",
+            MetricType::COUNTER,
+            &["reason"],
+        );
+        for why in Denied::ALL {
+            denied.add(&[why.as_str()], self.denied(why) as f64);
+        }
+        denied.finish(out);
     }
 }
 

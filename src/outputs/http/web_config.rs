@@ -71,7 +71,39 @@ pub struct WebConfig {
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Requests admitted: one per `interval`, bursts of `burst` (the toolkit's token bucket).
-    pub rate_limit: Option<(Duration, u32)>,
+    pub rate_limit: Option<Rate>,
+}
+
+/// The `rate_limit` token bucket, shared by all requests (as in the toolkit).
+pub struct Rate {
+    pub every: Duration,
+    pub burst: u32,
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl Rate {
+    fn new(every: Duration, burst: u32) -> Self {
+        Self {
+            every,
+            burst,
+            state: std::sync::Mutex::new((f64::from(burst), std::time::Instant::now())),
+        }
+    }
+
+    /// Takes a token if there is one.
+    pub fn admit(&self) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(st.1).as_secs_f64() / self.every.as_secs_f64();
+        st.0 = (st.0 + refill).min(f64::from(self.burst));
+        st.1 = now;
+        if st.0 >= 1.0 {
+            st.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// What is wrong with the file: the key (as the file spells it) and why.
@@ -185,7 +217,7 @@ fn headers(h: Option<BTreeMap<String, String>>) -> Result<Vec<(HeaderName, Heade
     Ok(out)
 }
 
-fn rate(r: RawRate) -> Result<Option<(Duration, u32)>, Bad> {
+fn rate(r: RawRate) -> Result<Option<Rate>, Bad> {
     let interval = match r.interval.as_deref() {
         None | Some("0") | Some("0s") => return Ok(None),
         Some(s) => humantime::parse_duration(s).map_err(|e| {
@@ -198,7 +230,7 @@ fn rate(r: RawRate) -> Result<Option<(Duration, u32)>, Bad> {
     if interval.is_zero() {
         return Ok(None);
     }
-    Ok(Some((interval, r.burst.unwrap_or(1).max(1))))
+    Ok(Some(Rate::new(interval, r.burst.unwrap_or(1).max(1))))
 }
 
 /// The cost of a bcrypt hash, None when it is not one.

@@ -167,7 +167,13 @@ fn suites_curves_headers_and_rate_are_taken() {
         names,
         ["x-content-type-options: nosniff", "x-frame-options: deny"]
     );
-    assert_eq!(c.rate_limit, Some((Duration::from_millis(100), 5)));
+    let rate = c.rate_limit.unwrap();
+    assert_eq!((rate.every, rate.burst), (Duration::from_millis(100), 5));
+    assert_eq!(
+        (0..7).filter(|_| rate.admit()).count(),
+        5,
+        "a burst of 5, then one per 100 ms"
+    );
 }
 
 #[test]

@@ -1,0 +1,462 @@
+//! `--web.config.file` (exporter-toolkit's format) against the real daemon: certificates made
+//! by openssl here, requests made by curl, and a real Prometheus scraping over TLS with basic
+//! auth. Every refusal (wrong password, no client certificate, plain HTTP to the TLS port) is
+//! counted, and the daemon keeps serving the clients that do it right.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod stack;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{fake_lib, scenario, BIN};
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate.
+fn certificates(dir: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        dir,
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "2",
+                "-subj",
+                "/CN=gpumon test CA",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        ]
+        .concat(),
+    );
+    for (name, ext) in [
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        let (key, csr, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+        );
+        openssl(
+            dir,
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-keyout",
+                    &key,
+                    "-out",
+                    &csr,
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &pem,
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+    }
+}
+
+fn web_yml(dir: &Path, extra_tls: &str, user: &str, password: &str) -> PathBuf {
+    let hash = bcrypt::hash(password, 4).unwrap();
+    let p = dir.join("web.yml");
+    std::fs::write(
+        &p,
+        format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n{extra_tls}http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\nbasic_auth_users:\n  {user}: \"{hash}\"\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+struct Daemon {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path, web: &Path) -> Self {
+        let port = stack::free_port();
+        let child = Command::new(BIN)
+            .arg("--config")
+            .arg(dir.join("gpumon.toml"))
+            .args(["daemon", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--nvml-lib")
+            .arg(fake_lib())
+            .arg("--socket")
+            .arg(dir.join(format!("ingest-{port}.sock")))
+            .arg("--web.config.file")
+            .arg(web)
+            .env("FAKE_NVML_SCENARIO", scenario("two_gpus"))
+            .env_remove("GPUMON_LISTEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Self {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+        };
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "daemon did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    /// curl with `args` against `path`: (HTTP status or 0 when no response, body, exit code).
+    fn curl(&self, scheme: &str, path: &str, args: &[&str]) -> (u16, String, i32) {
+        let out: Output = Command::new("curl")
+            .current_dir(&self.dir)
+            .args([
+                "-sS",
+                "--max-time",
+                "5",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+                "-D",
+                "headers.txt",
+            ])
+            .args(args)
+            .arg(format!("{scheme}://127.0.0.1:{}{path}", self.port))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (
+            code.trim().parse().unwrap_or(0),
+            body.to_string(),
+            out.status.code().unwrap_or(-1),
+        )
+    }
+
+    fn metrics(&self, user: &str, password: &str) -> String {
+        let cred = format!("{user}:{password}");
+        let (code, body, _) = self.curl("https", "/metrics", &["--cacert", "ca.pem", "-u", &cred]);
+        assert_eq!(code, 200, "{body}");
+        body
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sample(metrics: &str, series: &str) -> f64 {
+    common::sample(metrics, series).unwrap_or_else(|| panic!("no {series}"))
+}
+
+#[test]
+fn tls_and_basic_auth_refuse_cleanly_count_and_keep_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("gpumon.toml"), "").unwrap();
+    certificates(d);
+    let web = web_yml(d, "", "alice", "correct horse");
+    let daemon = Daemon::start(d, &web);
+    let start = Instant::now();
+    while daemon
+        .curl(
+            "https",
+            "/healthz",
+            &["--cacert", "ca.pem", "-u", "alice:correct horse"],
+        )
+        .0
+        != 200
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "no TLS answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let body = daemon.metrics("alice", "correct horse");
+    assert!(body.contains("gpumon_nvml_up 1"), "{body}");
+    let headers = std::fs::read_to_string(d.join("headers.txt"))
+        .unwrap()
+        .to_lowercase();
+    assert!(
+        headers.contains("x-content-type-options: nosniff"),
+        "{headers}"
+    );
+
+    // Wrong password and none: 401 with the scheme named.
+    let (code, _, _) = daemon.curl(
+        "https",
+        "/metrics",
+        &["--cacert", "ca.pem", "-u", "alice:wrong"],
+    );
+    assert_eq!(code, 401);
+    let (code, _, _) = daemon.curl("https", "/metrics", &["--cacert", "ca.pem"]);
+    assert_eq!(code, 401);
+    let headers = std::fs::read_to_string(d.join("headers.txt"))
+        .unwrap()
+        .to_lowercase();
+    assert!(headers.contains("www-authenticate: basic"), "{headers}");
+    // Plain HTTP to the TLS port: no HTTP answer at all, and the daemon goes on.
+    let (code, _, exit) = daemon.curl("http", "/metrics", &["-u", "alice:correct horse"]);
+    assert!(code == 0 || code == 400, "plain HTTP got {code}");
+    assert_ne!(exit, 0);
+    // A client that does not trust the certificate gives up (the server is fine).
+    let (code, _, exit) = daemon.curl("https", "/metrics", &[]);
+    assert_eq!((code, exit != 0), (0, true));
+
+    let m = daemon.metrics("alice", "correct horse");
+    assert!(
+        sample(
+            &m,
+            "gpumon_http_requests_denied_total{reason=\"unauthorized\"}"
+        ) >= 2.0,
+        "{m}"
+    );
+    assert!(
+        sample(
+            &m,
+            "gpumon_http_connections_closed_total{reason=\"tls_handshake\"}"
+        ) >= 2.0,
+        "{m}"
+    );
+
+    // Rotated: the file changes and the new user is in, without a restart.
+    web_yml(d, "", "bob", "battery staple");
+    let start = Instant::now();
+    while daemon
+        .curl(
+            "https",
+            "/healthz",
+            &["--cacert", "ca.pem", "-u", "bob:battery staple"],
+        )
+        .0
+        != 200
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the new file was not taken"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        daemon
+            .curl(
+                "https",
+                "/healthz",
+                &["--cacert", "ca.pem", "-u", "alice:correct horse"]
+            )
+            .0,
+        401
+    );
+    // A broken file, with SIGHUP: the config in force stays.
+    std::fs::write(&web, "basic_auth_users: [broken\n").unwrap();
+    unsafe {
+        libc::kill(daemon.child.id() as i32, libc::SIGHUP);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    daemon.metrics("bob", "battery staple");
+}
+
+#[test]
+fn a_client_certificate_is_required_when_the_file_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("gpumon.toml"), "").unwrap();
+    certificates(d);
+    let web = web_yml(
+        d,
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n",
+        "alice",
+        "pw",
+    );
+    let daemon = Daemon::start(d, &web);
+    let with_cert = [
+        "--cacert",
+        "ca.pem",
+        "--cert",
+        "client.pem",
+        "--key",
+        "client.key",
+        "-u",
+        "alice:pw",
+    ];
+    let start = Instant::now();
+    while daemon.curl("https", "/healthz", &with_cert).0 != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no TLS answer with a client certificate"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, _, exit) = daemon.curl(
+        "https",
+        "/healthz",
+        &["--cacert", "ca.pem", "-u", "alice:pw"],
+    );
+    assert_eq!(
+        (code, exit != 0),
+        (0, true),
+        "no client certificate: refused in the handshake"
+    );
+    // A certificate from another CA is refused the same way.
+    std::fs::create_dir(d.join("other")).unwrap();
+    certificates(&d.join("other"));
+    let (code, _, _) = daemon.curl(
+        "https",
+        "/healthz",
+        &[
+            "--cacert",
+            "ca.pem",
+            "--cert",
+            "other/client.pem",
+            "--key",
+            "other/client.key",
+            "-u",
+            "alice:pw",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(daemon.curl("https", "/healthz", &with_cert).0, 200);
+}
+
+#[test]
+fn a_bad_web_config_stops_the_start_with_the_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let web = d.join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: missing.pem\n  key_file: missing.key\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("gpumon.toml"), "").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(d.join("gpumon.toml"))
+        .args(["daemon", "--listen", "127.0.0.1:0", "--nvml-lib"])
+        .arg(fake_lib())
+        .arg("--socket")
+        .arg(d.join("ingest.sock"))
+        .arg("--web.config.file")
+        .arg(&web)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("tls_server_config.cert_file") && err.contains("missing.pem"),
+        "{err}"
+    );
+}
+
+#[test]
+fn prometheus_scrapes_over_tls_with_basic_auth() {
+    let Some(prometheus) = tools::find("prometheus", "prometheus") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("gpumon.toml"), "").unwrap();
+    certificates(d);
+    let web = web_yml(d, "", "prometheus", "scrape-secret");
+    let daemon = Daemon::start(d, &web);
+    std::fs::write(d.join("password"), "scrape-secret").unwrap();
+    let cfg = d.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpumon\n    honor_labels: true\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n    basic_auth:\n      username: prometheus\n      password_file: {pw}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n",
+            ca = d.join("ca.pem").display(),
+            pw = d.join("password").display(),
+            port = daemon.port
+        ),
+    )
+    .unwrap();
+    let port = stack::free_port();
+    let mut cmd = Command::new(prometheus);
+    cmd.arg(format!("--config.file={}", cfg.display()))
+        .arg(format!("--storage.tsdb.path={}", d.join("prom").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+    let (proc, _) = stack::Proc::spawn("prometheus", cmd);
+    let url = format!("http://127.0.0.1:{port}");
+    stack::wait_ready(
+        &format!("{url}/-/ready"),
+        "prometheus",
+        &proc,
+        Duration::from_secs(30),
+    );
+    let start = Instant::now();
+    loop {
+        let up = stack::query(&url, "up{job=\"gpumon\"}").unwrap_or_default();
+        let nvml = stack::query(&url, "gpumon_nvml_up").unwrap_or_default();
+        if up.first().map(|s| s["value"][1] == "1").unwrap_or(false) && !nvml.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "Prometheus did not scrape over TLS: {up:?}; {}",
+            proc.tail()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let m = daemon.metrics("prometheus", "scrape-secret");
+    assert_eq!(
+        sample(
+            &m,
+            "gpumon_http_requests_denied_total{reason=\"unauthorized\"}"
+        ),
+        0.0
+    );
+}
