@@ -20,10 +20,14 @@ pub enum Origin {
 
 pub fn fetch(config: &Config, direct: bool) -> anyhow::Result<(Snapshot, Origin)> {
     let url = format!("http://{}/api/v1/snapshot", config.listen);
+    let mut tried = None;
     if !direct {
         match from_daemon(&url) {
             Ok(s) => return Ok((s, Origin::Daemon(url))),
-            Err(e) => tracing::debug!(%url, error = %e, "no daemon; reading NVML directly"),
+            Err(e) => {
+                tracing::debug!(%url, error = %e, "no daemon; reading NVML directly");
+                tried = Some(e);
+            }
         }
     }
     let mut source = NvmlSource::new(config.nvml_lib.clone(), config.procfs.clone());
@@ -35,7 +39,13 @@ pub fn fetch(config: &Config, direct: bool) -> anyhow::Result<(Snapshot, Origin)
         1.0,
         config.nvml_lib.clone(),
     );
-    let reading = source.collect()?;
+    let reading = source.collect().map_err(|e| match &tried {
+        // Neither source answered: say both, and where to go from here.
+        Some(daemon) => anyhow::anyhow!(
+            "no daemon answered at {url} ({daemon}), and NVML could not be read either: {e}. Start one with `gpumon daemon` (or point --listen at yours); on a machine without a GPU, `gpumon demo` shows everything on a simulated node"
+        ),
+        None => anyhow::Error::from(e),
+    })?;
     store.apply(reading, 0.0);
     let reason = if direct {
         "--direct".to_string()

@@ -239,6 +239,27 @@ fn status_reads_nvml_directly_when_no_daemon_runs() {
         .unwrap();
     assert!(!failed.status.success());
     assert!(String::from_utf8_lossy(&failed.stderr).contains("/nonexistent.so"));
+
+    // Neither a daemon nor NVML: both named, and the way on for a machine without a GPU.
+    let neither = Command::new(BIN)
+        .args(["--config", empty_config().path().to_str().unwrap()])
+        .args([
+            "status",
+            "--listen",
+            "127.0.0.1:1",
+            "--nvml-lib",
+            "/nonexistent.so",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&neither.stderr);
+    assert!(!neither.status.success());
+    assert!(
+        err.contains("no daemon answered at http://127.0.0.1:1")
+            && err.contains("/nonexistent.so")
+            && err.contains("gpumon demo"),
+        "{err}"
+    );
 }
 
 #[test]
