@@ -115,6 +115,12 @@ pub struct StatusArgs {
     /// Read NVML directly even if a daemon is running.
     #[arg(long)]
     pub direct: bool,
+    /// The daemon to ask, as HOST:PORT, http://HOST:PORT or https://HOST:PORT. Default: the
+    /// local daemon at --listen, or NVML directly when none answers.
+    #[arg(long, value_name = "URL", conflicts_with = "direct")]
+    pub connect: Option<String>,
+    #[command(flatten)]
+    pub client: crate::daemon_client::ClientArgs,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +134,8 @@ pub struct TuiArgs {
     /// How often to refresh, e.g. 1s or 500ms.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub refresh: Duration,
+    #[command(flatten)]
+    pub client: crate::daemon_client::ClientArgs,
 }
 
 impl Cli {

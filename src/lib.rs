@@ -9,6 +9,7 @@ pub mod analyze;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod daemon_client;
 pub mod demo;
 pub mod detect;
 pub mod ingest;

@@ -42,16 +42,14 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
-        Command::Status(s) => {
-            gpumon::status::fetch(&config, s.direct).and_then(|(snap, origin)| {
-                if s.json {
-                    println!("{}", serde_json::to_string_pretty(&snap)?);
-                } else {
-                    print!("{}", gpumon::status::table(&snap, &origin));
-                }
-                Ok(())
-            })
-        }
+        Command::Status(s) => gpumon::status::fetch(&config, &s).and_then(|(snap, origin)| {
+            if s.json {
+                println!("{}", serde_json::to_string_pretty(&snap)?);
+            } else {
+                print!("{}", gpumon::status::table(&snap, &origin));
+            }
+            Ok(())
+        }),
         Command::Demo(d) => {
             let tui_config = config.clone();
             let tui: gpumon::demo::TuiFn = Box::new(move |url| {
@@ -60,18 +58,27 @@ fn main() -> ExitCode {
                     gpumon::tui::Options {
                         connect: vec![url],
                         refresh: std::time::Duration::from_secs(1),
+                        client: gpumon::daemon_client::DaemonClient::plain(
+                            std::time::Duration::from_secs(3),
+                        ),
                     },
                 )
             });
             gpumon::demo::run(d, config, Some(tui))
         }
-        Command::Tui(t) => gpumon::tui::run(
-            &config,
-            gpumon::tui::Options {
-                connect: t.connect,
-                refresh: t.refresh,
-            },
-        ),
+        Command::Tui(t) => {
+            gpumon::daemon_client::DaemonClient::new(&t.client, std::time::Duration::from_secs(3))
+                .and_then(|client| {
+                    gpumon::tui::run(
+                        &config,
+                        gpumon::tui::Options {
+                            connect: t.connect,
+                            refresh: t.refresh,
+                            client,
+                        },
+                    )
+                })
+        }
         Command::Config | Command::Analyze(_) | Command::DemoTrainer(_) => Ok(()),
     };
     match result {

@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::cli::StatusArgs;
 use crate::config::Config;
+use crate::daemon_client::{normalize_url, DaemonClient};
 use crate::model::GpuState;
 use crate::snapshot::Snapshot;
 use crate::sources::nvml::NvmlSource;
@@ -18,11 +20,21 @@ pub enum Origin {
     Direct { reason: String },
 }
 
-pub fn fetch(config: &Config, direct: bool) -> anyhow::Result<(Snapshot, Origin)> {
+pub fn fetch(config: &Config, args: &StatusArgs) -> anyhow::Result<(Snapshot, Origin)> {
+    let client = DaemonClient::new(&args.client, Duration::from_secs(2))?;
+    if let Some(connect) = &args.connect {
+        // A daemon named explicitly: its answer or its error, never the local NVML instead.
+        let base = normalize_url(connect).map_err(anyhow::Error::msg)?;
+        let url = format!("{base}/api/v1/snapshot");
+        return from_daemon(&client, &url)
+            .map(|s| (s, Origin::Daemon(url.clone())))
+            .map_err(|e| anyhow::anyhow!("{url}: {e}"));
+    }
+    let direct = args.direct;
     let url = format!("http://{}/api/v1/snapshot", config.listen);
     let mut tried = None;
     if !direct {
-        match from_daemon(&url) {
+        match from_daemon(&client, &url) {
             Ok(s) => return Ok((s, Origin::Daemon(url))),
             Err(e) => {
                 tracing::debug!(%url, error = %e, "no daemon; reading NVML directly");
@@ -58,12 +70,8 @@ pub fn fetch(config: &Config, direct: bool) -> anyhow::Result<(Snapshot, Origin)
     ))
 }
 
-fn from_daemon(url: &str) -> anyhow::Result<Snapshot> {
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(2)))
-        .build()
-        .new_agent();
-    Ok(agent.get(url).call()?.body_mut().read_json::<Snapshot>()?)
+fn from_daemon(client: &DaemonClient, url: &str) -> anyhow::Result<Snapshot> {
+    Ok(client.get(url)?.body_mut().read_json::<Snapshot>()?)
 }
 
 pub fn table(snap: &Snapshot, origin: &Origin) -> String {

@@ -272,6 +272,46 @@ fn tls_and_basic_auth_refuse_cleanly_count_and_keep_serving() {
         "{m}"
     );
 
+    // `gpumon status` speaks TLS and basic auth: credentials from a file or the environment.
+    std::fs::write(d.join("creds"), "alice:correct horse\n").unwrap();
+    let url = format!("https://127.0.0.1:{}", daemon.port);
+    let status = |extra: &[&str], env: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.current_dir(d)
+            .args([
+                "--config",
+                "gpumon.toml",
+                "status",
+                "--connect",
+                &url,
+                "--ca-file",
+                "ca.pem",
+            ])
+            .args(extra)
+            .env_remove("GPUMON_BASIC_AUTH");
+        if let Some(v) = env {
+            cmd.env("GPUMON_BASIC_AUTH", v);
+        }
+        cmd.output().unwrap()
+    };
+    let out = status(&["--credentials-file", "creds"], None);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.contains(&url) && table.contains("NVIDIA H100"),
+        "{table}"
+    );
+    assert!(status(&[], Some("alice:correct horse")).status.success());
+    let out = status(&[], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("401"), "{err}");
+    let out = status(&[], Some("alice:wrong"));
+    assert!(!out.status.success());
+
     // Rotated: the file changes and the new user is in, without a restart.
     web_yml(d, "", "bob", "battery staple");
     let start = Instant::now();

@@ -36,6 +36,8 @@ pub struct Options {
     /// Daemons to show; empty means the local one (config `listen`), else NVML in-process.
     pub connect: Vec<String>,
     pub refresh: Duration,
+    /// TLS and basic auth for the daemons in `connect`.
+    pub client: crate::daemon_client::DaemonClient,
 }
 
 pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
@@ -57,11 +59,11 @@ pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
     let mut nodes = Vec::new();
     if urls.is_empty() {
         let url = format!("http://{}", config.listen);
-        match source::probe(&url) {
+        match source::probe(&url, &opts.client) {
             Ok(snap) => {
                 nodes.push(Node::new(Origin::Daemon { url: url.clone() }));
                 let _ = tx.send(Msg::Data(0, Update::Snapshot(Box::new(snap))));
-                source::spawn_daemon(0, url, refresh, tx.clone());
+                source::spawn_daemon(0, url, refresh, opts.client.clone(), tx.clone());
             }
             Err(_) => {
                 let reason = format!("no daemon at {}", config.listen);
@@ -78,7 +80,7 @@ pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
     } else {
         for (i, url) in urls.into_iter().enumerate() {
             nodes.push(Node::new(Origin::Daemon { url: url.clone() }));
-            source::spawn_daemon(i, url, refresh, tx.clone());
+            source::spawn_daemon(i, url, refresh, opts.client.clone(), tx.clone());
         }
     }
     terminal::spawn_signal_thread(signals, tx.clone());

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
+use crate::daemon_client::DaemonClient;
 use crate::model::now;
 use crate::snapshot::Snapshot;
 use crate::sources::nvml::NvmlSource;
@@ -17,39 +18,11 @@ use crate::tui::Msg;
 /// Longest wait between attempts to reach a daemon that went away.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
-/// "host:port" or "http://host:port[/]" → "http://host:port". HTTPS is refused by name: the
-/// daemon serves plain HTTP.
-pub fn normalize_url(raw: &str) -> Result<String, String> {
-    let s = raw.trim().trim_end_matches('/');
-    let with_scheme = if s.contains("://") {
-        s.to_string()
-    } else {
-        format!("http://{s}")
-    };
-    if !with_scheme.starts_with("http://") {
-        return Err(format!(
-            "--connect {raw:?}: only http:// URLs are supported (the daemon serves plain HTTP); \
-             use http://HOST:PORT, through an SSH tunnel for remote nodes"
-        ));
-    }
-    match ureq::http::Uri::try_from(with_scheme.as_str()) {
-        Ok(u) if u.host().is_some_and(|h| !h.is_empty()) => Ok(with_scheme),
-        _ => Err(format!(
-            "--connect {raw:?} is not a daemon address; use HOST:PORT or http://HOST:PORT, e.g. http://gpu-node-3:9477"
-        )),
-    }
-}
+pub use crate::daemon_client::normalize_url;
 
-fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .build()
-        .new_agent()
-}
-
-fn fetch(agent: &ureq::Agent, base: &str, history: f64) -> Result<Snapshot, String> {
+fn fetch(client: &DaemonClient, base: &str, history: f64) -> Result<Snapshot, String> {
     let url = format!("{base}/api/v1/snapshot?history={}", history.ceil() as u64);
-    let mut resp = agent.get(&url).call().map_err(|e| format!("{base}: {e}"))?;
+    let mut resp = client.get(&url).map_err(|e| format!("{base}: {e}"))?;
     resp.body_mut()
         .with_config()
         .limit(64 << 20)
@@ -58,15 +31,21 @@ fn fetch(agent: &ureq::Agent, base: &str, history: f64) -> Result<Snapshot, Stri
 }
 
 /// One quick attempt, to decide at start-up between the local daemon and in-process NVML.
-pub fn probe(base: &str) -> Result<Snapshot, String> {
-    fetch(&agent(Duration::from_secs(1)), base, HISTORY_SECS)
+pub fn probe(base: &str, client: &DaemonClient) -> Result<Snapshot, String> {
+    fetch(client, base, HISTORY_SECS)
 }
 
 /// Polls `base` every `refresh` until the event loop goes away.
-pub fn spawn_daemon(node: usize, base: String, refresh: Duration, tx: Sender<Msg>) {
+pub fn spawn_daemon(
+    node: usize,
+    base: String,
+    refresh: Duration,
+    client: DaemonClient,
+    tx: Sender<Msg>,
+) {
     let name = format!("gpumon-tui-fetch-{node}");
     let _ = std::thread::Builder::new().name(name).spawn(move || {
-        let agent = agent(Duration::from_secs(3));
+        let agent = client;
         let mut last_ok: Option<Instant> = None;
         let mut backoff = Duration::from_secs(1);
         let mut attempt = 0;
@@ -151,34 +130,4 @@ pub fn spawn_in_process(
                 std::thread::sleep(wait);
             }
         });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_are_normalised_or_refused_with_the_value_named() {
-        assert_eq!(
-            normalize_url("node3:9477").as_deref(),
-            Ok("http://node3:9477")
-        );
-        assert_eq!(
-            normalize_url("http://10.0.0.2:9477/").as_deref(),
-            Ok("http://10.0.0.2:9477")
-        );
-        let e = normalize_url("https://node3:9477").unwrap_err();
-        assert!(
-            e.contains("https://node3:9477") && e.contains("http://"),
-            "{e}"
-        );
-        for bad in ["", "http://:9477", "node 3:9477"] {
-            let e = normalize_url(bad).unwrap_err();
-            assert!(
-                e.contains("HOST:PORT") && e.contains(&format!("{bad:?}")),
-                "{e}"
-            );
-        }
-        assert!(normalize_url("ftp://x").is_err());
-    }
 }
