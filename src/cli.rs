@@ -1,5 +1,7 @@
 //! Command line: `gpumon <command>`. Flags also read `GPUMON_*` variables; both override the file.
 
+pub mod errors;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use gpumon::config::{Config, ConfigError, LogFormat};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     if let Command::Config = cli.command {
         print!("{}", gpumon::config::example());
         return ExitCode::SUCCESS;
@@ -132,6 +132,20 @@ fn raise_fd_limit() {
                 tracing::warn!("could not raise the open-files limit; connections may fail with EMFILE before ingest.max_connections");
             }
         }
+    }
+}
+
+/// The command line, or the process ends with clap's error, rewritten where clap would name a
+/// flag the user never typed or suggest a hidden subcommand.
+fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = Cli::command();
+    let args: Vec<String> = std::env::args().collect();
+    let explain =
+        |e| gpumon::cli::errors::explain(e, &cmd, &args, |k| std::env::var(k).ok()).exit();
+    match cmd.clone().try_get_matches() {
+        Ok(m) => Cli::from_arg_matches(&m).unwrap_or_else(|e| explain(e)),
+        Err(e) => explain(e),
     }
 }
 

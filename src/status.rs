@@ -114,6 +114,7 @@ pub fn table(snap: &Snapshot, origin: &Origin) -> String {
             opt(r.power_watts, |w| format!("{w:.0}W")),
         );
     }
+    trainers(snap, &mut out);
     if snap.processes.is_empty() {
         let _ = writeln!(out, "\nno GPU processes");
         return out;
@@ -137,6 +138,75 @@ pub fn table(snap: &Snapshot, origin: &Origin) -> String {
         );
     }
     out
+}
+
+/// Live trainer sessions grouped by job (then rank), each with its open findings, and the
+/// messages of those findings below: what an engineer asks first of a node.
+fn trainers(snap: &Snapshot, out: &mut String) {
+    let mut live: Vec<_> = snap.sessions.iter().filter(|s| s.ended.is_none()).collect();
+    if live.is_empty() {
+        return;
+    }
+    live.sort_by(|a, b| (&a.job, a.rank, a.pid).cmp(&(&b.job, b.rank, b.pid)));
+    let open = |session: &str| -> Vec<&serde_json::Value> {
+        snap.findings
+            .iter()
+            .filter(|f| f["session"] == session)
+            .filter(|f| matches!(f["state"].as_str(), Some("pending" | "firing")))
+            .collect()
+    };
+    let _ = writeln!(
+        out,
+        "\n{:<20} {:>6} {:>4} {:>8} {:>9} {:>10} {:>10}  FINDINGS",
+        "JOB", "RANK", "GPU", "PID", "STEP", "ALLOCATED", "RESERVED"
+    );
+    let mut messages = Vec::new();
+    for s in &live {
+        let rank = match (s.rank, s.world_size) {
+            (Some(r), Some(w)) => format!("{r}/{w}"),
+            (Some(r), None) => r.to_string(),
+            _ => "-".into(),
+        };
+        let found = open(&s.session);
+        let badges: Vec<String> = found
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} {}",
+                    f["kind"].as_str().unwrap_or("?"),
+                    f["state"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        for f in &found {
+            if let Some(m) = f["message"].as_str() {
+                messages.push(format!(
+                    "{} {}: {m}",
+                    s.job.as_deref().unwrap_or("-"),
+                    f["kind"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "{:<20} {:>6} {:>4} {:>8} {:>9} {:>10} {:>10}  {}",
+            truncate(s.job.as_deref().unwrap_or("-"), 20),
+            rank,
+            opt(s.gpu, |g| g.to_string()),
+            s.pid,
+            opt(s.step, |v| v.to_string()),
+            opt(s.stats.and_then(|st| st.allocated), bytes),
+            opt(s.stats.and_then(|st| st.reserved), bytes),
+            if badges.is_empty() {
+                "-".to_string()
+            } else {
+                badges.join(", ")
+            },
+        );
+    }
+    for m in messages {
+        let _ = writeln!(out, "  {}", truncate(&m, 160));
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {

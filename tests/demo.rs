@@ -166,6 +166,29 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
         !firing(&s, "leak", "demo-healthy"),
         "the healthy trainer is not a leak"
     );
+    // `gpumon status` shows each trainer's open findings on its row, and their messages.
+    let out = Command::new(BIN)
+        .args(["status", "--connect", &demo.url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |job: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(job))
+            .unwrap_or_else(|| panic!("no {job} row: {table}"))
+            .to_string()
+    };
+    assert!(row("demo-leak ").contains("leak firing"), "{table}");
+    assert!(
+        row("demo-near-limit").contains("near_limit firing"),
+        "{table}"
+    );
+    assert!(row("demo-healthy").trim_end().ends_with('-'), "{table}");
+    assert!(
+        table.contains("demo-leak leak: allocated floor grows"),
+        "{table}"
+    );
 
     // Each trainer is a real child whose pid the simulated NVML lists, with the memory it reports
     // (reserved + a 512 MiB CUDA context), joined to its session.
@@ -268,4 +291,62 @@ fn the_demo_s_oom_says_what_its_samples_said_and_its_restart_clears_the_crash() 
 
     let pids: Vec<u64> = sessions.iter().filter_map(|x| x["pid"].as_u64()).collect();
     demo.stop(&pids);
+}
+
+#[test]
+fn the_demo_records_traces_for_gpumon_analyze() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    let d = Demo::start(&["--record-dir", traces.to_str().unwrap()]);
+    d.until(30, "three trainers with samples", |s| {
+        s["sessions"]
+            .as_array()
+            .is_some_and(|v| v.len() == 3 && v.iter().all(|t| t["samples"].as_u64() > Some(5)))
+    });
+    // `gpumon status` lists the trainers by job.
+    let out = Command::new(BIN)
+        .args(["status", "--connect", &d.url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let jobs: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.starts_with("demo-"))
+        .collect();
+    assert_eq!(
+        jobs,
+        ["demo-healthy", "demo-leak", "demo-near-limit"],
+        "{table}"
+    );
+    // SAFETY: kill(2) on our own child; the demo ends its sessions and writes out the traces.
+    unsafe {
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
+    }
+    let files: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while files
+        .iter()
+        .any(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0) == 0)
+    {
+        assert!(Instant::now() < deadline, "empty traces: {files:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(files.len(), 3, "{files:?}");
+    drop(d);
+    let out = Command::new(BIN)
+        .args(["analyze", "--format", "json"])
+        .args(&files)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["traces"].as_array().map(Vec::len),
+        Some(3),
+        "{report}"
+    );
 }

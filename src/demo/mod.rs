@@ -41,6 +41,10 @@ pub struct DemoArgs {
     /// attribution and then the OOM and the restart within 90 s.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
     pub skip: f64,
+    /// Record each simulated trainer's session as a trace file here, for `gpumon analyze`
+    /// (an absolute path, like the daemon's --record-dir).
+    #[arg(long, value_name = "DIR")]
+    pub record_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -129,6 +133,10 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
     std::env::set_var("FAKE_NVML_T0", t0.to_string());
     config.nvml_lib = lib.path.display().to_string();
     config.socket = Some(socket.clone());
+    if let Some(d) = &args.record_dir {
+        // Relative is refused by the recorder; made absolute here, as a user means it.
+        config.record.dir = Some(std::path::absolute(d)?);
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -143,6 +151,9 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
         println!("gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)");
         println!("socket: {}", socket.display());
         println!("simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)");
+        if let Some(d) = &config.record.dir {
+            println!("traces: {} (replay with `gpumon analyze {}/gpumon-*.trace.jsonl`)", d.display(), d.display());
+        }
         let shutdown = CancellationToken::new();
         crate::daemon::cancel_on_signals(shutdown.clone())?;
         let source = Box::new(crate::sources::nvml::NvmlSource::new(
