@@ -1,6 +1,5 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use gpumon::cli::{Cli, Command};
 use gpumon::config::{Config, ConfigError, LogFormat};
 use tokio_util::sync::CancellationToken;
@@ -144,7 +143,7 @@ fn parse() -> Cli {
     let explain =
         |e| gpumon::cli::errors::explain(e, &cmd, &args, |k| std::env::var(k).ok()).exit();
     match cmd.clone().try_get_matches() {
-        Ok(m) => Cli::from_arg_matches(&m).unwrap_or_else(|e| explain(e)),
+        Ok(m) => Cli::from_arg_matches(&m).unwrap_or_else(explain),
         Err(e) => explain(e),
     }
 }
