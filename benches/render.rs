@@ -47,6 +47,7 @@ pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
                     uid: Some(1000),
                     container: Some("3f4e1b2c9d8a".into()),
                     cgroup: None,
+                    ..ProcInfo::default()
                 },
             })
         })

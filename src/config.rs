@@ -36,6 +36,35 @@ pub struct Config {
     pub detect: DetectSection,
     pub attribution: AttributionSection,
     pub alerts: AlertsConfig,
+    pub kubernetes: KubernetesConfig,
+}
+
+/// Pod and namespace names for GPU processes, from the kubelet's pods API. Off unless
+/// `kubelet_url` is set: GPU processes in pods then carry their pod UID alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesConfig {
+    /// The kubelet's base URL, e.g. "https://${NODE_IP}:10250"; `${NAME}` is read from the
+    /// environment when the daemon starts (the DaemonSet sets NODE_IP from status.hostIP).
+    pub kubelet_url: Option<String>,
+    /// A bearer token for the kubelet, read again at every request (projected tokens rotate).
+    pub token_file: PathBuf,
+    /// CA bundle that verifies the kubelet's serving certificate.
+    pub ca_file: PathBuf,
+    /// Skip verifying the kubelet's certificate (a self-signed one, kubeadm's default).
+    pub insecure_skip_verify: bool,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        let sa = Path::new("/var/run/secrets/kubernetes.io/serviceaccount");
+        Self {
+            kubelet_url: None,
+            token_file: sa.join("token"),
+            ca_file: sa.join("ca.crt"),
+            insecure_skip_verify: false,
+        }
+    }
 }
 
 /// Leak attribution: asking a trainer (one whose client announced it can) where the growing
@@ -246,6 +275,7 @@ impl Default for Config {
             detect: DetectSection::default(),
             attribution: AttributionSection::default(),
             alerts: AlertsConfig::default(),
+            kubernetes: KubernetesConfig::default(),
         }
     }
 }
@@ -393,7 +423,28 @@ impl Config {
         self.validate_attribution()?;
         self.validate_ingest()?;
         self.validate_http()?;
+        self.validate_kubernetes()?;
         self.validate_record()
+    }
+
+    fn validate_kubernetes(&self) -> Result<(), ConfigError> {
+        let Some(url) = &self.kubernetes.kubelet_url else {
+            return Ok(());
+        };
+        // Only the form is checked here; the variables are read when the daemon starts.
+        let expanded = crate::sources::kubelet::expand(url, |_| Some("host".into()));
+        let reason = match expanded {
+            Err(reason) => reason,
+            Ok(u) if !(u.starts_with("https://") || u.starts_with("http://")) => {
+                "use the kubelet's https:// URL, e.g. \"https://${NODE_IP}:10250\"".into()
+            }
+            Ok(_) => return Ok(()),
+        };
+        Err(ConfigError::Invalid {
+            key: "kubernetes.kubelet_url",
+            value: url.clone(),
+            reason,
+        })
     }
 }
 
@@ -729,6 +780,22 @@ cooldown_seconds = {cooldown_seconds:?}
 # webhook_url = "http://127.0.0.1:8080/gpumon"
 # Firing findings are sent to Alertmanager again this often.
 resend_interval = "{resend_interval}"
+
+[kubernetes]
+# GPU processes and trainer sessions in Kubernetes pods carry pod and namespace labels. The pod
+# UID comes from the process's cgroup; names come from the kubelet's pods API at this URL, read
+# again (at most every 30s) when a pod or container not seen before appears. `${{NAME}}` is taken
+# from the environment. Unset: the pod label is the pod UID and namespace is empty.
+# kubelet_url = "https://${{NODE_IP}}:10250"
+# Bearer token sent to the kubelet (the pod's service-account token; it needs `get` on
+# nodes/pods, or nodes/proxy before Kubernetes 1.33). Read at every request.
+token_file = "{token_file}"
+# CA bundle that verifies the kubelet's serving certificate (signed by the cluster CA when the
+# kubelet runs with serverTLSBootstrap).
+ca_file = "{ca_file}"
+# The kubelet's certificate is self-signed (kubeadm's default without serverTLSBootstrap):
+# skip verifying it. The token then goes to whatever answers at kubelet_url.
+insecure_skip_verify = {insecure_skip_verify}
 "#,
         listen = d.listen,
         nvml_lib = d.nvml_lib,
@@ -764,6 +831,9 @@ resend_interval = "{resend_interval}"
         top = d.attribution.top,
         cooldown_seconds = d.attribution.cooldown_seconds,
         resend_interval = humantime::format_duration(d.alerts.resend_interval),
+        token_file = d.kubernetes.token_file.display(),
+        ca_file = d.kubernetes.ca_file.display(),
+        insecure_skip_verify = d.kubernetes.insecure_skip_verify,
     )
 }
 

@@ -42,6 +42,11 @@ pub async fn run(
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let poll_store = store.clone();
     let interval = config.interval;
+    // Pod names join the processes on the poller's thread; the kubelet is asked on its own.
+    let source = Box::new(crate::sources::kubelet::Named::new(
+        source,
+        &config.kubernetes,
+    ));
     let poller = std::thread::Builder::new()
         .name("gpumon-nvml".into())
         .spawn(move || crate::poller::run(source, poll_store, interval, stop_rx))?;

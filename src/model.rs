@@ -88,6 +88,18 @@ pub struct ProcInfo {
     /// Container id (12 hex digits) or pod/job name from the cgroup path; None outside containers.
     pub container: Option<String>,
     pub cgroup: Option<String>,
+    /// Kubernetes pod UID, from a kubepods cgroup path; None outside Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The pod's name from the kubelet, else its UID (names unknown or not configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The pod's namespace, from the kubelet; None while names are unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The container's name in its pod, from the kubelet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -207,6 +207,11 @@ pub struct SessionNvml {
     pub process: Option<String>,
     pub user: Option<String>,
     pub container: Option<String>,
+    /// The Kubernetes pod's name (its UID until the kubelet names it) and namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// A GPU process, with the trainer session that runs in it when there is one.
@@ -266,6 +271,8 @@ impl SessionView {
                 process: p.info.name.clone(),
                 user: p.info.user.clone(),
                 container: p.info.container.clone(),
+                pod: p.info.pod.clone(),
+                namespace: p.info.namespace.clone(),
             });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
         let skip = s.series.len().saturating_sub(SESSION_POINTS);

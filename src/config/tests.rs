@@ -377,3 +377,41 @@ fn http_limits_are_read_and_bounded() {
         .to_string();
     assert!(err.contains("max_connections"), "{err}");
 }
+
+#[test]
+fn kubernetes_section() {
+    let c = Config::parse(
+        "[kubernetes]\nkubelet_url = \"https://${NODE_IP}:10250\"\ninsecure_skip_verify = true\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    assert_eq!(
+        c.kubernetes.kubelet_url.as_deref(),
+        Some("https://${NODE_IP}:10250")
+    );
+    assert!(c.kubernetes.insecure_skip_verify);
+    assert_eq!(
+        c.kubernetes.token_file,
+        Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    for (url, why) in [
+        ("10.0.0.1:10250", "https://"),
+        ("https://${NODE_IP:10250", "unclosed"),
+        ("https://${node-ip}:10250", "variable name"),
+    ] {
+        let err = Config::parse(
+            &format!("[kubernetes]\nkubelet_url = \"{url}\"\n"),
+            Path::new("t.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("kubernetes.kubelet_url") && err.contains(why),
+            "{url}: {err}"
+        );
+    }
+    let err = Config::parse("[kubernetes]\nkubelet = \"x\"\n", Path::new("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("kubelet"), "{err}");
+}

@@ -17,6 +17,11 @@ mod record;
 mod trainers;
 use crate::store::{SharedStore, Store};
 
+/// Labels added with Kubernetes support, left out of a series where they are empty (outside
+/// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
+/// Kubernetes is what it was before they existed.
+const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod"];
+
 /// Builds one metric family; label names are given once, values per series.
 pub(crate) struct Family {
     mf: MetricFamily,
@@ -47,6 +52,7 @@ impl Family {
             .labels
             .iter()
             .zip(values)
+            .filter(|(n, v)| !(v.is_empty() && OMITTED_WHEN_EMPTY.contains(n)))
             .map(|(n, v)| {
                 let mut lp = LabelPair::default();
                 lp.set_name(n.to_string());
@@ -79,7 +85,15 @@ impl Family {
 }
 
 const GPU: &[&str] = &["gpu", "uuid"];
-const PROC: &[&str] = &["gpu", "uuid", "pid", "process", "container"];
+const PROC: &[&str] = &[
+    "gpu",
+    "uuid",
+    "pid",
+    "process",
+    "container",
+    "namespace",
+    "pod",
+];
 
 /// Families from the NVML side of the store.
 pub fn gpu_families(store: &Store) -> Vec<MetricFamily> {
@@ -246,6 +260,8 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
             "user",
             "kind",
             "mig_uuid",
+            "namespace",
+            "pod",
         ],
     );
     let mut gbuf = itoa::Buffer::new();
@@ -255,13 +271,19 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
         let pid = pbuf.format(p.pid);
         let name = p.info.name.as_deref().unwrap_or("");
         let container = p.info.container.as_deref().unwrap_or("");
+        // Pod name (or UID until the kubelet names it) and namespace: empty outside Kubernetes.
+        let ns = p.info.namespace.as_deref().unwrap_or("");
+        let pod = p.info.pod.as_deref().unwrap_or("");
         if let Some(b) = p.used_memory_bytes {
-            used.add(&[gpu, &p.uuid, pid, name, container], b as f64);
+            used.add(&[gpu, &p.uuid, pid, name, container, ns, pod], b as f64);
         }
         let kind = p.kind.as_str();
         let user = p.info.user.as_deref().unwrap_or("");
         let mig = p.mig_uuid.as_deref().unwrap_or("");
-        info.add(&[gpu, &p.uuid, pid, name, container, user, kind, mig], 1.0);
+        info.add(
+            &[gpu, &p.uuid, pid, name, container, user, kind, mig, ns, pod],
+            1.0,
+        );
     }
     used.finish(out);
     info.finish(out);

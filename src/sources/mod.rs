@@ -1,6 +1,7 @@
 //! Where GPU readings come from. The daemon's poller owns one `GpuSource` and calls it on its own
 //! thread; nothing else touches NVML.
 
+pub mod kubelet;
 pub mod nvml;
 pub mod procinfo;
 

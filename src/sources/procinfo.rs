@@ -72,12 +72,18 @@ impl ProcCache {
             .ok()
             .and_then(|s| main_cgroup(&s));
         let container = cgroup.as_deref().and_then(container_from_cgroup);
+        let pod_uid = cgroup.as_deref().and_then(kube_ids).map(|k| k.pod_uid);
         ProcInfo {
             name,
             user,
             uid,
             container,
             cgroup,
+            // The UID until the kubelet names it (sources::kubelet), or for good without one.
+            pod: pod_uid.clone(),
+            pod_uid,
+            namespace: None,
+            container_name: None,
         }
     }
 
@@ -117,12 +123,16 @@ fn parse_passwd(passwd: &str) -> HashMap<u32, String> {
 
 /// The cgroup path that names the process's container: the v2 unified line (`0::/...`), else the
 /// v1 line with the most path components (the controllers often disagree; the deepest is the
-/// most specific).
+/// most specific). On a hybrid host the unified line is often just `/` while the v1 lines name
+/// the container (a cgroupfs-driver kubelet), so a root v2 line does not win.
 fn main_cgroup(cgroup: &str) -> Option<String> {
     let mut best: Option<&str> = None;
     for line in cgroup.lines() {
         let mut parts = line.splitn(3, ':');
         let (id, _ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if path == "/" {
+            continue;
+        }
         if id == "0" {
             best = Some(path);
             break;
@@ -131,7 +141,7 @@ fn main_cgroup(cgroup: &str) -> Option<String> {
             best = Some(path);
         }
     }
-    best.filter(|p| *p != "/").map(str::to_string)
+    best.map(str::to_string)
 }
 
 /// Container id (first 12 hex digits, as docker shows it), else Kubernetes pod uid, else Slurm
@@ -158,6 +168,47 @@ pub fn container_from_cgroup(path: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// A Kubernetes pod's UID and, when the path goes down to one, its container's full id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeIds {
+    /// With dashes, as the API spells it (the systemd driver writes underscores).
+    pub pod_uid: String,
+    /// 64 hex digits, as the kubelet's `containerID` has it after `<runtime>://`.
+    pub container_id: Option<String>,
+}
+
+/// The pod UID and container id in a kubelet-made cgroup path, for either cgroup driver:
+/// systemd `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
+/// cri-containerd-<id>.scope` (or `crio-`, `docker-`) and cgroupfs `/kubepods/burstable/pod<uid>/
+/// <id>`. Paths seen through a cgroup namespace (`/../..`) parse the same. None outside a pod.
+pub fn kube_ids(path: &str) -> Option<KubeIds> {
+    let mut segments = path.split('/');
+    let pod_uid = segments.by_ref().find_map(pod_segment)?;
+    let container_id = segments.next().and_then(|seg| {
+        let stem = seg.strip_suffix(".scope").unwrap_or(seg);
+        let id = stem.rsplit(['-', ':']).next().unwrap_or(stem);
+        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+    });
+    Some(KubeIds {
+        pod_uid,
+        container_id,
+    })
+}
+
+/// `pod<uid>` of a kubepods path segment: `pod<uid>` (cgroupfs) or `kubepods-<qos>-pod<uid>.slice`
+/// (systemd). A UID is 32 hex digits with or without dashes (static pods have a bare hash).
+fn pod_segment(segment: &str) -> Option<String> {
+    let uid = match segment.strip_suffix(".slice") {
+        // systemd writes the UID's dashes as underscores, so the last `-` starts `pod`.
+        Some(stem) if stem.starts_with("kubepods") => stem.rsplit('-').next()?,
+        Some(_) => return None,
+        None => segment,
+    };
+    let uid = uid.strip_prefix("pod")?.replace('_', "-");
+    let hex = uid.bytes().filter(u8::is_ascii_hexdigit).count();
+    (hex == 32 && uid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit())).then_some(uid)
 }
 
 /// What is wrong with `root` as the /proc to read: `Err` when it is not a directory at all
@@ -235,6 +286,77 @@ mod tests {
     }
 
     #[test]
+    fn pod_uid_and_container_id_for_each_driver_and_runtime() {
+        let uid = "2358e669-61e0-11e9-bc12-02f121c1eeb4";
+        let u_ = uid.replace('-', "_");
+        let want = |id: Option<&str>| {
+            Some(KubeIds {
+                pod_uid: uid.into(),
+                container_id: id.map(str::to_string),
+            })
+        };
+        let cases = [
+            // cgroup v2, systemd driver (kubeadm's default), containerd, burstable QoS.
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u_}.slice/cri-containerd-{ID}.scope"),
+            // Guaranteed QoS has no QoS level in the path.
+            format!("/kubepods.slice/kubepods-pod{u_}.slice/crio-{ID}.scope"),
+            format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u_}.slice/docker-{ID}.scope"),
+            // cgroupfs driver (v1 and v2).
+            format!("/kubepods/burstable/pod{uid}/{ID}"),
+            format!("/kubepods/pod{uid}/{ID}"),
+            // Read from inside a cgroup namespace: relative to the reader's own cgroup.
+            format!("/../../kubepods-besteffort-pod{u_}.slice/cri-containerd-{ID}.scope"),
+        ];
+        for c in &cases {
+            assert_eq!(kube_ids(c), want(Some(ID)), "{c}");
+        }
+        // The pod's own slice (the pause container's parent, or a process between exec and
+        // its container scope): a pod without a container.
+        assert_eq!(
+            kube_ids(&format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u_}.slice"
+            )),
+            want(None)
+        );
+        // A static pod's UID is the config hash, without dashes.
+        assert_eq!(
+            kube_ids(&format!(
+                "/kubepods/burstable/pod5795d0c442cb997ff93c49feeb9f6386/{ID}"
+            ))
+            .map(|k| k.pod_uid)
+            .as_deref(),
+            Some("5795d0c442cb997ff93c49feeb9f6386")
+        );
+        for outside in [
+            format!("/docker/{ID}"),
+            format!("/system.slice/docker-{ID}.scope"),
+            "/user.slice/user-1000.slice/session-3.scope".to_string(),
+            // Not a kubepods slice, even if named like a pod.
+            "/system.slice/podman-pod0f1e2d3c4b5a69788796a5b4c3d2e1f0.slice".to_string(),
+        ] {
+            assert_eq!(kube_ids(&outside), None, "{outside}");
+        }
+    }
+
+    #[test]
+    fn a_pod_process_is_labelled_with_its_uid_until_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("9");
+        fs::create_dir(&p).unwrap();
+        fs::write(
+            p.join("cgroup"),
+            format!("0::/kubepods/besteffort/pod7760601b-65a6-11e9-bc12-02f121c1eeb4/{ID}\n"),
+        )
+        .unwrap();
+        let info = ProcCache::with_root(dir.path().into()).get(9, || None);
+        let uid = "7760601b-65a6-11e9-bc12-02f121c1eeb4";
+        assert_eq!(info.pod_uid.as_deref(), Some(uid));
+        assert_eq!(info.pod.as_deref(), Some(uid));
+        assert_eq!(info.namespace, None);
+        assert_eq!(info.container.as_deref(), Some(&ID[..12]));
+    }
+
+    #[test]
     fn v2_line_wins_and_root_is_no_cgroup() {
         let v1v2 = "12:memory:/docker/abc\n0::/system.slice/ssh.service\n";
         assert_eq!(
@@ -242,6 +364,8 @@ mod tests {
             Some("/system.slice/ssh.service")
         );
         assert_eq!(main_cgroup("0::/\n"), None);
+        let hybrid = "4:memory:/kubepods/pod1/abc\n1:name=systemd:/kubepods/pod1/abc\n0::/\n";
+        assert_eq!(main_cgroup(hybrid).as_deref(), Some("/kubepods/pod1/abc"));
     }
 
     #[test]

@@ -202,11 +202,12 @@ def test_kustomize_builds_valid_objects_in_the_namespace(kdir):
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     kinds = sorted(d["kind"] for d in docs)
     monitor = ["ServiceMonitor", "Service"] if kdir == KDIR else ["PodMonitor"]
-    expected = ["ConfigMap", "DaemonSet", "Namespace", "PrometheusRule", *monitor]
+    rbac = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    expected = ["ConfigMap", "DaemonSet", "Namespace", "PrometheusRule", *monitor, *rbac]
     assert kinds == sorted(expected)
     for doc in docs:
         validate(doc)
-        if doc["kind"] != "Namespace":
+        if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert doc["metadata"]["namespace"] == "gpumon", doc["kind"]
 
 
@@ -388,3 +389,36 @@ def test_the_daemon_starts_with_the_configmap_config():
         # log_format = "json": every line the daemon wrote is a JSON object.
         lines = [line for line in output.splitlines() if line.strip()]
         assert lines and all(line.startswith("{") for line in lines), output
+
+
+def test_the_kubelet_lookup_has_its_token_address_and_only_the_permission_it_needs():
+    _, pod, container, mounts, volumes = _daemon()
+    kube = _config()["kubernetes"]
+    # The URL names the node's IP, which the downward API gives the container.
+    assert kube["kubelet_url"] == "https://${NODE_IP}:10250"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    # Token and CA are the projected volume, mounted into the daemon's container only.
+    mount = pathlib.PurePosixPath(mounts["kubelet-token"]["mountPath"])
+    sources = volumes["kubelet-token"]["projected"]["sources"]
+    token = next(s["serviceAccountToken"] for s in sources if "serviceAccountToken" in s)
+    ca = next(s["configMap"] for s in sources if "configMap" in s)
+    assert kube["token_file"] == str(mount / token["path"])
+    assert kube["ca_file"] == str(mount / ca["items"][0]["path"])
+    assert ca["name"] == "kube-root-ca.crt"
+    assert kube["insecure_skip_verify"] is False
+    assert pod["automountServiceAccountToken"] is False
+    assert all("kubelet-token" not in {m["name"] for m in c.get("volumeMounts", [])}
+               for c in pod["initContainers"])
+    # The daemon's uid reads the token through the pod's fsGroup.
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    # The service account is bound to get on nodes/pods, nothing more.
+    sa = one("ServiceAccount")
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    role = one("ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods"], "verbs": ["get"]}]
+    binding = one("ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "gpumon"}
+    ]

@@ -9,11 +9,11 @@ use prometheus::proto::{MetricFamily, MetricType};
 use super::Family;
 use crate::ingest::protocol::Code;
 use crate::ingest::server::{Close, IngestStats};
-use crate::model::GpuReading;
+use crate::model::{GpuReading, ProcessReading};
 use crate::store::sessions::Session;
 use crate::store::Store;
 
-pub const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank"];
+pub const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank", "namespace", "pod"];
 
 pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
     let gpus = store
@@ -24,7 +24,16 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         "gpumon_trainer_info",
         "Instrumented trainer session; always 1.",
         &[
-            "gpu", "uuid", "pid", "job", "rank", "session", "torch", "client",
+            "gpu",
+            "uuid",
+            "pid",
+            "job",
+            "rank",
+            "session",
+            "torch",
+            "client",
+            "namespace",
+            "pod",
         ],
     );
     let g = |name: &str, help: &str| Family::gauge(name, help, T);
@@ -79,10 +88,13 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
     let mut hidden = 0;
     for (own, s, shown) in &sessions {
         let l = own.as_array(s);
-        let [gpu, uuid, pid, job, rank] = l;
+        let [gpu, uuid, pid, job, rank, ns, pod] = l;
         let torch = s.hello.torch.as_deref().unwrap_or("");
         let client = s.hello.client.as_deref().unwrap_or("");
-        info.add(&[gpu, uuid, pid, job, rank, &s.id, torch, client], 1.0);
+        info.add(
+            &[gpu, uuid, pid, job, rank, &s.id, torch, client, ns, pod],
+            1.0,
+        );
         if !shown {
             hidden += 1;
             continue;
@@ -149,12 +161,16 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
 /// exported: of sessions with the same label set only the newest is, so an exposition never
 /// holds two series with one label set (Prometheus would keep one of them, silently).
 pub fn labelled<'a>(store: &'a Store, gpus: &[GpuReading]) -> Vec<(Labels, &'a Session, bool)> {
+    let procs = store
+        .latest()
+        .map(|r| r.processes.as_slice())
+        .unwrap_or_default();
     let mut out: Vec<_> = store
         .sessions
         .live()
-        .map(|s| (Labels::of(s, gpus), s, true))
+        .map(|s| (Labels::of(s, gpus, procs), s, true))
         .collect();
-    let mut newest: HashMap<[&str; 5], usize> = HashMap::with_capacity(out.len());
+    let mut newest: HashMap<[&str; LABELS], usize> = HashMap::with_capacity(out.len());
     for (i, (own, s, _)) in out.iter().enumerate() {
         newest.insert(own.as_array(s), i);
     }
@@ -170,17 +186,30 @@ pub fn labelled<'a>(store: &'a Store, gpus: &[GpuReading]) -> Vec<(Labels, &'a S
     out
 }
 
-/// The gpu, uuid, pid, job and rank labels every per-session series carries.
+const LABELS: usize = 7;
+
+/// The labels every per-session series carries (`T`): gpu, uuid, pid, job and rank, and the
+/// namespace and pod of the session's process as its GPU process entry has them (empty, and so
+/// left out, outside Kubernetes or before NVML lists the process).
 pub struct Labels {
     gpu: String,
     pid: String,
     rank: String,
+    namespace: String,
+    pod: String,
 }
 
 impl Labels {
-    pub fn of(s: &Session, gpus: &[GpuReading]) -> Self {
+    pub fn of(s: &Session, gpus: &[GpuReading], procs: &[ProcessReading]) -> Self {
         let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
+        // Any GPU entry of the pid: a process is in one pod whichever device it uses.
+        let info = procs.iter().find(|p| p.pid == s.peer.pid).map(|p| &p.info);
+        let field = |f: fn(&crate::model::ProcInfo) -> &Option<String>| {
+            info.and_then(|i| f(i).clone()).unwrap_or_default()
+        };
         Self {
+            namespace: field(|i| &i.namespace),
+            pod: field(|i| &i.pod),
             gpu: gpus
                 .iter()
                 .find(|g| g.identity.uuid == uuid)
@@ -191,13 +220,15 @@ impl Labels {
         }
     }
 
-    pub fn as_array<'a>(&'a self, s: &'a Session) -> [&'a str; 5] {
+    pub fn as_array<'a>(&'a self, s: &'a Session) -> [&'a str; LABELS] {
         [
             &self.gpu,
             s.hello.gpu_uuid.as_deref().unwrap_or(""),
             &self.pid,
             s.hello.job.as_deref().unwrap_or(""),
             &self.rank,
+            &self.namespace,
+            &self.pod,
         ]
     }
 }
@@ -278,4 +309,98 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
         );
     }
     f.finish(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ingest::protocol::Hello;
+    use crate::model::{NodeReading, ProcInfo, ProcessKind, ProcessReading};
+    use crate::outputs::prometheus::Exporter;
+    use crate::store::sessions::Peer;
+    use crate::store::{HistoryLimits, Store};
+
+    fn process(pid: u32, pod: Option<(&str, &str)>) -> ProcessReading {
+        ProcessReading {
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            pid,
+            kind: ProcessKind::Compute,
+            used_memory_bytes: Some(7),
+            mig_uuid: None,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+            info: ProcInfo {
+                name: Some("python".into()),
+                namespace: pod.map(|p| p.0.into()),
+                pod: pod.map(|p| p.1.into()),
+                ..ProcInfo::default()
+            },
+        }
+    }
+
+    #[test]
+    fn pods_label_processes_and_sessions_and_are_left_out_outside_kubernetes() {
+        let mut store = Store::new(
+            HistoryLimits {
+                gpu_points: 4,
+                process_points: 4,
+            },
+            1.0,
+            "lib".into(),
+        );
+        let reading = NodeReading {
+            ts: 1.0,
+            driver_version: None,
+            gpus: vec![],
+            processes: vec![
+                process(10, Some(("default", "myapp-pod"))),
+                process(11, None),
+            ],
+        };
+        store.apply(reading, 0.0);
+        for pid in [10, 11] {
+            let peer = Peer {
+                pid,
+                uid: 0,
+                gid: 0,
+            };
+            let hello = Hello {
+                v: 1,
+                job: Some("j".into()),
+                gpu_uuid: Some("GPU-0".into()),
+                ..Hello::default()
+            };
+            store.sessions.open(peer, hello, 1.0);
+        }
+        let text = Exporter::new(store.shared(), Default::default())
+            .unwrap()
+            .render();
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+                .to_string()
+        };
+        assert_eq!(
+            line(r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="10""#),
+            r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="10",process="python",container="",namespace="default",pod="myapp-pod"} 7"#
+        );
+        assert!(line(r#"gpumon_process_info{gpu="0",uuid="GPU-0",pid="10""#)
+            .ends_with(r#"mig_uuid="",namespace="default",pod="myapp-pod"} 1"#));
+        assert!(line(r#"gpumon_trainer_info{gpu="",uuid="GPU-0",pid="10""#)
+            .contains(r#",namespace="default",pod="myapp-pod"} 1"#));
+        assert!(
+            line(r#"gpumon_leak_suspected{gpu="",uuid="GPU-0",pid="10""#)
+                .ends_with(r#"rank="",namespace="default",pod="myapp-pod"} 0"#)
+        );
+        // Outside a pod the series are what they were before pods were labelled.
+        assert!(
+            line(r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="11""#)
+                .ends_with(r#"container=""} 7"#)
+        );
+        assert!(
+            line(r#"gpumon_leak_suspected{gpu="",uuid="GPU-0",pid="11""#)
+                .ends_with(r#"job="j",rank=""} 0"#)
+        );
+    }
 }

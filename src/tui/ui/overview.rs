@@ -20,6 +20,8 @@ use crate::units::bytes;
 
 /// A full GPU block: border, gauge, legend, readings and at least one sparkline row.
 const BLOCK_MIN: u16 = 6;
+/// The block's height when the trainer table takes what is left anyway; with room to spare,
+/// the rows the trainer table does not need go to taller memory charts.
 const BLOCK_MAX: u16 = 10;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
@@ -75,7 +77,25 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     let cols: u16 = if area.width >= 120 && n > 1 { 2 } else { 1 };
     let rows = n.div_ceil(cols);
     if rows * BLOCK_MIN <= area.height {
-        let h = (area.height / rows).min(BLOCK_MAX);
+        // The trainer table's rows (header and border included) are kept for it; the blocks
+        // grow into the rest instead of leaving it blank.
+        let trainers_rows = app
+            .procs
+            .rows
+            .iter()
+            .filter(|r| r.key.session.is_some())
+            .count() as u16;
+        let table = if trainers_rows > 0 {
+            trainers_rows + 3
+        } else {
+            0
+        };
+        let spare = area.height.saturating_sub(table);
+        let h = if rows * BLOCK_MAX <= spare {
+            spare / rows
+        } else {
+            (area.height / rows).min(BLOCK_MAX)
+        };
         let w = area.width / cols;
         for (i, g) in snap.gpus.iter().enumerate() {
             let (r, c) = (i as u16 / cols, i as u16 % cols);
