@@ -73,26 +73,14 @@ impl DaemonClient {
     pub fn new(args: &ClientArgs, timeout: Duration) -> anyhow::Result<Self> {
         let mut tls = TlsConfig::builder();
         if let Some(ca) = &args.ca_file {
-            let certs: Vec<Certificate<'static>> = pem_items(ca, "--ca-file")?
-                .into_iter()
-                .filter_map(|i| match i {
-                    PemItem::Certificate(c) => Some(c),
-                    _ => None,
-                })
-                .collect();
+            let certs = certificates(ca, "--ca-file")?;
             if certs.is_empty() {
                 anyhow::bail!("--ca-file {}: holds no PEM certificate", ca.display());
             }
             tls = tls.root_certs(RootCerts::Specific(std::sync::Arc::new(certs)));
         }
         if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
-            let certs: Vec<_> = pem_items(cert, "--client-cert")?
-                .into_iter()
-                .filter_map(|i| match i {
-                    PemItem::Certificate(c) => Some(c),
-                    _ => None,
-                })
-                .collect();
+            let certs = certificates(cert, "--client-cert")?;
             let key = std::fs::read(key)
                 .map_err(|e| anyhow::anyhow!("--client-key {}: {e}", key.display()))
                 .and_then(|pem| {
@@ -136,11 +124,18 @@ impl DaemonClient {
     }
 }
 
-fn pem_items(path: &Path, flag: &str) -> anyhow::Result<Vec<PemItem<'static>>> {
+/// The PEM certificates in `path` (other PEM items skipped).
+fn certificates(path: &Path, flag: &str) -> anyhow::Result<Vec<Certificate<'static>>> {
     let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
-    ureq::tls::parse_pem(&pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("{flag} {}: not PEM: {e}", path.display()))
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => anyhow::bail!("{flag} {}: not PEM: {e}", path.display()),
+        }
+    }
+    Ok(certs)
 }
 
 /// `Basic base64(user:password)` from the file (its first line) or the variable.

@@ -189,14 +189,20 @@ fn basic_auth_checks_bcrypt_and_remembers_what_it_verified() {
             )
         )
     };
+    let right = header("alice", "correct horse");
     assert_eq!(
-        auth.check(Some(header("alice", "correct horse").as_bytes())),
-        Verdict::Allowed
+        auth.quick(Some(right.as_bytes())),
+        None,
+        "not verified yet: bcrypt needed"
     );
+    assert_eq!(auth.check(Some(right.as_bytes())), Verdict::Allowed);
+    assert_eq!(auth.check(Some(right.as_bytes())), Verdict::Allowed);
     assert_eq!(
-        auth.check(Some(header("alice", "correct horse").as_bytes())),
-        Verdict::Allowed
+        auth.quick(Some(right.as_bytes())),
+        Some(Verdict::Allowed),
+        "remembered"
     );
+    assert_eq!(auth.quick(Some(b"Bearer abc")), Some(Verdict::Denied));
     assert_eq!(
         auth.check(Some(header("alice", "wrong").as_bytes())),
         Verdict::Denied
