@@ -148,11 +148,25 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
         let ingest = crate::ingest::socket::bind(&socket)?;
         // Removed again when the demo exits, like the daemon's.
         let _socket_file = crate::ingest::socket::SocketFile::claim(&socket);
-        println!("gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)");
-        println!("socket: {}", socket.display());
-        println!("simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)");
+        let mut banner = format!(
+            "gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)\n\
+             socket: {}\n\
+             simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)\n",
+            socket.display()
+        );
         if let Some(d) = &config.record.dir {
-            println!("traces: {} (replay with `gpumon analyze {}/gpumon-*.trace.jsonl`)", d.display(), d.display());
+            banner += &format!(
+                "traces: {} (replay with `gpumon analyze {}/gpumon-*.trace.jsonl`)\n",
+                d.display(),
+                d.display()
+            );
+        }
+        // One write, and a closed stdout (`gpumon demo --headless | head -1`) is not fatal:
+        // println! would panic on the broken pipe and take the running demo down with it.
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
         }
         let shutdown = CancellationToken::new();
         crate::daemon::cancel_on_signals(shutdown.clone())?;
