@@ -72,9 +72,9 @@ fn bench(c: &mut Criterion) {
     store.apply(node(8, 128), 0.001);
     // What the first scrape after each collection pays (once per poll interval).
     c.bench_function("encode_after_collection_8gpu_x_128proc", |b| {
-        b.iter(|| encode(&gpu_families(&store)))
+        b.iter(|| encode(&gpu_families(&store.nvml, store.latest())))
     });
-    let exporter = Exporter::new(store.shared(), Default::default()).unwrap();
+    let exporter = Exporter::of_store(&store, Default::default()).unwrap();
     let text = exporter.render();
     assert!(text.lines().count() > 2 * 8 * 128);
     // What every other scrape pays.

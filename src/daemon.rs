@@ -1,5 +1,7 @@
-//! `gpumon daemon`: wires the poller, the store and the HTTP server, and drains them all on
-//! shutdown. Takes an already-bound listener (the mini-redis shape), so tests bind port 0.
+//! `gpumon daemon`: wires the poller and the ingest socket into the aggregator (the one owner of
+//! the store), its view into the HTTP server and its finding transitions into the alert thread,
+//! and drains them all on shutdown, in the order data flows. Takes an already-bound listener
+//! (the mini-redis shape), so tests bind port 0.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
 use crate::sources::GpuSource;
 use crate::store::{HistoryLimits, Store};
+use crate::{core::aggregator, outputs::prometheus};
 
 pub async fn run(
     config: Config,
@@ -37,10 +40,25 @@ pub async fn run(
         .with_id_epoch(crate::model::now())
         .with_detect(config.detect())
         .with_attribution(config.attribution());
-    let store = store.shared();
+    let hostname = crate::snapshot::hostname();
+    let mut alerts = crate::alerts::spawn(crate::alerts::AlertSettings {
+        webhook_url: config.alerts.webhook_url.clone(),
+        alertmanager_url: config.alerts.alertmanager_url.clone(),
+        resend_interval: config.alerts.resend_interval,
+        hostname: hostname.clone(),
+        api_url: format!("http://{}/api/v1/snapshot", listener.local_addr()?),
+    })?;
+    let (agg, agg_thread) = aggregator::spawn(
+        store,
+        prometheus::trainer_text,
+        alerts.as_mut().and_then(|a| a.transitions.take()),
+    )?;
+    if let Some(a) = &alerts {
+        a.attach(agg.downgrade());
+    }
 
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    let poll_store = store.clone();
+    let poll_agg = agg.clone();
     let interval = config.interval;
     // Pod names join the processes on the poller's thread; the kubelet is asked on its own.
     let source = Box::new(crate::sources::kubelet::Named::new(
@@ -49,7 +67,9 @@ pub async fn run(
     ));
     let poller = std::thread::Builder::new()
         .name("gpumon-nvml".into())
-        .spawn(move || crate::poller::run(source, poll_store, interval, stop_rx))?;
+        .spawn(move || {
+            crate::poller::run(source, poll_agg, prometheus::gpu_text, interval, stop_rx)
+        })?;
 
     let recorder = config.record.dir.as_deref().and_then(|dir| {
         match Recorder::new(dir, config.record.max_file_bytes, config.record.max_total_bytes) {
@@ -62,25 +82,12 @@ pub async fn run(
             }
         }
     });
-    let hostname = crate::snapshot::hostname();
-    let (alerts_stop, alerts_rx) = std::sync::mpsc::channel::<()>();
-    let alerts = crate::alerts::spawn(
-        crate::alerts::AlertSettings {
-            webhook_url: config.alerts.webhook_url.clone(),
-            alertmanager_url: config.alerts.alertmanager_url.clone(),
-            resend_interval: config.alerts.resend_interval,
-            hostname: hostname.clone(),
-            api_url: format!("http://{}/api/v1/snapshot", listener.local_addr()?),
-        },
-        store.clone(),
-        alerts_rx,
-    )?;
     let ingest_stats = Arc::new(IngestStats::default());
     let ingest_task = ingest.map(|l| {
         let limits = ingest_limits(&config.ingest);
         tokio::spawn(crate::ingest::server::serve(
             l,
-            store.clone(),
+            agg.clone(),
             ingest_stats.clone(),
             limits,
             recorder.clone(),
@@ -90,14 +97,17 @@ pub async fn run(
     let http_stats = Arc::new(crate::outputs::http::HttpStats::default());
     let state = AppState {
         exporter: Arc::new(
-            Exporter::new(store.clone(), ingest_stats.clone())?.with_http(http_stats.clone()),
+            Exporter::new(agg.subscribe(), ingest_stats.clone())?
+                .with_http(http_stats.clone())
+                .with_health(agg.clone(), alerts.as_ref().map(|a| a.stats.clone())),
         ),
         ingest: ingest_stats,
-        store,
+        aggregator: agg.clone(),
         hostname: hostname.into(),
         web: web.clone(),
         http: http_stats.clone(),
     };
+    let stopper = agg;
     tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
     let result = crate::outputs::http::serve(
         listener,
@@ -117,17 +127,23 @@ pub async fn run(
         tokio::task::spawn_blocking(move || r.finish()).await?;
     }
 
+    // Then the poller, whose handle is the last one keeping the aggregator running: it ends
+    // after applying what is queued (the sessions closed at shutdown), and its end closes the
+    // alert thread's channel, which delivers those last transitions and stops.
     drop(stop_tx);
-    // Last transitions (sessions resolved at shutdown) go out before the thread ends.
-    drop(alerts_stop);
-    if let Some(a) = alerts {
-        tokio::task::spawn_blocking(move || a.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("the alert thread panicked"))?;
-    }
     tokio::task::spawn_blocking(move || poller.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the NVML poller thread panicked"))?;
+    stopper.stop().await;
+    drop(stopper);
+    tokio::task::spawn_blocking(move || agg_thread.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the aggregator thread panicked"))?;
+    if let Some(a) = alerts {
+        tokio::task::spawn_blocking(move || a.thread.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the alert thread panicked"))?;
+    }
     tracing::info!("gpumon daemon stopped");
     Ok(result?)
 }

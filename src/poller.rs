@@ -3,22 +3,30 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::core::aggregator::Handle;
 use crate::model::{now, GpuState, NodeReading};
 use crate::sources::GpuSource;
-use crate::store::SharedStore;
+use crate::store::{Collection, NvmlStatus};
+
+/// Encodes the NVML families of one collection (given by the daemon: the exposition format is
+/// an output's business). Run here, after the poll, so no scrape and no trainer waits on it.
+pub type Encode = fn(&NvmlStatus, Option<&NodeReading>) -> String;
 
 /// Longest wait between attempts to load a missing or failing NVML.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// Polls until `stop` receives a message or its sender is dropped.
+/// Polls until `stop` receives a message or its sender is dropped, or the aggregator is gone.
 pub fn run(
     mut source: Box<dyn GpuSource>,
-    store: SharedStore,
+    aggregator: Handle,
+    encode: Encode,
     interval: Duration,
     stop: Receiver<()>,
 ) {
+    let mut status = NvmlStatus::default();
     let mut backoff = interval;
     let mut last_error: Option<String> = None;
     let mut gpu_states: HashMap<String, GpuState> = HashMap::new();
@@ -33,8 +41,16 @@ pub fn run(
                 }
                 log_gpu_changes(&reading, &mut gpu_states);
                 backoff = interval;
-                if let Ok(mut s) = store.write() {
-                    s.apply(reading, duration);
+                status.record_ok(reading.ts, duration);
+                let text = encode(&status, Some(&reading));
+                let sent = aggregator.offer_collection(Collection {
+                    ts: reading.ts,
+                    reading: Ok(Arc::new(reading)),
+                    status: status.clone(),
+                    text: Arc::from(text),
+                });
+                if !sent {
+                    return;
                 }
                 interval.saturating_sub(started.elapsed())
             }
@@ -45,8 +61,17 @@ pub fn run(
                 } else {
                     tracing::debug!(error = %msg, retry_in = ?backoff, "NVML still unavailable");
                 }
-                if let Ok(mut s) = store.write() {
-                    s.apply_failure(now(), msg.clone(), duration);
+                let ts = now();
+                status.record_failure(ts, msg.clone(), duration);
+                let text = encode(&status, None);
+                let sent = aggregator.offer_collection(Collection {
+                    ts,
+                    reading: Err(msg.clone()),
+                    status: status.clone(),
+                    text: Arc::from(text),
+                });
+                if !sent {
+                    return;
                 }
                 last_error = Some(msg);
                 let wait = backoff;

@@ -9,9 +9,6 @@ use crate::config::Config;
 use crate::daemon_client::{normalize_url, DaemonClient};
 use crate::model::GpuState;
 use crate::snapshot::Snapshot;
-use crate::sources::nvml::NvmlSource;
-use crate::sources::GpuSource;
-use crate::store::{HistoryLimits, Store};
 use crate::units::{bytes, opt};
 
 /// Where the data came from, said in the table's first line.
@@ -42,32 +39,32 @@ pub fn fetch(config: &Config, args: &StatusArgs) -> anyhow::Result<(Snapshot, Or
             }
         }
     }
-    let mut source = NvmlSource::new(config.nvml_lib.clone(), config.procfs.clone());
-    let mut store = Store::new(
-        HistoryLimits {
-            gpu_points: 1,
-            process_points: 1,
-        },
-        1.0,
+    // The daemon's own poller and aggregator, in this process, for one collection.
+    let node = crate::local::LocalNode::start(
         config.nvml_lib.clone(),
-    );
-    let reading = source.collect().map_err(|e| match &tried {
-        // Neither source answered: say both, and where to go from here.
-        Some(daemon) => anyhow::anyhow!(
-            "no daemon answered at {url} ({daemon}), and NVML could not be read either: {e}. Start one with `gpumon daemon` (or point --listen at yours); on a machine without a GPU, `gpumon demo` shows everything on a simulated node"
-        ),
-        None => anyhow::Error::from(e),
-    })?;
-    store.apply(reading, 0.0);
+        config.procfs.clone(),
+        config.interval,
+        1,
+    )?;
+    let (_, snap) = node
+        .next_snapshot(0, Duration::from_secs(30))
+        .ok_or_else(|| anyhow::anyhow!("NVML did not answer within 30 s"))?;
+    if !snap.nvml.up {
+        let e = snap.nvml.error.clone().unwrap_or_default();
+        return Err(match &tried {
+            // Neither source answered: say both, and where to go from here.
+            Some(daemon) => anyhow::anyhow!(
+                "no daemon answered at {url} ({daemon}), and NVML could not be read either: {e}. Start one with `gpumon daemon` (or point --listen at yours); on a machine without a GPU, `gpumon demo` shows everything on a simulated node"
+            ),
+            None => anyhow::anyhow!("{e}"),
+        });
+    }
     let reason = if direct {
         "--direct".to_string()
     } else {
         format!("no daemon answered at {url}")
     };
-    Ok((
-        Snapshot::build(&store, &crate::snapshot::hostname(), 0.0),
-        Origin::Direct { reason },
-    ))
+    Ok((snap, Origin::Direct { reason }))
 }
 
 fn from_daemon(client: &DaemonClient, url: &str) -> anyhow::Result<Snapshot> {

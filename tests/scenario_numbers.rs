@@ -119,8 +119,11 @@ fn normalise(m: &str) -> String {
     m.lines()
         .map(|l| {
             // The HTTP counts depend on how many readiness polls ran and whether the last
-            // connection has finished closing.
+            // connection has finished closing; the aggregator's on how many polls and views.
             if l.starts_with("gpumon_nvml_poll_duration_seconds ")
+                || l.starts_with("gpumon_aggregator_inputs_total{input=\"collection\"}")
+                || l.starts_with("gpumon_aggregator_busy_seconds_total ")
+                || l.starts_with("gpumon_aggregator_views_total ")
                 || l.starts_with("gpumon_nvml_polls_total ")
                 || l.starts_with("gpumon_http_connections ")
                 || l.starts_with("gpumon_http_connections_closed_total{")

@@ -2,20 +2,26 @@
 //! the findings registry), a generic JSON webhook, and Alertmanager's v2 API, so a node without
 //! Prometheus still alerts.
 //!
-//! Detection only appends to the registry's bounded outbox; this thread drains it once a second
-//! and delivers, so a slow or dead receiver never blocks detection. Each sink keeps the latest
-//! state per finding (bounded), retries with doubling backoff, and Alertmanager also gets every
-//! firing finding again each `resend_interval` so it never times an alert out while it fires.
+//! The aggregator hands each finding transition to this thread on a bounded channel (counting
+//! what it cannot take) and never waits on it, so a slow or dead receiver never blocks
+//! detection. Each sink keeps the latest state per finding (bounded, counting what it drops),
+//! retries with doubling backoff, and Alertmanager also gets every firing finding again each
+//! `resend_interval` so it never times an alert out while it fires. A sink that panics is
+//! counted and logged, and the thread goes on with the next delivery.
 
 pub mod alertmanager;
 pub mod webhook;
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::core::aggregator::{WeakHandle, ALERT_QUEUE};
 use crate::detect::{Finding, FindingState};
-use crate::store::SharedStore;
+use crate::outputs::prometheus::AlertStats;
 
 /// Findings a sink holds while its receiver is down; past it the oldest states are dropped.
 const QUEUE: usize = 10_000;
@@ -42,6 +48,7 @@ pub trait Sink: Send {
 
 struct Queue {
     sink: Box<dyn Sink>,
+    stats: Arc<AlertStats>,
     pending: BTreeMap<String, (u64, Finding)>,
     seq: u64,
     backoff: Duration,
@@ -50,9 +57,10 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(sink: Box<dyn Sink>) -> Self {
+    fn new(sink: Box<dyn Sink>, stats: Arc<AlertStats>) -> Self {
         Self {
             sink,
+            stats,
             pending: BTreeMap::new(),
             seq: 0,
             backoff: Duration::from_secs(1),
@@ -76,6 +84,9 @@ impl Queue {
                 .map(|(id, _)| id.clone())
             {
                 self.pending.remove(&id);
+                if let Some(s) = self.stats.sink(self.sink.name()) {
+                    s.dropped.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -87,8 +98,22 @@ impl Queue {
         let mut batch: Vec<(u64, Finding)> = self.pending.values().cloned().collect();
         batch.sort_by_key(|(seq, _)| *seq);
         let batch: Vec<Finding> = batch.into_iter().map(|(_, f)| f).collect();
-        match self.sink.send(&batch) {
+        let sent = catch_unwind(AssertUnwindSafe(|| self.sink.send(&batch))).unwrap_or_else(|_| {
+            if let Some(s) = self.stats.sink(self.sink.name()) {
+                s.panics.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::error!(
+                sink = self.sink.name(),
+                "an alert sink panicked; delivery is retried and the alert thread goes on"
+            );
+            Err("the sink panicked".into())
+        });
+        let stats = self.stats.sink(self.sink.name());
+        match sent {
             Ok(()) => {
+                if let Some(s) = stats {
+                    s.deliveries.fetch_add(1, Ordering::Relaxed);
+                }
                 if self.failing {
                     tracing::info!(sink = self.sink.name(), "alert delivery recovered");
                 }
@@ -97,6 +122,9 @@ impl Queue {
                 self.backoff = Duration::from_secs(1);
             }
             Err(e) => {
+                if let Some(s) = stats {
+                    s.failures.fetch_add(1, Ordering::Relaxed);
+                }
                 if !self.failing {
                     tracing::warn!(sink = self.sink.name(), error = %e, pending = batch.len(), "alert delivery failed; retrying with backoff");
                 }
@@ -108,67 +136,105 @@ impl Queue {
     }
 }
 
-/// Starts the alert thread when any sink is configured; it stops when `stop` is dropped.
-pub fn spawn(
-    settings: AlertSettings,
-    store: SharedStore,
-    stop: Receiver<()>,
-) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
-    let mut queues = Vec::new();
-    if let Some(url) = &settings.webhook_url {
-        queues.push(Queue::new(Box::new(webhook::Webhook::new(url, &settings))));
-    }
-    if let Some(url) = &settings.alertmanager_url {
-        queues.push(Queue::new(Box::new(alertmanager::Alertmanager::new(
-            url, &settings,
-        ))));
-    }
-    if queues.is_empty() {
-        return Ok(None);
-    }
-    let resend = settings.resend_interval;
-    std::thread::Builder::new()
-        .name("gpumon-alerts".into())
-        .spawn(move || run(queues, store, resend, stop))
-        .map(Some)
+/// The alert thread, when any sink is configured: give `transitions` to the aggregator, and
+/// `aggregator` once it exists (firing findings are read from it for resends). The thread ends
+/// after the aggregator does, once it has delivered the last transitions.
+pub struct Alerts {
+    /// Taken by the aggregator: when it ends, the alert thread delivers the rest and ends.
+    pub transitions: Option<SyncSender<Finding>>,
+    pub stats: Arc<AlertStats>,
+    pub thread: std::thread::JoinHandle<()>,
+    aggregator: SyncSender<WeakHandle>,
 }
 
-fn run(mut queues: Vec<Queue>, store: SharedStore, resend: Duration, stop: Receiver<()>) {
+impl Alerts {
+    pub fn attach(&self, aggregator: WeakHandle) {
+        let _ = self.aggregator.try_send(aggregator);
+    }
+}
+
+pub fn spawn(settings: AlertSettings) -> std::io::Result<Option<Alerts>> {
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(url) = &settings.webhook_url {
+        sinks.push(Box::new(webhook::Webhook::new(url, &settings)));
+    }
+    if let Some(url) = &settings.alertmanager_url {
+        sinks.push(Box::new(alertmanager::Alertmanager::new(url, &settings)));
+    }
+    if sinks.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(spawn_sinks(sinks, settings.resend_interval)?))
+}
+
+/// Starts the alert thread for these sinks.
+pub fn spawn_sinks(sinks: Vec<Box<dyn Sink>>, resend: Duration) -> std::io::Result<Alerts> {
+    let names: Vec<&'static str> = sinks.iter().map(|s| s.name()).collect();
+    let stats = Arc::new(AlertStats::new(&names));
+    let queues = sinks
+        .into_iter()
+        .map(|s| Queue::new(s, stats.clone()))
+        .collect();
+    let (tx, rx) = std::sync::mpsc::sync_channel(ALERT_QUEUE);
+    let (agg_tx, agg_rx) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new()
+        .name("gpumon-alerts".into())
+        .spawn(move || run(queues, rx, agg_rx, resend))?;
+    Ok(Alerts {
+        transitions: Some(tx),
+        stats,
+        thread,
+        aggregator: agg_tx,
+    })
+}
+
+fn run(
+    mut queues: Vec<Queue>,
+    transitions: Receiver<Finding>,
+    aggregator: Receiver<WeakHandle>,
+    resend: Duration,
+) {
     let mut last_resend = Instant::now();
+    let mut agg: Option<WeakHandle> = None;
     loop {
-        let stopping = !matches!(
-            stop.recv_timeout(Duration::from_secs(1)),
-            Err(RecvTimeoutError::Timeout)
-        );
+        // Transitions are gathered for up to a second, so a burst goes out as one batch.
+        let mut batch = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut ended = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match transitions.recv_timeout(left) {
+                Ok(f) => batch.push(f),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if let Ok(a) = aggregator.try_recv() {
+            agg = Some(a);
+        }
         let now = Instant::now();
         let resend_due = now.duration_since(last_resend) >= resend;
-        let (transitions, firing) = match store.write() {
-            Ok(mut s) => {
-                let mut t = s.sessions.findings.drain();
-                let mut firing: Vec<Finding> = if resend_due {
-                    s.sessions.firing().cloned().collect()
-                } else {
-                    Vec::new()
-                };
-                // The GPU's NVML index, for the `gpu` label, from the latest collection.
-                for f in t.iter_mut().chain(firing.iter_mut()) {
-                    f.gpu = f.subject.gpu_uuid.as_deref().and_then(|u| s.gpu_index(u));
-                }
-                (t, firing)
-            }
-            Err(_) => return,
+        let firing: Vec<Finding> = match (&agg, resend_due && !ended) {
+            (Some(a), true) => a
+                .upgrade()
+                .and_then(|h| h.read_blocking(|s| s.firing_resolved()))
+                .unwrap_or_default(),
+            _ => Vec::new(),
         };
         if resend_due {
             last_resend = now;
         }
         for q in &mut queues {
-            transitions.iter().for_each(|f| q.push(f));
+            batch.iter().for_each(|f| q.push(f));
             if q.sink.wants_resend() {
                 firing.iter().for_each(|f| q.push(f));
             }
             q.deliver(now);
         }
-        if stopping {
+        if ended {
             return;
         }
     }

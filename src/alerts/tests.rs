@@ -57,10 +57,14 @@ fn finding(id: &str, state: FindingState) -> Finding {
 fn a_down_receiver_gets_the_latest_state_per_finding_after_backoff() {
     let fail = Arc::new(Mutex::new(2));
     let got = Arc::new(Mutex::new(Vec::new()));
-    let mut q = Queue::new(Box::new(Flaky {
-        fail: fail.clone(),
-        got: got.clone(),
-    }));
+    let stats = Arc::new(AlertStats::new(&["flaky"]));
+    let mut q = Queue::new(
+        Box::new(Flaky {
+            fail: fail.clone(),
+            got: got.clone(),
+        }),
+        stats.clone(),
+    );
     let t0 = Instant::now();
     q.push(&finding("s-1/leak", FindingState::Firing));
     q.push(&finding("s-1/leak#pending", FindingState::Pending));
@@ -84,18 +88,30 @@ fn a_down_receiver_gets_the_latest_state_per_finding_after_backoff() {
             "s-2/leak:Firing".to_string()
         ]]
     );
+    let sink = stats.sink("flaky").unwrap();
+    assert_eq!(sink.failures.load(Ordering::Relaxed), 2);
+    assert_eq!(sink.deliveries.load(Ordering::Relaxed), 1);
 }
 
 #[test]
 fn the_queue_is_bounded_dropping_the_stalest() {
-    let mut q = Queue::new(Box::new(Flaky {
-        fail: Arc::new(Mutex::new(u32::MAX)),
-        got: Arc::new(Mutex::new(Vec::new())),
-    }));
+    let stats = Arc::new(AlertStats::new(&["flaky"]));
+    let mut q = Queue::new(
+        Box::new(Flaky {
+            fail: Arc::new(Mutex::new(u32::MAX)),
+            got: Arc::new(Mutex::new(Vec::new())),
+        }),
+        stats.clone(),
+    );
     for i in 0..QUEUE + 50 {
         q.push(&finding(&format!("s-{i}/leak"), FindingState::Firing));
     }
     assert_eq!(q.pending.len(), QUEUE);
+    // What was dropped is what the exported counter says.
+    assert_eq!(
+        stats.sink("flaky").unwrap().dropped.load(Ordering::Relaxed),
+        50
+    );
     assert!(!q.pending.contains_key("s-0/leak"));
     assert!(q.pending.contains_key(&format!("s-{}/leak", QUEUE + 49)));
 }
@@ -197,4 +213,62 @@ fn the_webhook_body_carries_the_whole_attribution() {
     assert_eq!(back, kept_outputs_example());
     // A finding without one carries no key at all.
     assert!(body["findings"][1].get("attribution").is_none());
+}
+
+/// Panics on its first delivery, then records what it gets.
+struct PanicsOnce {
+    panicked: Arc<Mutex<bool>>,
+    got: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Sink for PanicsOnce {
+    fn name(&self) -> &'static str {
+        "panicky"
+    }
+    fn wants_resend(&self) -> bool {
+        false
+    }
+    fn send(&self, batch: &[Finding]) -> Result<(), String> {
+        let mut p = self.panicked.lock().unwrap();
+        if !*p {
+            *p = true;
+            drop(p);
+            panic!("a sink bug");
+        }
+        self.got
+            .lock()
+            .unwrap()
+            .push(batch.iter().map(|f| f.id.clone()).collect());
+        Ok(())
+    }
+}
+
+#[test]
+fn the_alert_thread_survives_a_panicking_sink_and_counts_it() {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut alerts = spawn_sinks(
+        vec![Box::new(PanicsOnce {
+            panicked: Arc::new(Mutex::new(false)),
+            got: got.clone(),
+        })],
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let tx = alerts.transitions.take().unwrap();
+    tx.send(finding("s-1/leak", FindingState::Firing)).unwrap();
+    // The first delivery panics; the retry after the 1 s backoff delivers the same state.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "never delivered after the panic");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sink = alerts.stats.sink("panicky").unwrap();
+    assert_eq!(sink.panics.load(Ordering::Relaxed), 1);
+    assert_eq!(sink.failures.load(Ordering::Relaxed), 1);
+    assert_eq!(*got.lock().unwrap(), vec![vec!["s-1/leak".to_string()]]);
+    // Still alive: a later transition goes out too, and closing the channel ends the thread.
+    tx.send(finding("s-2/leak", FindingState::Firing)).unwrap();
+    drop(tx);
+    alerts.thread.join().unwrap();
+    assert_eq!(got.lock().unwrap().len(), 2);
 }

@@ -1,6 +1,6 @@
-//! What one read brought in from a connection, handled together: framed and rate-checked line by
-//! line in order, parsed outside the store lock, then applied under a single write lock, so 64
-//! busy trainers cost one lock round-trip per read instead of one per line. Every line still
+//! What one read brought in from a connection, handled together: framed, rate-checked and parsed
+//! line by line in order on the connection's task, then applied by the aggregator as one input,
+//! so 64 busy trainers cost one hand-off per read instead of one per line. Every line still
 //! gets exactly what handling it alone would give: its own line number, its error reply, its
 //! count. A line over the rate limit is dropped and counted, and the connection goes on; the
 //! lines that end or open a session (hello, bye) and an `oom` event are never dropped.
@@ -15,9 +15,9 @@ use super::lines::{Frame, LineReader};
 use super::protocol::{self, Code, Message, Rejection, MAX_LINE};
 use super::server::IngestStats;
 use crate::model::now;
-use crate::store::SharedStore;
+use crate::store::sessions::Sessions;
 
-/// Lines taken per batch at most, so one connection's burst holds the lock and its worker
+/// Lines taken per batch at most, so one connection's burst holds the aggregator and its worker
 /// thread only briefly (256 sample lines parse in well under a millisecond).
 const MAX_LINES: usize = 256;
 /// Longest line over the rate limit still parsed to see whether it is exempt: hello, bye and
@@ -28,7 +28,7 @@ const MAX_EXEMPT_LINE: usize = 4096;
 // only add an allocation per line.
 #[allow(clippy::large_enum_variant)]
 enum Item {
-    /// A parsed line, where its raw bytes lie in the reader's buffer, and its `seq`.
+    /// A parsed line, where its raw bytes lie in the batch's `raw`, and its `seq`.
     Msg(Message, Range<usize>, Option<u64>),
     Reject(Rejection),
     /// Over the rate limit: dropped.
@@ -40,6 +40,9 @@ enum Item {
 #[derive(Default)]
 pub struct Batch {
     items: Vec<Item>,
+    /// The parsed lines' bytes (a recorded session writes them as received), copied out of the
+    /// reader so the batch can travel to the aggregator.
+    raw: Vec<u8>,
     outcomes: Vec<Outcome>,
     /// A request for the trainer that came due with this batch, sent after its replies.
     request: Option<Vec<u8>>,
@@ -95,7 +98,9 @@ impl Batch {
                     } else {
                         match protocol::parse_numbered(line) {
                             Ok((msg, seq)) if admitted || exempt(&msg) => {
-                                Item::Msg(msg, reader.last_line(), seq)
+                                let start = self.raw.len();
+                                self.raw.extend_from_slice(line);
+                                Item::Msg(msg, start..self.raw.len(), seq)
                             }
                             Ok(_) => Item::Limited,
                             Err(r) if admitted => Item::Reject(r),
@@ -108,18 +113,17 @@ impl Batch {
         }
     }
 
-    /// Applies the batch to the connection and the store, taking the write lock once (and only
-    /// when a line needs it). `reader` still holds the batch's raw lines (it has not read since
-    /// `take`). False when the store is unusable (a poisoned lock).
-    pub fn apply<R: AsyncRead + Unpin>(
+    /// Applies the batch to the connection and the sessions (on the aggregator's thread). A
+    /// batch without parsed lines (`needs_sessions` false) is applied with `None`, on the
+    /// connection's own task.
+    pub fn apply(
         &mut self,
         conn: &mut Conn,
-        reader: &LineReader<R>,
-        store: &SharedStore,
+        mut sessions: Option<&mut Sessions>,
         stats: &IngestStats,
-    ) -> bool {
+    ) {
         let ts = now();
-        let mut guard = None;
+        let mut touched = false;
         for item in self.items.drain(..) {
             let outcome = match item {
                 Item::Msg(msg, raw, seq) => {
@@ -129,14 +133,13 @@ impl Batch {
                     {
                         self.client_dropped = self.client_dropped.saturating_add(*n);
                     }
-                    if guard.is_none() {
-                        let Ok(g) = store.write() else { return false };
-                        guard = Some(g);
-                    }
-                    let Some(s) = guard.as_mut() else {
-                        return false;
+                    // Never None here: a batch with a parsed line goes to the aggregator.
+                    let Some(sessions) = sessions.as_deref_mut() else {
+                        continue;
                     };
-                    conn.apply(msg, reader.bytes(raw), seq, &mut s.sessions, ts)
+                    touched = true;
+                    let raw = self.raw.get(raw).unwrap_or_default();
+                    conn.apply(msg, raw, seq, sessions, ts)
                 }
                 Item::Reject(r) => conn.reject(r),
                 Item::Limited => match conn.over_limit(ts) {
@@ -153,17 +156,21 @@ impl Batch {
             };
             self.outcomes.push(outcome);
         }
-        // Asked once per batch, under the lock already held: a request comes due only when a
-        // sample changed the session.
-        if let Some(s) = guard.as_mut() {
-            self.request = conn.request(&mut s.sessions, ts);
+        self.raw.clear();
+        // Asked once per batch: a request comes due only when a sample changed the session.
+        if let (true, Some(sessions)) = (touched, sessions) {
+            self.request = conn.request(sessions, ts);
         }
         self.ack = conn.ack_due(ts);
-        true
+    }
+
+    /// Whether a line of the batch changes the sessions (else it needs no aggregator).
+    pub fn needs_sessions(&self) -> bool {
+        self.items.iter().any(|i| matches!(i, Item::Msg(..)))
     }
 
     /// Counts the outcomes and sends the replies, in line order, then a request that came due;
-    /// after the lock is released.
+    /// back on the connection's task.
     pub fn finish(&mut self, stats: &IngestStats, send: impl Fn(&[u8])) {
         let mut accepted = 0;
         let mut duplicates = 0;

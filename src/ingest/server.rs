@@ -23,9 +23,9 @@ use super::lines::LineReader;
 use super::protocol::{Code, Rejection, MAX_LINE};
 use super::record::Recorder;
 use super::resume::Resume;
+use crate::core::aggregator::{Handle, Source};
 use crate::model::now;
 use crate::store::sessions::Peer;
-use crate::store::SharedStore;
 
 mod admission;
 
@@ -131,7 +131,7 @@ impl IngestStats {
 
 pub async fn serve(
     listener: UnixListener,
-    store: SharedStore,
+    aggregator: Handle,
     stats: Arc<IngestStats>,
     limits: Limits,
     recorder: Option<Arc<Recorder>>,
@@ -180,14 +180,14 @@ pub async fn serve(
                 continue;
             }
         };
-        let (store, stats, shutdown) = (store.clone(), stats.clone(), shutdown.clone());
+        let (aggregator, stats, shutdown) = (aggregator.clone(), stats.clone(), shutdown.clone());
         let (recorder, resume) = (recorder.clone(), resume.clone());
         tracker.spawn(async move {
             let conn = Conn::new(peer)
                 .recording(recorder)
                 .acking(resume)
                 .rate_limited(limits.max_lines_per_second);
-            handle(stream, conn, slot, &store, &stats, limits, shutdown).await;
+            handle(stream, conn, slot, &aggregator, &stats, limits, shutdown).await;
         });
     }
     tracker.close();
@@ -216,7 +216,7 @@ fn refuse(stream: &UnixStream, peer: Peer, refused: Refusal, limits: Limits, sta
 
 /// How a connection's loop ended, for how its session is closed.
 enum End {
-    /// The peer closed, or the store is unusable.
+    /// The peer closed.
     Peer,
     /// The daemon is shutting down.
     Shutdown,
@@ -228,8 +228,8 @@ async fn handle(
     stream: UnixStream,
     mut conn: Conn,
     mut slot: Slot,
-    store: &SharedStore,
-    stats: &IngestStats,
+    aggregator: &Handle,
+    stats: &Arc<IngestStats>,
     limits: Limits,
     shutdown: CancellationToken,
 ) {
@@ -278,8 +278,22 @@ async fn handle(
             }
         }
         batch.take(&mut reader, || bucket.take());
-        if !batch.apply(&mut conn, &reader, store, stats) {
-            break End::Peer;
+        if batch.needs_sessions() {
+            let st = stats.clone();
+            let applied = aggregator
+                .update(Source::Ingest, move |store| {
+                    batch.apply(&mut conn, Some(&mut store.sessions), &st);
+                    (conn, batch)
+                })
+                .await;
+            // The aggregator is gone (the daemon is stopping) or failed on this input: its
+            // connection state went with it, so there is nothing left to close.
+            let Some((c, b)) = applied else {
+                return;
+            };
+            (conn, batch) = (c, b);
+        } else {
+            batch.apply(&mut conn, None, stats);
         }
         if !slot.greeted() && conn.greeted() {
             // Before the welcome goes out: a trainer that has it holds its slot for good.
@@ -299,20 +313,21 @@ async fn handle(
     if let End::Closed(why) = end {
         stats.closed(why);
     }
-    if let Ok(mut s) = store.write() {
-        match end {
-            // The daemon is going away, not the trainer: no crash to report.
-            End::Shutdown => conn.close_for_shutdown(&mut s.sessions, now()),
-            End::Closed(Close::IdleTimeout) => {
-                let detail = format!(
-                    "nothing sent for {} (ingest.idle_timeout_seconds); the daemon closed the connection",
-                    seconds(limits.idle_timeout)
-                );
-                conn.close_idle(&mut s.sessions, now(), detail);
+    let idle = format!(
+        "nothing sent for {} (ingest.idle_timeout_seconds); the daemon closed the connection",
+        seconds(limits.idle_timeout)
+    );
+    aggregator
+        .update(Source::Close, move |s| {
+            let sessions = &mut s.sessions;
+            match end {
+                // The daemon is going away, not the trainer: no crash to report.
+                End::Shutdown => conn.close_for_shutdown(sessions, now()),
+                End::Closed(Close::IdleTimeout) => conn.close_idle(sessions, now(), idle),
+                _ => conn.close(sessions, now()),
             }
-            _ => conn.close(&mut s.sessions, now()),
-        }
-    }
+        })
+        .await;
     // `slot` drops here (or wherever this task unwinds): the connection's slot is free again.
 }
 

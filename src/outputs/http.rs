@@ -14,9 +14,9 @@ use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use super::prometheus::Exporter;
+use crate::core::aggregator::Handle;
 use crate::ingest::server::IngestStats;
 use crate::snapshot::{IngestView, SessionView, Snapshot};
-use crate::store::SharedStore;
 
 pub mod gzip;
 pub mod serve;
@@ -28,7 +28,8 @@ pub use stats::{Closed, Denied, HttpStats};
 
 #[derive(Clone)]
 pub struct AppState {
-    pub store: SharedStore,
+    /// The store's owner: /metrics and /readyz read its latest view, the JSON API asks it.
+    pub aggregator: Handle,
     pub exporter: Arc<Exporter>,
     pub hostname: Arc<str>,
     pub ingest: Arc<IngestStats>,
@@ -37,9 +38,10 @@ pub struct AppState {
     pub http: Arc<HttpStats>,
 }
 
-/// Snapshots built at once. Each is built and serialised on the blocking pool, never on the
-/// runtime's workers, so /metrics and /healthz answer whatever snapshots are in flight; the cap
-/// keeps many requests from taking every core and a copy of the store each.
+/// Snapshots built at once. Each is copied out of the store by the aggregator (between trainer
+/// batches) and serialised on the blocking pool, never on the runtime's workers, so /metrics
+/// and /healthz answer whatever snapshots are in flight; the cap keeps many requests from
+/// taking every core and a copy of the store each.
 const SNAPSHOT_BUILDS: usize = 2;
 /// How long a snapshot request waits for a build slot before it is told to come back.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
@@ -171,38 +173,48 @@ async fn snapshot(
         Ok(Ok(p)) => p,
         _ => return busy(),
     };
+    let hostname = s.hostname.clone();
+    let copied = s
+        .aggregator
+        .read(move |store| Snapshot::build(store, &hostname, history))
+        .await;
+    let Some(snap) = copied else {
+        return unavailable();
+    };
+    let ingest = IngestView::of(&s.ingest);
     let built = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        snapshot_json(&s, history)
+        serde_json::to_vec(&Snapshot {
+            ingest: Some(ingest),
+            ..snap
+        })
     })
     .await;
     match built {
-        Ok(Some(body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response(),
+        Ok(Ok(body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        _ => unavailable(),
     }
 }
 
-/// The snapshot as JSON; the store's read lock is held while it is copied, not while it is
-/// serialised. None when the store is poisoned.
-fn snapshot_json(s: &AppState, history: f64) -> Option<Vec<u8>> {
-    let snap = {
-        let store = s.store.read().ok()?;
-        Snapshot {
-            ingest: Some(IngestView::of(&s.ingest)),
-            ..Snapshot::build(&store, &s.hostname, history)
-        }
-    };
-    serde_json::to_vec(&snap).ok()
+/// The aggregator is gone: the daemon is stopping.
+fn unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the daemon is shutting down\n",
+    )
+        .into_response()
 }
 
 /// One trainer session, shaped as in the snapshot: a cheap poll for a dashboard (or a probe)
 /// that follows one trainer, without serialising every session.
 async fn session(State(s): State<AppState>, Path(id): Path<String>) -> Response {
-    let view = match s.store.read() {
-        Ok(store) => SessionView::lookup(&store, &id),
-        Err(_) => {
-            return (StatusCode::INTERNAL_SERVER_ERROR, "store unavailable\n").into_response()
-        }
+    let wanted = id.clone();
+    let Some(view) = s
+        .aggregator
+        .read(move |store| SessionView::lookup(store, &wanted))
+        .await
+    else {
+        return unavailable();
     };
     match view {
         Some(v) => Json(v).into_response(),
@@ -217,12 +229,7 @@ async fn session(State(s): State<AppState>, Path(id): Path<String>) -> Response 
 /// Ready once the first collection attempt has finished, whatever its outcome: from then on
 /// /metrics says something true (including `gpumon_nvml_up 0`).
 async fn readyz(State(s): State<AppState>) -> Response {
-    let polled = s
-        .store
-        .read()
-        .map(|st| st.nvml.last_poll_ts.is_some())
-        .unwrap_or(false);
-    if polled {
+    if s.aggregator.view().ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (

@@ -1,8 +1,13 @@
-//! /metrics. A custom collector turns the store into metric families at scrape time (the
-//! node_exporter "const metrics" pattern): series exist only for what the latest collection saw,
-//! so ended processes vanish with no bookkeeping, and a scrape never calls NVML.
+//! /metrics. Families are built from the store as "const metrics" (the node_exporter pattern):
+//! series exist only for what the latest collection saw, so ended processes vanish with no
+//! bookkeeping. They are encoded where the data changes, not per scrape: the NVML families on
+//! the poller's thread after each collection, the trainer and finding families by the
+//! aggregator when it publishes a view; a scrape joins the two texts from the latest view and
+//! encodes only the daemon's own counters.
 
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
 
 use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Registry, TextEncoder};
@@ -13,9 +18,14 @@ use crate::outputs::http::gzip::GzPrefix;
 use crate::outputs::http::HttpStats;
 
 mod findings;
+mod health;
 mod record;
 mod trainers;
-use crate::store::{SharedStore, Store};
+use crate::core::aggregator::Handle;
+use crate::core::view::View;
+use crate::store::{NvmlStatus, Store};
+
+pub use health::AlertStats;
 
 /// Labels added with Kubernetes support, left out of a series where they are empty (outside
 /// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
@@ -95,10 +105,23 @@ const PROC: &[&str] = &[
     "pod",
 ];
 
-/// Families from the NVML side of the store.
-pub fn gpu_families(store: &Store) -> Vec<MetricFamily> {
+/// The NVML families of one collection as text (the poller's encoder).
+pub fn gpu_text(nvml: &NvmlStatus, latest: Option<&NodeReading>) -> String {
+    encode(&gpu_families(nvml, latest))
+}
+
+/// The trainer and finding families of a store as text (the aggregator's encoder).
+pub fn trainer_text(store: &Store) -> String {
+    let mut out = Vec::new();
+    let sessions = trainers::labelled(store);
+    trainers::session_families(store, &sessions, &mut out);
+    findings::finding_families(store, &sessions, &mut out);
+    encode(&out)
+}
+
+/// Families from the NVML side: its health and the latest collection.
+pub fn gpu_families(n: &NvmlStatus, latest: Option<&NodeReading>) -> Vec<MetricFamily> {
     let mut out = Vec::with_capacity(24);
-    let n = &store.nvml;
     let mut f = Family::gauge(
         "gpumon_nvml_up",
         "1 when the last NVML poll succeeded.",
@@ -129,7 +152,7 @@ pub fn gpu_families(store: &Store) -> Vec<MetricFamily> {
     );
     f.add(&[], n.poll_errors_total as f64);
     f.finish(&mut out);
-    if let Some(r) = store.latest() {
+    if let Some(r) = latest {
         gpu_series(r, &mut out);
         process_series(r, &mut out);
     }
@@ -289,29 +312,25 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
     info.finish(out);
 }
 
-/// The daemon's registry (its own counters) plus the NVML families of the latest collection.
+/// /metrics: the latest view's two texts plus the daemon's own counters.
 ///
-/// Those families change only when the poller collects, so they are encoded once per collection
-/// (at the first scrape after it) and later scrapes copy the cached text; the same goes for
-/// their gzip form, made at the first scrape that asks for gzip. The daemon's own counters are
-/// encoded on every scrape.
+/// The gzip form of the NVML text is made at the first scrape that asks for gzip after each
+/// collection and kept until the next; the rest is compressed per scrape (it is small).
 pub struct Exporter {
     registry: Registry,
-    store: SharedStore,
+    views: watch::Receiver<Arc<View>>,
     ingest: Arc<IngestStats>,
     http: Option<Arc<HttpStats>>,
-    cache: Mutex<Option<Cached>>,
-}
-
-/// The NVML families of one collection (by store generation), as text and maybe as gzip.
-struct Cached {
-    generation: u64,
-    text: Arc<str>,
-    gzip: Option<Arc<GzPrefix>>,
+    aggregator: Option<Handle>,
+    alerts: Option<Arc<AlertStats>>,
+    gzip: Mutex<Option<(u64, Arc<GzPrefix>)>>,
 }
 
 impl Exporter {
-    pub fn new(store: SharedStore, ingest: Arc<IngestStats>) -> Result<Self, prometheus::Error> {
+    pub fn new(
+        views: watch::Receiver<Arc<View>>,
+        ingest: Arc<IngestStats>,
+    ) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let build = prometheus::GaugeVec::new(
             prometheus::Opts::new("gpumon_build_info", "gpumon build; always 1."),
@@ -323,11 +342,25 @@ impl Exporter {
         registry.register(Box::new(build))?;
         Ok(Self {
             registry,
-            store,
+            views,
             ingest,
             http: None,
-            cache: Mutex::new(None),
+            aggregator: None,
+            alerts: None,
+            gzip: Mutex::new(None),
         })
+    }
+
+    /// An exporter of one store as it is now (`status --direct`, tests, benches): the view the
+    /// aggregator would publish for it.
+    pub fn of_store(store: &Store, ingest: Arc<IngestStats>) -> Result<Self, prometheus::Error> {
+        let view = View::of(
+            store,
+            Arc::from(gpu_text(&store.nvml, store.latest())),
+            Arc::from(trainer_text(store)),
+            0,
+        );
+        Self::new(watch::channel(Arc::new(view)).1, ingest)
     }
 
     /// Adds the HTTP server's connection counters to every scrape.
@@ -336,81 +369,65 @@ impl Exporter {
         self
     }
 
+    /// Adds the aggregator's and the alert sinks' health to every scrape.
+    pub fn with_health(mut self, aggregator: Handle, alerts: Option<Arc<AlertStats>>) -> Self {
+        self.aggregator = Some(aggregator);
+        self.alerts = alerts;
+        self
+    }
+
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
     pub fn render(&self) -> String {
-        let gpu_text = self.gpu_text();
-        let live = self.live_text();
-        let mut out = String::with_capacity(gpu_text.len() + live.len());
-        out.push_str(&gpu_text);
+        let view = self.views.borrow().clone();
+        let live = self.live_text(&view);
+        let mut out = String::with_capacity(view.gpu_text.len() + live.len());
+        out.push_str(&view.gpu_text);
         out.push_str(&live);
         out
     }
 
     /// `render()`'s text as one gzip member; the NVML part is compressed once per collection.
     pub fn render_gzip(&self) -> std::io::Result<Vec<u8>> {
-        let prefix = self.gpu_gzip()?;
-        prefix.with_tail(self.live_text().as_bytes())
+        let view = self.views.borrow().clone();
+        let prefix = self.gpu_gzip(&view)?;
+        prefix.with_tail(self.live_text(&view).as_bytes())
     }
 
-    /// What changes at every scrape: sessions, findings and the daemon's own counters.
-    fn live_text(&self) -> String {
+    /// What is not the NVML text: the view's trainer text and the counters read now.
+    fn live_text(&self, view: &View) -> String {
         let mut live = Vec::new();
-        if let Ok(store) = self.store.read() {
-            trainers::session_families(&store, &mut live);
-            findings::finding_families(&store, &mut live);
-        }
         trainers::ingest_families(&self.ingest, &mut live);
         record::record_families(&crate::ingest::record::STATS, &mut live);
         if let Some(http) = &self.http {
             http.families(&mut live);
         }
-        let mut out = encode(&live);
+        if let Some(a) = &self.aggregator {
+            health::aggregator_families(a, &mut live);
+        }
+        if let Some(a) = &self.alerts {
+            a.families(&mut live);
+        }
+        let mut out = String::with_capacity(view.trainer_text.len() + 8192);
+        out.push_str(&view.trainer_text);
+        out.push_str(&encode(&live));
         out.push_str(&encode(&self.registry.gather()));
         out
     }
 
-    /// The NVML families as text, from the cache when no collection happened since.
-    fn gpu_text(&self) -> Arc<str> {
-        self.with_cache(|c| c.text.clone())
-            .unwrap_or_else(|| Arc::from(""))
-    }
-
-    /// The NVML families deflated, compressed at the first call after each collection.
-    fn gpu_gzip(&self) -> std::io::Result<Arc<GzPrefix>> {
-        let made = self.with_cache(|c| match &c.gzip {
-            Some(gz) => Ok(gz.clone()),
-            None => {
-                let gz = Arc::new(GzPrefix::new(c.text.as_bytes())?);
-                c.gzip = Some(gz.clone());
-                Ok(gz)
+    /// The NVML text deflated, made at the first call after each collection.
+    fn gpu_gzip(&self, view: &View) -> std::io::Result<Arc<GzPrefix>> {
+        let mut cache = self.gzip.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((collection, gz)) = cache.as_ref() {
+            if *collection == view.collection {
+                return Ok(gz.clone());
             }
-        });
-        match made {
-            Some(r) => r,
-            None => Ok(Arc::new(GzPrefix::new(b"")?)),
         }
-    }
-
-    /// Runs `f` on the cache entry of the store's current generation, encoding it first if a
-    /// collection happened since. None when the store is poisoned: a writer panicked
-    /// mid-update, so serve nothing rather than half-written numbers.
-    fn with_cache<R>(&self, f: impl FnOnce(&mut Cached) -> R) -> Option<R> {
-        let store = self.store.read().ok()?;
-        let generation = store.generation();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let stale = cache.as_ref().is_none_or(|c| c.generation != generation);
-        if stale {
-            *cache = Some(Cached {
-                generation,
-                text: Arc::from(encode(&gpu_families(&store))),
-                gzip: None,
-            });
-        }
-        drop(store);
-        cache.as_mut().map(f)
+        let gz = Arc::new(GzPrefix::new(view.gpu_text.as_bytes())?);
+        *cache = Some((view.collection, gz.clone()));
+        Ok(gz)
     }
 }
 

@@ -7,7 +7,7 @@ pub mod session_series;
 pub mod sessions;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,40 @@ pub struct NvmlStatus {
     pub poll_errors_total: u64,
 }
 
+impl NvmlStatus {
+    /// A poll that read the node.
+    pub fn record_ok(&mut self, ts: Timestamp, duration: f64) {
+        self.up = true;
+        self.error = None;
+        self.record(ts, duration);
+    }
+
+    /// A poll that could not run at all (library missing, init failed, ...).
+    pub fn record_failure(&mut self, ts: Timestamp, error: String, duration: f64) {
+        self.up = false;
+        self.error = Some(error);
+        self.poll_errors_total += 1;
+        self.record(ts, duration);
+    }
+
+    fn record(&mut self, ts: Timestamp, duration: f64) {
+        self.polls_total += 1;
+        self.last_poll_ts = Some(ts);
+        self.last_poll_duration_seconds = duration;
+    }
+}
+
+/// One poll's outcome as the poller hands it over: the reading (or why there is none), NVML's
+/// health as the poller counts it, and the NVML metric families already encoded, so neither
+/// the store's owner nor a scrape spends time on them.
+#[derive(Debug, Clone)]
+pub struct Collection {
+    pub ts: Timestamp,
+    pub reading: Result<Arc<NodeReading>, String>,
+    pub status: NvmlStatus,
+    pub text: Arc<str>,
+}
+
 pub struct Store {
     limits: HistoryLimits,
     interval: f64,
@@ -51,12 +85,12 @@ pub struct Store {
     pub sessions: sessions::Sessions,
     /// Bumped by every collection, so outputs can cache what they derive from one.
     generation: u64,
-    latest: Option<NodeReading>,
+    latest: Option<Arc<NodeReading>>,
+    /// The latest collection's NVML families as exposition text.
+    gpu_text: Arc<str>,
     gpu_series: HashMap<String, Series<GpuPoint>>,
     process_series: HashMap<(u32, u32), Series<u64>>,
 }
-
-pub type SharedStore = Arc<RwLock<Store>>;
 
 impl Store {
     pub fn new(limits: HistoryLimits, interval: f64, library: String) -> Self {
@@ -70,6 +104,7 @@ impl Store {
             sessions: sessions::Sessions::new(sessions::SessionLimits::default()),
             generation: 0,
             latest: None,
+            gpu_text: Arc::from(""),
             gpu_series: HashMap::new(),
             process_series: HashMap::new(),
         }
@@ -84,16 +119,42 @@ impl Store {
             .map(|g| g.identity.index.to_string())
     }
 
-    pub fn shared(self) -> SharedStore {
-        Arc::new(RwLock::new(self))
-    }
-
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// Fills in a finding's `gpu` (the NVML index of its device, MIG-aware).
+    pub fn resolve_gpu(&self, f: &mut crate::detect::Finding) {
+        f.gpu = f
+            .subject
+            .gpu_uuid
+            .as_deref()
+            .and_then(|u| self.gpu_index(u));
+    }
+
+    /// Firing findings as alert sinks resend them, GPU resolved.
+    pub fn firing_resolved(&self) -> Vec<crate::detect::Finding> {
+        self.sessions
+            .firing()
+            .map(|f| {
+                let mut f = f.clone();
+                self.resolve_gpu(&mut f);
+                f
+            })
+            .collect()
+    }
+
     pub fn latest(&self) -> Option<&NodeReading> {
-        self.latest.as_ref()
+        self.latest.as_deref()
+    }
+
+    /// The latest reading, shared (the view holds it without a copy).
+    pub fn latest_shared(&self) -> Option<Arc<NodeReading>> {
+        self.latest.clone()
+    }
+
+    pub fn gpu_text(&self) -> &Arc<str> {
+        &self.gpu_text
     }
 
     pub fn gpu_series(&self, uuid: &str) -> Option<&Series<GpuPoint>> {
@@ -108,14 +169,36 @@ impl Store {
         (self.gpu_series.len(), self.process_series.len())
     }
 
-    /// Records a successful collection.
+    /// Takes in what the poller collected, with NVML's health as the poller counted it.
+    pub fn apply_collection(&mut self, c: Collection) {
+        self.gpu_text = c.text;
+        match c.reading {
+            Ok(r) => self.apply_reading(r),
+            Err(_) => self.apply_missing(c.ts),
+        }
+        // The poller does not know which library the config named; the store was told.
+        let library = std::mem::take(&mut self.nvml.library);
+        self.nvml = c.status;
+        self.nvml.library = library;
+    }
+
+    /// Records a successful collection, counting the poll here (readers without a poller:
+    /// `status --direct`, tests).
     pub fn apply(&mut self, reading: NodeReading, duration: f64) {
+        self.nvml.record_ok(reading.ts, duration);
+        self.apply_reading(Arc::new(reading));
+    }
+
+    /// Records a collection that could not run at all (library missing, init failed, ...).
+    pub fn apply_failure(&mut self, ts: Timestamp, error: String, duration: f64) {
+        self.nvml.record_failure(ts, error, duration);
+        self.apply_missing(ts);
+    }
+
+    fn apply_reading(&mut self, reading: Arc<NodeReading>) {
         let ts = reading.ts;
         self.sessions.tick(ts);
-        self.nvml.up = true;
-        self.nvml.error = None;
-        self.note_poll(ts, duration);
-
+        self.generation += 1;
         self.gpu_series
             .retain(|uuid, _| reading.gpus.iter().any(|g| &g.identity.uuid == uuid));
         for gpu in &reading.gpus {
@@ -147,26 +230,15 @@ impl Store {
         self.latest = Some(reading);
     }
 
-    /// Records a collection that could not run at all (library missing, init failed, ...).
     /// The last reading is dropped: serving stale numbers as current would mislead.
-    pub fn apply_failure(&mut self, ts: Timestamp, error: String, duration: f64) {
+    fn apply_missing(&mut self, ts: Timestamp) {
         self.sessions.tick(ts);
-        self.nvml.up = false;
-        self.nvml.error = Some(error);
-        self.nvml.poll_errors_total += 1;
-        self.note_poll(ts, duration);
+        self.generation += 1;
         self.latest = None;
         self.process_series.clear();
         for series in self.gpu_series.values_mut() {
             series.push(ts, None, self.interval);
         }
-    }
-
-    fn note_poll(&mut self, ts: Timestamp, duration: f64) {
-        self.generation += 1;
-        self.nvml.polls_total += 1;
-        self.nvml.last_poll_ts = Some(ts);
-        self.nvml.last_poll_duration_seconds = duration;
     }
 }
 

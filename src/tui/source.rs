@@ -7,11 +7,9 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use crate::daemon_client::DaemonClient;
+use crate::local::LocalNode;
 use crate::model::now;
 use crate::snapshot::Snapshot;
-use crate::sources::nvml::NvmlSource;
-use crate::sources::GpuSource;
-use crate::store::{HistoryLimits, Store};
 use crate::tui::app::state::{Update, HISTORY_SECS};
 use crate::tui::Msg;
 
@@ -84,7 +82,8 @@ pub fn spawn_daemon(
     });
 }
 
-/// Reads NVML in this process every `refresh`: the TUI works before the daemon is installed.
+/// Reads NVML in this process every `refresh`, through the daemon's own poller and aggregator
+/// (`LocalNode`): the TUI works before the daemon is installed.
 pub fn spawn_in_process(
     node: usize,
     nvml_lib: String,
@@ -93,41 +92,38 @@ pub fn spawn_in_process(
     tx: Sender<Msg>,
 ) {
     let _ = std::thread::Builder::new()
-        .name("gpumon-tui-nvml".into())
+        .name("gpumon-tui-local".into())
         .spawn(move || {
-            let mut source = NvmlSource::new(nvml_lib.clone(), procfs);
-            let limits = HistoryLimits {
-                gpu_points: 1,
-                process_points: 1,
+            let local = match LocalNode::start(nvml_lib, procfs, refresh, 1) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = tx.send(Msg::Data(
+                        node,
+                        Update::Down {
+                            error: format!("cannot start reading NVML in-process: {e}"),
+                            ts: now(),
+                            retry_in_s: 0,
+                            attempt: 1,
+                        },
+                    ));
+                    return;
+                }
             };
-            let mut store = Store::new(limits, refresh.as_secs_f64(), nvml_lib);
-            let host = crate::snapshot::hostname();
-            let mut backoff = refresh;
+            let mut seen = 0;
             loop {
-                let started = Instant::now();
-                let result = source.collect();
-                let took = started.elapsed().as_secs_f64();
-                let wait = match result {
-                    Ok(r) => {
-                        store.apply(r, took);
-                        backoff = refresh;
-                        refresh.saturating_sub(started.elapsed())
-                    }
-                    Err(e) => {
-                        store.apply_failure(now(), e.to_string(), took);
-                        let wait = backoff;
-                        backoff = (backoff * 2).min(crate::poller::MAX_BACKOFF);
-                        wait
-                    }
+                // Waits out the poller's backoff while NVML is failing; checks the event loop
+                // is still there at least every `refresh`.
+                let update = local.next_snapshot(seen, refresh.max(Duration::from_millis(100)));
+                let Some((collection, snap)) = update else {
+                    continue;
                 };
-                let snap = Snapshot::build(&store, &host, 0.0);
+                seen = collection;
                 if tx
                     .send(Msg::Data(node, Update::Snapshot(Box::new(snap))))
                     .is_err()
                 {
                     return;
                 }
-                std::thread::sleep(wait);
             }
         });
 }

@@ -69,8 +69,7 @@ struct SessionSummary {
     ended: Option<Ending>,
 }
 
-fn summary(store: &SharedStore, stats: &IngestStats, replies: Vec<String>) -> Run {
-    let s = store.read().unwrap();
+fn summary(s: &Store, stats: &IngestStats, replies: Vec<String>) -> Run {
     Run {
         replies,
         lines: stats.lines.load(Ordering::Relaxed),
@@ -97,7 +96,7 @@ fn summary(store: &SharedStore, stats: &IngestStats, replies: Vec<String>) -> Ru
     }
 }
 
-fn setup(input: Vec<u8>) -> (SharedStore, LineReader<tokio::io::DuplexStream>) {
+fn setup(input: Vec<u8>) -> (Store, LineReader<tokio::io::DuplexStream>) {
     let store = Store::new(
         HistoryLimits {
             gpu_points: 10,
@@ -105,8 +104,7 @@ fn setup(input: Vec<u8>) -> (SharedStore, LineReader<tokio::io::DuplexStream>) {
         },
         1.0,
         "test".into(),
-    )
-    .shared();
+    );
     // A small pipe, written in odd-sized pieces: reads split lines and batches anywhere.
     let (mut w, r) = tokio::io::duplex(1000);
     tokio::spawn(async move {
@@ -118,7 +116,7 @@ fn setup(input: Vec<u8>) -> (SharedStore, LineReader<tokio::io::DuplexStream>) {
 }
 
 async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
-    let (store, mut reader) = setup(input);
+    let (mut store, mut reader) = setup(input);
     let stats = IngestStats::default();
     let mut conn = Conn::new(PEER);
     let mut batch = Batch::default();
@@ -131,7 +129,9 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
             admitted += 1;
             admitted <= admit_first
         });
-        assert!(batch.apply(&mut conn, &reader, &store, &stats));
+        // As the server does: a batch with parsed lines goes to the sessions' owner.
+        let sessions = batch.needs_sessions().then_some(&mut store.sessions);
+        batch.apply(&mut conn, sessions, &stats);
         batch.finish(&stats, |l| {
             replies
                 .borrow_mut()
@@ -145,13 +145,13 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
     if admit_first == usize::MAX {
         assert!(batches > 3, "the input should take several batches");
     }
-    conn.close(&mut store.write().unwrap().sessions, 1e9);
+    conn.close(&mut store.sessions, 1e9);
     summary(&store, &stats, replies.into_inner())
 }
 
 /// The server loop before batching: one frame, one lock, one outcome at a time.
 async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
-    let (store, mut reader) = setup(input);
+    let (mut store, mut reader) = setup(input);
     let stats = IngestStats::default();
     let mut conn = Conn::new(PEER);
     let mut replies = Vec::new();
@@ -180,7 +180,7 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
                 Code::LineTooLong,
                 format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
             )),
-            Frame::Line(line) => conn.handle(line, &mut store.write().unwrap().sessions, now()),
+            Frame::Line(line) => conn.handle(line, &mut store.sessions, now()),
         };
         match outcome {
             Outcome::Accepted | Outcome::Bye => {
@@ -202,7 +202,7 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
             }
         }
     }
-    conn.close(&mut store.write().unwrap().sessions, 1e9);
+    conn.close(&mut store.sessions, 1e9);
     summary(&store, &stats, replies)
 }
 

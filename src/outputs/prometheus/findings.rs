@@ -2,16 +2,12 @@
 
 use prometheus::proto::{MetricFamily, MetricType};
 
-use super::trainers::{labelled, T};
+use super::trainers::{Labelled, T};
 use super::Family;
 use crate::detect::{FindingState, Kind};
 use crate::store::Store;
 
-pub fn finding_families(store: &Store, out: &mut Vec<MetricFamily>) {
-    let gpus = store
-        .latest()
-        .map(|r| r.gpus.as_slice())
-        .unwrap_or_default();
+pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<MetricFamily>) {
     let g = |name: &str, help: &str| Family::gauge(name, help, T);
     let mut leak = g(
         "gpumon_leak_suspected",
@@ -35,7 +31,7 @@ pub fn finding_families(store: &Store, out: &mut Vec<MetricFamily>) {
         &["kind"],
     );
     let mut counts = [0u64; Kind::ALL.len()];
-    for (own, s, shown) in labelled(store, gpus) {
+    for (own, s, shown) in sessions {
         for f in s.detect.current() {
             if f.state == FindingState::Firing {
                 counts[f.kind.index()] += 1;

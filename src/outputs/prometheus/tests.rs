@@ -47,7 +47,7 @@ fn reading() -> NodeReading {
 }
 
 fn render(store: Store) -> String {
-    Exporter::new(store.shared(), Default::default())
+    Exporter::of_store(&store, Default::default())
         .unwrap()
         .render()
 }

@@ -9,17 +9,17 @@ use prometheus::proto::{MetricFamily, MetricType};
 use super::Family;
 use crate::ingest::protocol::Code;
 use crate::ingest::server::{Close, IngestStats};
-use crate::model::{GpuReading, ProcessReading};
+use crate::model::ProcessReading;
 use crate::store::sessions::Session;
 use crate::store::Store;
 
 pub const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank", "namespace", "pod"];
 
-pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
-    let gpus = store
-        .latest()
-        .map(|r| r.gpus.as_slice())
-        .unwrap_or_default();
+/// Live sessions with their labels, as `labelled` gives them: built once per encoding and used
+/// by the trainer and the finding families alike.
+pub type Labelled<'a> = [(Labels, &'a Session, bool)];
+
+pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<MetricFamily>) {
     let mut info = Family::gauge(
         "gpumon_trainer_info",
         "Instrumented trainer session; always 1.",
@@ -84,9 +84,8 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
         "Live sessions whose per-session series are left out because a newer session carries the same gpu, uuid, pid, job and rank labels (e.g. a reconnect before the old connection closed); their gpumon_trainer_info is kept.",
         &[],
     );
-    let sessions = labelled(store, gpus);
     let mut hidden = 0;
-    for (own, s, shown) in &sessions {
+    for (own, s, shown) in sessions {
         let l = own.as_array(s);
         let [gpu, uuid, pid, job, rank, ns, pod] = l;
         let torch = s.hello.torch.as_deref().unwrap_or("");
@@ -160,7 +159,7 @@ pub fn session_families(store: &Store, out: &mut Vec<MetricFamily>) {
 /// Live sessions in start order with their labels, and whether their per-session series are
 /// exported: of sessions with the same label set only the newest is, so an exposition never
 /// holds two series with one label set (Prometheus would keep one of them, silently).
-pub fn labelled<'a>(store: &'a Store, gpus: &[GpuReading]) -> Vec<(Labels, &'a Session, bool)> {
+pub fn labelled(store: &Store) -> Vec<(Labels, &Session, bool)> {
     let procs = store
         .latest()
         .map(|r| r.processes.as_slice())
@@ -168,7 +167,7 @@ pub fn labelled<'a>(store: &'a Store, gpus: &[GpuReading]) -> Vec<(Labels, &'a S
     let mut out: Vec<_> = store
         .sessions
         .live()
-        .map(|s| (Labels::of(s, gpus, procs), s, true))
+        .map(|s| (Labels::of(s, store, procs), s, true))
         .collect();
     let mut newest: HashMap<[&str; LABELS], usize> = HashMap::with_capacity(out.len());
     for (i, (own, s, _)) in out.iter().enumerate() {
@@ -200,7 +199,7 @@ pub struct Labels {
 }
 
 impl Labels {
-    pub fn of(s: &Session, gpus: &[GpuReading], procs: &[ProcessReading]) -> Self {
+    pub fn of(s: &Session, store: &Store, procs: &[ProcessReading]) -> Self {
         let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
         // Any GPU entry of the pid: a process is in one pod whichever device it uses.
         let info = procs.iter().find(|p| p.pid == s.peer.pid).map(|p| &p.info);
@@ -210,11 +209,8 @@ impl Labels {
         Self {
             namespace: field(|i| &i.namespace),
             pod: field(|i| &i.pod),
-            gpu: gpus
-                .iter()
-                .find(|g| g.identity.uuid == uuid)
-                .map(|g| g.identity.index.to_string())
-                .unwrap_or_default(),
+            // MIG-aware: a MIG device's UUID is labelled with its parent's index.
+            gpu: store.gpu_index(uuid).unwrap_or_default(),
             pid: s.peer.pid.to_string(),
             rank: s.hello.rank.map(|r| r.to_string()).unwrap_or_default(),
         }
@@ -372,7 +368,7 @@ mod tests {
             };
             store.sessions.open(peer, hello, 1.0);
         }
-        let text = Exporter::new(store.shared(), Default::default())
+        let text = Exporter::of_store(&store, Default::default())
             .unwrap()
             .render();
         let line = |prefix: &str| {

@@ -1,0 +1,426 @@
+//! The one owner of the daemon's state (the tokio-console shape). The poller and every ingest
+//! connection send their inputs on one bounded channel; a dedicated thread applies them to the
+//! store in arrival order, runs detection as part of that, and after each batch of inputs
+//! publishes an immutable `Arc<View>` on a watch channel. Nothing else touches the store: readers
+//! take the latest view, and reads that need history (the JSON API) run as a closure on this
+//! thread between inputs. So there is no lock to contend for, poison, or hold across a slow step.
+//!
+//! Every bounded hand-off counts what it could not take: a collection offered while the queue
+//! is full is dropped (the next one comes a poll later), finding transitions the alert thread
+//! cannot take are dropped, and an ingest batch that finds the queue full waits for room (its
+//! trainer's socket buffer then fills and the client counts what it drops) and that wait is
+//! counted. Each count is exported.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::view::View;
+use crate::detect::Finding;
+use crate::store::{Collection, Store};
+
+/// Inputs waiting for the aggregator at most: a few hundred milliseconds of the heaviest load
+/// measured (64 trainers), and a bound on what a stalled aggregator holds.
+pub const QUEUE: usize = 1024;
+/// Finding transitions waiting for the alert thread at most.
+pub const ALERT_QUEUE: usize = 4096;
+/// Shortest gap between two published views while inputs keep coming: readers see each change
+/// within this, and a flood of small batches does not re-encode the trainer series per batch.
+const PUBLISH_GAP: Duration = Duration::from_millis(10);
+/// Inputs applied between two looks at the clock.
+const DRAIN: usize = 256;
+
+type Job = Box<dyn FnOnce(&mut Store) + Send>;
+
+/// What the aggregator applies; see `Source` for who sends which.
+enum Input {
+    Collection(Box<Collection>),
+    Update(Source, Job),
+    Read(Job),
+    /// Apply what is queued, then end (later sends fail).
+    Stop,
+}
+
+/// Where an update comes from, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A batch of lines from a trainer connection.
+    Ingest,
+    /// A trainer connection ending.
+    Close,
+    /// Anything else (tests, the in-process TUI).
+    Other,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Ingest, Source::Close, Source::Other];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Ingest => "ingest",
+            Source::Close => "close",
+            Source::Other => "other",
+        }
+    }
+}
+
+/// The aggregator's own health (gpumon_aggregator_*).
+#[derive(Debug, Default)]
+pub struct AggregatorStats {
+    pub collections: AtomicU64,
+    /// Collections dropped because the queue was full.
+    pub collections_dropped: AtomicU64,
+    /// Updates applied, by `Source` (in `Source::ALL` order).
+    pub updates: [AtomicU64; 3],
+    pub reads: AtomicU64,
+    /// Sends that found the queue full and waited for room.
+    pub queue_full: AtomicU64,
+    /// Inputs whose closure panicked; the aggregator went on with the next one.
+    pub panics: AtomicU64,
+    pub views: AtomicU64,
+    /// Time spent applying inputs and publishing views, in nanoseconds.
+    pub busy_ns: AtomicU64,
+    /// Finding transitions dropped because the alert thread's queue was full.
+    pub alerts_dropped: AtomicU64,
+}
+
+/// Encodes the trainer and finding families of a store (given by the daemon, so the core does
+/// not depend on the exposition format).
+pub type Encode = fn(&Store) -> String;
+
+/// The senders' and readers' side; cheap to clone.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Input>,
+    view: watch::Receiver<Arc<View>>,
+    stats: Arc<AggregatorStats>,
+}
+
+/// Starts the aggregator thread, owning `store`. Finding transitions go to `alerts` when given,
+/// and are dropped otherwise (no sink wants them). The thread ends when every `Handle` is gone,
+/// after applying what was sent.
+pub fn spawn(
+    store: Store,
+    encode: Encode,
+    alerts: Option<std::sync::mpsc::SyncSender<Finding>>,
+) -> std::io::Result<(Handle, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let mut agg = Aggregator {
+        store,
+        encode,
+        alerts,
+        stats: Arc::new(AggregatorStats::default()),
+        view: Arc::new(View::default()),
+        trainers_dirty: true,
+    };
+    let first = agg.next_view();
+    let (view_tx, view_rx) = watch::channel(first.clone());
+    agg.view = first;
+    let handle = Handle {
+        tx,
+        view: view_rx,
+        stats: agg.stats.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("gpumon-aggregator".into())
+        .spawn(move || agg.run(rx, view_tx))?;
+    Ok((handle, thread))
+}
+
+/// A handle that does not keep the aggregator running (for threads that must see it end).
+#[derive(Clone)]
+pub struct WeakHandle {
+    tx: mpsc::WeakSender<Input>,
+    view: watch::Receiver<Arc<View>>,
+    stats: Arc<AggregatorStats>,
+}
+
+impl WeakHandle {
+    pub fn upgrade(&self) -> Option<Handle> {
+        Some(Handle {
+            tx: self.tx.upgrade()?,
+            view: self.view.clone(),
+            stats: self.stats.clone(),
+        })
+    }
+}
+
+impl Handle {
+    pub fn downgrade(&self) -> WeakHandle {
+        WeakHandle {
+            tx: self.tx.downgrade(),
+            view: self.view.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// The latest published view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver that wakes on each new view.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<View>> {
+        self.view.clone()
+    }
+
+    pub fn stats(&self) -> &Arc<AggregatorStats> {
+        &self.stats
+    }
+
+    /// Inputs waiting now.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    /// Offers a collection without waiting (the poller's thread never blocks on us); a full
+    /// queue drops it and counts it. False when the aggregator is gone.
+    pub fn offer_collection(&self, c: Collection) -> bool {
+        match self.tx.try_send(Input::Collection(Box::new(c))) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.stats
+                    .collections_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// Runs `f` on the store, between other inputs, and returns its result. None when the
+    /// aggregator is gone or `f` panicked there.
+    pub async fn update<R: Send + 'static>(
+        &self,
+        source: Source,
+        f: impl FnOnce(&mut Store) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (job, rx) = job(f);
+        self.send(Input::Update(source, job)).await?;
+        rx.await.ok()
+    }
+
+    /// Runs `f` on the store without changing it (no view is published for it).
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (job, rx) = job(move |s: &mut Store| f(s));
+        self.send(Input::Read(job)).await?;
+        rx.await.ok()
+    }
+
+    /// Makes the aggregator apply what is already queued and then end, whoever still holds a
+    /// handle (the daemon's shutdown: a handle left in a lingering task cannot keep it alive).
+    pub async fn stop(&self) {
+        let _ = self.tx.send(Input::Stop).await;
+    }
+
+    /// `update` for a caller outside the async runtime (it blocks that thread).
+    pub fn update_blocking<R: Send + 'static>(
+        &self,
+        source: Source,
+        f: impl FnOnce(&mut Store) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (job, rx) = job(f);
+        self.tx.blocking_send(Input::Update(source, job)).ok()?;
+        rx.blocking_recv().ok()
+    }
+
+    /// `read` for a caller outside the async runtime (it blocks that thread).
+    pub fn read_blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (job, rx) = job(move |s: &mut Store| f(s));
+        self.tx.blocking_send(Input::Read(job)).ok()?;
+        rx.blocking_recv().ok()
+    }
+
+    async fn send(&self, input: Input) -> Option<()> {
+        match self.tx.try_send(input) {
+            Ok(()) => Some(()),
+            Err(mpsc::error::TrySendError::Full(input)) => {
+                self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
+                self.tx.send(input).await.ok()
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => None,
+        }
+    }
+}
+
+/// `f` boxed for the aggregator, with the receiver of its result.
+fn job<R: Send + 'static>(
+    f: impl FnOnce(&mut Store) -> R + Send + 'static,
+) -> (Job, oneshot::Receiver<R>) {
+    let (tx, rx) = oneshot::channel();
+    let job: Job = Box::new(move |s: &mut Store| {
+        // The caller may have gone (a closed HTTP request): nothing to tell it then.
+        let _ = tx.send(f(s));
+    });
+    (job, rx)
+}
+
+struct Aggregator {
+    store: Store,
+    encode: Encode,
+    alerts: Option<std::sync::mpsc::SyncSender<Finding>>,
+    stats: Arc<AggregatorStats>,
+    view: Arc<View>,
+    /// Sessions or findings changed since the trainer text was encoded.
+    trainers_dirty: bool,
+}
+
+impl Aggregator {
+    fn run(mut self, rx: mpsc::Receiver<Input>, views: watch::Sender<Arc<View>>) {
+        // A current-thread runtime only to wait on the channel with a deadline; every input is
+        // applied synchronously on this thread.
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(error = %e, "the aggregator could not start; no input will be applied");
+                return;
+            }
+        };
+        rt.block_on(self.serve(rx, views));
+    }
+
+    async fn serve(&mut self, mut rx: mpsc::Receiver<Input>, views: watch::Sender<Arc<View>>) {
+        let stop = |rx: &mut mpsc::Receiver<Input>| {
+            // recv() now returns what is queued, then None.
+            rx.close();
+        };
+        let mut last_publish = Instant::now();
+        let mut unpublished = false;
+        loop {
+            let first = if unpublished {
+                let left = PUBLISH_GAP.saturating_sub(last_publish.elapsed());
+                match tokio::time::timeout(left, rx.recv()).await {
+                    Ok(Some(i)) => Some(i),
+                    Ok(None) => {
+                        self.publish(&views);
+                        return;
+                    }
+                    Err(_) => None,
+                }
+            } else {
+                match rx.recv().await {
+                    Some(i) => Some(i),
+                    None => return,
+                }
+            };
+            let started = Instant::now();
+            let mut urgent = false;
+            let mut next = first;
+            let mut applied = 0;
+            while let Some(input) = next.take() {
+                if matches!(input, Input::Stop) {
+                    stop(&mut rx);
+                } else {
+                    let (changed, collection) = self.apply(input);
+                    unpublished |= changed;
+                    urgent |= collection;
+                }
+                applied += 1;
+                if applied == DRAIN {
+                    break;
+                }
+                next = rx.try_recv().ok();
+            }
+            if unpublished && (urgent || last_publish.elapsed() >= PUBLISH_GAP) {
+                self.publish(&views);
+                last_publish = Instant::now();
+                unpublished = false;
+            }
+            self.stats
+                .busy_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Applies one input; (whether the store changed, whether it was a collection).
+    fn apply(&mut self, input: Input) -> (bool, bool) {
+        let (job, changed, collection): (Job, bool, bool) = match input {
+            Input::Collection(c) => {
+                self.stats.collections.fetch_add(1, Ordering::Relaxed);
+                (
+                    Box::new(move |s: &mut Store| s.apply_collection(*c)),
+                    true,
+                    true,
+                )
+            }
+            Input::Update(source, job) => {
+                if let Some(i) = Source::ALL.iter().position(|s| *s == source) {
+                    self.stats.updates[i].fetch_add(1, Ordering::Relaxed);
+                }
+                (job, true, false)
+            }
+            Input::Read(job) => {
+                self.stats.reads.fetch_add(1, Ordering::Relaxed);
+                (job, false, false)
+            }
+            Input::Stop => return (false, false),
+        };
+        let store = &mut self.store;
+        if catch_unwind(AssertUnwindSafe(|| job(store))).is_err() {
+            // The panic message went to the log through the panic hook; the input is lost and
+            // its sender sees the aggregator's answer missing (an ingest connection closes).
+            self.stats.panics.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                "an input panicked in the aggregator; it was dropped and the aggregator goes on"
+            );
+        }
+        if changed {
+            self.trainers_dirty = true;
+            self.forward_transitions();
+        }
+        (changed, collection)
+    }
+
+    /// Hands finding transitions to the alert thread, each with its GPU's index resolved.
+    fn forward_transitions(&mut self) {
+        let transitions = self.store.sessions.findings.drain();
+        let Some(alerts) = &self.alerts else {
+            return;
+        };
+        for mut f in transitions {
+            self.store.resolve_gpu(&mut f);
+            if alerts.try_send(f).is_err() {
+                self.stats.alerts_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn publish(&mut self, views: &watch::Sender<Arc<View>>) {
+        let next = self.next_view();
+        self.view = next.clone();
+        self.stats.views.fetch_add(1, Ordering::Relaxed);
+        // No receiver left is not an error: the daemon is stopping.
+        let _ = views.send(next);
+    }
+
+    fn next_view(&mut self) -> Arc<View> {
+        let s = &self.store;
+        let trainer_text = if self.trainers_dirty {
+            self.trainers_dirty = false;
+            Arc::from((self.encode)(s))
+        } else {
+            self.view.trainer_text.clone()
+        };
+        Arc::new(View::of(
+            s,
+            s.gpu_text().clone(),
+            trainer_text,
+            self.view.seq + 1,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,177 @@
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use super::*;
+use crate::ingest::conn::Conn;
+use crate::model::NodeReading;
+use crate::store::sessions::Peer;
+use crate::store::{HistoryLimits, NvmlStatus};
+
+fn store() -> Store {
+    Store::new(
+        HistoryLimits {
+            gpu_points: 8,
+            process_points: 8,
+        },
+        1.0,
+        "lib".into(),
+    )
+}
+
+fn no_text(_: &Store) -> String {
+    String::new()
+}
+
+fn collection(ts: f64) -> Collection {
+    let mut status = NvmlStatus::default();
+    status.record_ok(ts, 0.001);
+    Collection {
+        ts,
+        reading: Ok(Arc::new(NodeReading {
+            ts,
+            driver_version: None,
+            gpus: vec![],
+            processes: vec![],
+        })),
+        status,
+        text: Arc::from(format!("# collection {ts}\n")),
+    }
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Holds the aggregator's thread inside an update until the returned sender is dropped.
+fn block(h: &Handle) -> std_mpsc::Sender<()> {
+    let (gate, wait) = std_mpsc::channel::<()>();
+    let h2 = h.clone();
+    std::thread::spawn(move || {
+        h2.update_blocking(Source::Other, move |_| {
+            let _ = wait.recv();
+        })
+    });
+    wait_for("the blocking update to start", || {
+        h.stats().updates[2].load(Ordering::Relaxed) == 1 && h.queued() == 0
+    });
+    gate
+}
+
+#[test]
+fn a_collection_is_published_at_once_with_its_text() {
+    let (h, thread) = spawn(store(), no_text, None).unwrap();
+    assert!(!h.view().ready());
+    assert!(h.offer_collection(collection(5.0)));
+    wait_for("the view", || h.view().ready());
+    let v = h.view();
+    assert_eq!(&*v.gpu_text, "# collection 5\n");
+    assert_eq!(v.nvml.polls_total, 1);
+    assert_eq!(v.collection, 1);
+    drop(h);
+    thread.join().unwrap();
+}
+
+#[test]
+fn collections_offered_to_a_full_queue_are_dropped_and_counted() {
+    let (h, thread) = spawn(store(), no_text, None).unwrap();
+    let gate = block(&h);
+    let extra = 7;
+    for i in 0..QUEUE + extra {
+        assert!(h.offer_collection(collection(i as f64)));
+    }
+    let s = h.stats().clone();
+    assert_eq!(s.collections_dropped.load(Ordering::Relaxed), extra as u64);
+    assert_eq!(h.queued(), QUEUE);
+    drop(gate);
+    wait_for("the queue to drain", || {
+        s.collections.load(Ordering::Relaxed) == QUEUE as u64
+    });
+    // Every collection that was taken was applied; the counters add up to what was offered.
+    assert_eq!(
+        s.collections.load(Ordering::Relaxed) + s.collections_dropped.load(Ordering::Relaxed),
+        (QUEUE + extra) as u64
+    );
+    wait_for("the last view", || h.view().collection == QUEUE as u64);
+    drop(h);
+    thread.join().unwrap();
+}
+
+/// A trainer that says hello and vanishes: a crash finding fires when its connection closes.
+fn crash(store: &mut Store, pid: u32) {
+    let peer = Peer {
+        pid,
+        uid: 1000,
+        gid: 1000,
+    };
+    let mut conn = Conn::new(peer);
+    // Each its own job: crashes of one job are reported together.
+    let hello = format!(r#"{{"type":"hello","v":1,"job":"j{pid}","rank":0}}"#);
+    conn.handle(hello.as_bytes(), &mut store.sessions, 1.0);
+    conn.close(&mut store.sessions, 2.0);
+}
+
+#[test]
+fn transitions_the_alert_thread_cannot_take_are_dropped_and_counted() {
+    let (tx, rx) = std_mpsc::sync_channel(3);
+    let (h, thread) = spawn(store(), no_text, Some(tx)).unwrap();
+    let crashes = 10;
+    let fired = h
+        .update_blocking(Source::Other, move |s| {
+            for pid in 0..crashes {
+                crash(s, 100 + pid);
+            }
+            s.sessions.firing().count()
+        })
+        .unwrap();
+    assert_eq!(fired, crashes as usize);
+    // No one reads the alert channel: three fit, the rest were dropped, and counted.
+    wait_for("the count", || {
+        h.stats().alerts_dropped.load(Ordering::Relaxed) == crashes as u64 - 3
+    });
+    let got: Vec<Finding> = rx.try_iter().collect();
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|f| f.kind == crate::detect::Kind::Crash));
+    drop(h);
+    thread.join().unwrap();
+}
+
+#[test]
+fn an_input_that_panics_is_dropped_and_the_aggregator_goes_on() {
+    let (h, thread) = spawn(store(), no_text, None).unwrap();
+    let lost = h.update_blocking(Source::Other, |_| -> u32 { panic!("a bug in one input") });
+    assert_eq!(lost, None);
+    wait_for("the panic to be counted", || {
+        h.stats().panics.load(Ordering::Relaxed) == 1
+    });
+    let next = h.read_blocking(|s| s.sessions.live().count());
+    assert_eq!(next, Some(0));
+    drop(h);
+    thread.join().unwrap();
+}
+
+#[test]
+fn stop_applies_what_is_queued_and_then_ends_whoever_holds_a_handle() {
+    let (h, thread) = spawn(store(), no_text, None).unwrap();
+    let gate = block(&h);
+    for i in 0..5 {
+        h.offer_collection(collection(i as f64));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let stopper = h.clone();
+    let stopping = std::thread::spawn(move || rt.block_on(stopper.stop()));
+    wait_for("the stop to be queued", || h.queued() == 6);
+    drop(gate);
+    stopping.join().unwrap();
+    thread.join().unwrap();
+    assert_eq!(h.stats().collections.load(Ordering::Relaxed), 5);
+    assert_eq!(h.view().collection, 5);
+    // `h` is still held, and yet the aggregator is gone: later inputs are refused.
+    assert_eq!(h.read_blocking(|_| ()), None);
+    assert!(!h.offer_collection(collection(9.0)));
+}

@@ -1,0 +1,4 @@
+//! The middle of the daemon: the aggregator that owns the state and the view it publishes.
+
+pub mod aggregator;
+pub mod view;
