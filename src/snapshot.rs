@@ -4,9 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::detect::attribution::Attribution;
+use crate::detect::Finding;
 use crate::ingest::protocol::Stats;
 use crate::ingest::server::IngestStats;
-use crate::model::{GpuReading, NodeReading, ProcessReading, Timestamp};
+use crate::model::{GpuReading, ProcessReading, Timestamp};
 use crate::store::sessions::{Ending, EventRecord, Session, SessionPoint, Sessions};
 use crate::store::{GpuPoint, NvmlStatus, Point, Store};
 
@@ -23,7 +24,7 @@ pub struct Snapshot {
     pub sessions: Vec<SessionView>,
     /// Firing and recently resolved findings (filled by detection).
     #[serde(default)]
-    pub findings: Vec<serde_json::Value>,
+    pub findings: Vec<Finding>,
     /// Health of the trainer socket; absent where there is no ingest (e.g. `status --direct`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingest: Option<IngestView>,
@@ -125,30 +126,26 @@ impl Snapshot {
                 .sessions
                 .live()
                 .chain(store.sessions.ended())
-                .map(|sess| SessionView::of(sess, latest))
+                .map(|sess| SessionView::of(sess, store))
                 .collect(),
-            findings: findings(store, latest),
+            findings: findings(store),
             ingest: None,
         }
     }
 }
 
 /// Pending and firing findings of live sessions, held crashes, then recently resolved ones, each
-/// with the NVML index of its GPU when known.
-fn findings(store: &Store, latest: Option<&NodeReading>) -> Vec<serde_json::Value> {
-    let gpus = latest.map(|r| r.gpus.as_slice()).unwrap_or_default();
+/// with the NVML index of its GPU (MIG-aware) when known.
+fn findings(store: &Store) -> Vec<Finding> {
     let s = &store.sessions;
     s.live()
         .flat_map(|x| x.detect.current())
         .chain(s.findings.held())
         .chain(s.findings.recent().rev())
-        .filter_map(|f| {
+        .map(|f| {
             let mut f = f.clone();
-            f.gpu = gpus
-                .iter()
-                .find(|g| Some(&g.identity.uuid) == f.subject.gpu_uuid.as_ref())
-                .map(|g| g.identity.index.to_string());
-            serde_json::to_value(f).ok()
+            store.resolve_gpu(&mut f);
+            f
         })
         .collect()
 }
@@ -259,11 +256,11 @@ fn joins(s: &Session, p: &ProcessReading) -> bool {
 impl SessionView {
     /// One session, live or recently ended, as it appears in the snapshot's `sessions`.
     pub fn lookup(store: &Store, id: &str) -> Option<Self> {
-        store.sessions.get(id).map(|s| Self::of(s, store.latest()))
+        store.sessions.get(id).map(|s| Self::of(s, store))
     }
 
-    fn of(s: &Session, latest: Option<&NodeReading>) -> Self {
-        let gpus = latest.map(|r| r.gpus.as_slice()).unwrap_or_default();
+    fn of(s: &Session, store: &Store) -> Self {
+        let latest = store.latest();
         let nvml = latest
             .and_then(|r| r.processes.iter().find(|p| joins(s, p)))
             .map(|p| SessionNvml {
@@ -285,10 +282,12 @@ impl SessionView {
             rank: s.hello.rank,
             world_size: s.hello.world_size,
             gpu_uuid: s.hello.gpu_uuid.clone(),
-            gpu: gpus
-                .iter()
-                .find(|g| Some(&g.identity.uuid) == s.hello.gpu_uuid.as_ref())
-                .map(|g| g.identity.index),
+            // MIG-aware, the one lookup every output uses.
+            gpu: s
+                .hello
+                .gpu_uuid
+                .as_deref()
+                .and_then(|u| store.gpu_index_number(u)),
             nvml,
             torch: s.hello.torch.clone(),
             client: s.hello.client.clone(),

@@ -145,11 +145,10 @@ fn trainers(snap: &Snapshot, out: &mut String) {
         return;
     }
     live.sort_by(|a, b| (&a.job, a.rank, a.pid).cmp(&(&b.job, b.rank, b.pid)));
-    let open = |session: &str| -> Vec<&serde_json::Value> {
+    let open = |session: &str| -> Vec<&crate::detect::Finding> {
         snap.findings
             .iter()
-            .filter(|f| f["session"] == session)
-            .filter(|f| matches!(f["state"].as_str(), Some("pending" | "firing")))
+            .filter(|f| f.subject.session == session && f.state.open())
             .collect()
     };
     let _ = writeln!(
@@ -168,19 +167,16 @@ fn trainers(snap: &Snapshot, out: &mut String) {
         let badges: Vec<String> = found
             .iter()
             .map(|f| {
-                format!(
-                    "{} {}",
-                    f["kind"].as_str().unwrap_or("?"),
-                    f["state"].as_str().unwrap_or("?")
-                )
+                format!("{} {}", f.kind.as_str(), f.state.as_str())
             })
             .collect();
         for f in &found {
-            if let Some(m) = f["message"].as_str() {
+            if !f.message.is_empty() {
                 messages.push(format!(
-                    "{} {}: {m}",
+                    "{} {}: {}",
                     s.job.as_deref().unwrap_or("-"),
-                    f["kind"].as_str().unwrap_or("?")
+                    f.kind.as_str(),
+                    f.message
                 ));
             }
         }

@@ -23,6 +23,9 @@ pub enum FindingState {
     Pending,
     Firing,
     Resolved,
+    /// A state this build does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +33,47 @@ pub enum FindingState {
 pub enum Severity {
     Warning,
     Critical,
+    /// A severity this build does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl FindingState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingState::Pending => "pending",
+            FindingState::Firing => "firing",
+            FindingState::Resolved => "resolved",
+            FindingState::Unknown => "unknown",
+        }
+    }
+
+    /// Pending or firing: not over yet.
+    pub fn open(self) -> bool {
+        matches!(self, FindingState::Pending | FindingState::Firing)
+    }
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+            Severity::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Who a finding is about: copied from the session so a finding stands on its own.
@@ -80,7 +124,7 @@ const OUTBOX: usize = 4096;
 pub struct Findings {
     recent: VecDeque<Finding>,
     /// Findings raised (fired), by kind, since start.
-    totals: [u64; Kind::ALL.len()],
+    totals: [u64; Kind::SLOTS],
     outbox: VecDeque<Finding>,
     outbox_dropped: u64,
     /// Crash findings of ended sessions, firing until their hold expires.

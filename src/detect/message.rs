@@ -100,6 +100,7 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             }
             m
         }
+        Kind::Unknown => "a finding of a kind this version of gpumon does not know".into(),
     }
 }
 
@@ -111,7 +112,7 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<&'static str> {
         Kind::NearLimit => "little room is left at the step peak: lower the batch size or sequence length, or use gradient checkpointing",
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
         Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
-        Kind::Crash => return None,
+        Kind::Crash | Kind::Unknown => return None,
     })
 }
 

@@ -32,9 +32,15 @@ pub enum Kind {
     Fragmentation,
     Oom,
     Crash,
+    /// A kind this build does not know (a newer daemon's): read, shown by name, never raised.
+    #[serde(other)]
+    Unknown,
 }
 
 impl Kind {
+    /// Slots for per-kind counters: the known kinds, then `Unknown`.
+    pub const SLOTS: usize = 6;
+
     pub const ALL: [Kind; 5] = [
         Kind::Leak,
         Kind::NearLimit,
@@ -50,11 +56,18 @@ impl Kind {
             Kind::Fragmentation => "fragmentation",
             Kind::Oom => "oom",
             Kind::Crash => "crash",
+            Kind::Unknown => "unknown",
         }
     }
 
     pub fn index(self) -> usize {
         self as usize
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -278,6 +278,6 @@ fn apply(
 fn severity(kind: Kind) -> Severity {
     match kind {
         Kind::Oom | Kind::Crash => Severity::Critical,
-        Kind::Leak | Kind::NearLimit | Kind::Fragmentation => Severity::Warning,
+        Kind::Leak | Kind::NearLimit | Kind::Fragmentation | Kind::Unknown => Severity::Warning,
     }
 }

@@ -110,13 +110,18 @@ impl Store {
         }
     }
 
-    /// NVML index (as a label value) of the GPU with this UUID, or of the parent of this MIG
-    /// device, in the latest collection.
-    pub fn gpu_index(&self, uuid: &str) -> Option<String> {
+    /// NVML index of the GPU with this UUID, or of the parent of this MIG device, in the latest
+    /// collection: the one GPU join every output uses.
+    pub fn gpu_index_number(&self, uuid: &str) -> Option<u32> {
         let gpus = &self.latest.as_ref()?.gpus;
         gpus.iter()
             .find(|g| g.identity.uuid == uuid || g.mig_devices.iter().any(|m| m.uuid == uuid))
-            .map(|g| g.identity.index.to_string())
+            .map(|g| g.identity.index)
+    }
+
+    /// `gpu_index_number` as a label value.
+    pub fn gpu_index(&self, uuid: &str) -> Option<String> {
+        self.gpu_index_number(uuid).map(|i| i.to_string())
     }
 
     pub fn generation(&self) -> u64 {

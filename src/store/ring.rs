@@ -42,8 +42,13 @@ impl<T: Copy> Series<T> {
     }
 
     fn push_raw(&mut self, ts: Timestamp, value: Option<T>) {
-        if self.points.len() == self.capacity {
+        let len = self.points.len();
+        if len == self.capacity {
             self.points.pop_front();
+        } else if len == self.points.capacity() {
+            // Doubling, but never past the limit: VecDeque's own growth would take a 300-point
+            // series to 512 slots.
+            self.points.reserve_exact(len.max(1).min(self.capacity - len));
         }
         self.points.push_back(Point { ts, value });
     }
@@ -58,6 +63,11 @@ impl<T: Copy> Series<T> {
 
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Slots allocated now: at most `capacity()`.
+    pub fn allocated(&self) -> usize {
+        self.points.capacity()
     }
 
     pub fn last(&self) -> Option<&Point<T>> {
@@ -84,6 +94,18 @@ mod tests {
         assert_eq!(s.len(), 3);
         let vals: Vec<_> = s.since(0.0).map(|p| p.value).collect();
         assert_eq!(vals, vec![Some(7), Some(8), Some(9)]);
+    }
+
+    #[test]
+    fn never_allocates_past_its_limit() {
+        for limit in [1, 63, 64, 65, 300, 3600] {
+            let mut s = Series::new(limit);
+            for i in 0..2 * limit {
+                s.push(i as f64, Some(i as u64), 1.0);
+                assert!(s.allocated() <= limit, "{limit}: {} slots", s.allocated());
+            }
+            assert_eq!(s.len(), limit);
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Deterministic TUI states for the snapshot tests and the render benchmark, built from
 //! synthetic snapshots fed through `App::update` exactly as the sources would (no daemon).
+// Test support only (cfg(test) or the `fixtures` feature): a broken fixture fails loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod attribution;
 
@@ -193,7 +195,8 @@ pub fn snapshot(
         })
         .collect();
     s.sessions = sessions;
-    s.findings = serde_json::from_value(Value::Array(findings)).unwrap_or_default();
+    // A fixture that does not read as the daemon's findings is a broken test, not an empty screen.
+    s.findings = serde_json::from_value(Value::Array(findings)).unwrap();
     s.ingest = Some(IngestView {
         connections: 2,
         lines: 18_342,
@@ -307,7 +310,7 @@ pub fn leak_finding(session: &str, pid: u32, gpu: u32) -> Value {
         "message": "allocated floor grows 2.0 MiB/step since step 610; at this rate the GPU is full in ~4h10m (step ~31,000)",
         "hint": "a tensor kept with its graph (e.g. appending loss to a list): store loss.item() instead",
         "evidence": {"slope_bytes_per_step": 2_097_152.0, "slope_bytes_per_second": 4_194_304.0,
-            "growth_bytes": 607_125_504.0, "confidence": 0.999, "oom_eta_steps": 30_100,
+            "growth_bytes": 607_125_504u64, "confidence": 0.999, "oom_eta_steps": 30_100,
             "oom_eta_seconds": 15_050.0}
     })
 }
@@ -316,10 +319,11 @@ fn resolved_fragmentation() -> Value {
     json!({
         "id": "s-1/fragmentation", "kind": "fragmentation", "state": "resolved", "severity": "warning",
         "session": "s-1", "job": "bert-base", "rank": 0, "pid": 4243, "gpu": "0",
-        "since": NOW - 1_500.0, "resolved_ts": NOW - 130.0,
+        "first_ts": NOW - 1_500.0, "since": NOW - 1_500.0, "updated_ts": NOW - 130.0,
+        "resolved_ts": NOW - 130.0,
         "message": "reserved − allocated was 61% of reserved (7.3 GiB) while the device was 93% full",
         "hint": "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-        "evidence": {"ratio": 0.61, "fragmented_bytes": 7_838_315_315.0}
+        "evidence": {"ratio": 0.61, "fragmented_bytes": 7_838_315_315u64}
     })
 }
 
@@ -327,10 +331,10 @@ fn near_limit() -> Value {
     json!({
         "id": "s-3/near_limit", "kind": "near_limit", "state": "firing", "severity": "warning",
         "session": "s-3", "job": "llama-ft", "rank": 0, "pid": 4242, "gpu": "0",
-        "since": NOW - 20.0,
+        "first_ts": NOW - 20.0, "since": NOW - 20.0, "updated_ts": NOW,
         "message": "headroom 3.1 GiB is under the 5% margin",
         "hint": "lower the batch size or enable activation checkpointing",
-        "evidence": {"headroom_bytes": 3_328_599_654.0}
+        "evidence": {"headroom_bytes": 3_328_599_654i64}
     })
 }
 

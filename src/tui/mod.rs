@@ -6,6 +6,7 @@ pub mod app;
 pub mod event_loop;
 pub mod finding;
 #[doc(hidden)]
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod source;
 pub mod terminal;

@@ -30,7 +30,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         "Findings firing now, by kind.",
         &["kind"],
     );
-    let mut counts = [0u64; Kind::ALL.len()];
+    let mut counts = [0u64; Kind::SLOTS];
     for (own, s, shown) in sessions {
         for f in s.detect.current() {
             if f.state == FindingState::Firing {

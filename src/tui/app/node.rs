@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::model::{GpuState, Timestamp};
 use crate::snapshot::Snapshot;
-use crate::tui::finding::{self, Finding, State};
+use crate::tui::finding::{Finding, FindingView, State};
 
 /// Seconds of per-GPU memory history kept for the overview's sparklines.
 pub const HISTORY_SECS: f64 = 300.0;
@@ -106,7 +106,7 @@ impl Node {
         }
         self.history
             .retain(|uuid, _| snap.gpus.iter().any(|g| &g.reading.identity.uuid == uuid));
-        self.findings = finding::parse_all(&snap.findings);
+        self.findings = snap.findings.clone();
         self.name = snap.hostname.clone();
         self.link = Link::Up;
         self.snap = Some(snap);
@@ -122,9 +122,10 @@ impl Node {
         let mut v: Vec<&Finding> = self
             .findings
             .iter()
-            .filter(|f| match &f.session {
-                Some(id) => id == session,
-                None => f.pid == Some(u64::from(pid)),
+            // An aggregated finding (many trainers at once) has no session: match it by pid.
+            .filter(|f| match f.subject.session.as_str() {
+                "" => f.subject.pid == pid,
+                id => id == session,
             })
             .collect();
         v.sort_by(|a, b| {
@@ -139,7 +140,7 @@ impl Node {
     pub fn active_leak(&self, session: &str, pid: u32) -> Option<&Finding> {
         self.findings_for(session, pid)
             .into_iter()
-            .find(|f| f.kind == "leak" && matches!(f.state(), State::Firing | State::Pending))
+            .find(|f| f.kind == crate::detect::Kind::Leak && matches!(f.state(), State::Firing | State::Pending))
     }
 }
 

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 
 use super::state::Node;
 use crate::snapshot::SessionView;
-use crate::tui::finding::Finding;
+use crate::tui::finding::{Finding, FindingView};
 use crate::units::bytes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -316,9 +316,11 @@ fn badges(s: Option<&SessionView>, pid: u32, gpu: Option<u32>, findings: &[Findi
     let mut out: Vec<Badge> = findings
         .iter()
         .filter(|f| f.firing())
-        .filter(|f| match (s, &f.session) {
-            (Some(s), Some(id)) => *id == s.session,
-            _ => f.pid == Some(u64::from(pid)) && (f.gpu.is_none() || f.gpu == gpu),
+        // The daemon joined findings to sessions and GPUs; an aggregated one (no session) is
+        // matched by pid and GPU.
+        .filter(|f| match (s, f.subject.session.as_str()) {
+            (Some(s), id) if !id.is_empty() => id == s.session,
+            _ => f.subject.pid == pid && (f.gpu.is_none() || f.gpu == gpu),
         })
         .map(|f| Badge {
             kind: badge_kind(f),

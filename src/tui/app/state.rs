@@ -3,7 +3,7 @@
 
 use super::rows::{self, Column, ProcRow, RowKey};
 use crate::model::Timestamp;
-use crate::tui::finding::Finding;
+use crate::tui::finding::{Finding, FindingView};
 use crate::tui::ui::layout;
 
 pub use super::node::{authority, Link, Node, Origin, Update, HISTORY_SECS};
@@ -449,9 +449,9 @@ impl App {
                 };
                 let row = self.procs.rows.iter().find(|r| {
                     r.key.node == *n
-                        && match &f.session {
-                            Some(id) => r.key.session.as_ref() == Some(id),
-                            None => f.pid == Some(u64::from(r.key.pid)),
+                        && match f.subject.session.as_str() {
+                            "" => f.subject.pid == r.key.pid,
+                            id => r.key.session.as_deref() == Some(id),
                         }
                 });
                 // A trainer that has ended has no row any more; its session still has a detail.
@@ -459,8 +459,8 @@ impl App {
                     Some(RowKey {
                         node: *n,
                         gpu: f.gpu.as_deref().and_then(|g| g.parse().ok()),
-                        pid: u32::try_from(f.pid?).ok()?,
-                        session: f.session.clone(),
+                        pid: f.subject.pid,
+                        session: Some(f.subject.session.clone()).filter(|s| !s.is_empty()),
                     })
                 });
                 if let Some(key) = key {

@@ -11,7 +11,7 @@ use super::layout::{self, FINDING_LINES};
 use super::notice;
 use super::theme::Theme;
 use crate::tui::app::state::{App, Origin};
-use crate::tui::finding::{Finding, State};
+use crate::tui::finding::{Finding, FindingView, State};
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     let items = &app.findings.items;
@@ -95,14 +95,14 @@ fn status(app: &App, node: usize, f: &Finding, width: u16, t: Theme) -> Line<'st
         State::Other => ("?", t.dim()),
     };
     let mut who = Vec::new();
-    if let Some(j) = &f.job {
-        who.push(match f.rank {
+    if let Some(j) = &f.subject.job {
+        who.push(match f.subject.rank {
             Some(r) => format!("{j} r{r}"),
             None => j.clone(),
         });
     }
-    if let Some(p) = f.pid {
-        who.push(format!("pid {p}"));
+    if f.subject.pid != 0 {
+        who.push(format!("pid {}", f.subject.pid));
     }
     if let Some(g) = &f.gpu {
         who.push(format!("GPU {g}"));
@@ -118,15 +118,19 @@ fn status(app: &App, node: usize, f: &Finding, width: u16, t: Theme) -> Line<'st
             .map(|ts| format!("resolved {}", ago(app.now, ts))),
         State::Firing => f
             .since
-            .or(f.first_ts)
+            .or(Some(f.first_ts))
             .map(|ts| format!("firing for {}", duration(app.now - ts))),
         _ => f
             .since
-            .or(f.first_ts)
-            .map(|ts| format!("{} for {}", f.state, duration(app.now - ts))),
+            .or(Some(f.first_ts))
+            .map(|ts| format!("{} for {}", f.state.as_str(), duration(app.now - ts))),
     }
-    .unwrap_or_else(|| f.state.clone());
-    let head = format!(" {mark} {:<13} {:<8} ", f.kind, f.severity);
+    .unwrap_or_else(|| f.state.as_str().to_string());
+    let head = format!(
+        " {mark} {:<13} {:<8} ",
+        f.kind.as_str(),
+        f.severity.as_str()
+    );
     let rest = format!("{when} · {}", who.join(" · "));
     let room = usize::from(width).saturating_sub(head.chars().count());
     Line::from(vec![
@@ -144,7 +148,7 @@ fn detail(f: &mut Frame, area: Rect, app: &App, node: usize, fi: &Finding, t: Th
             Span::raw(h.clone()),
         ]));
     }
-    if fi.session.is_some() || fi.pid.is_some() {
+    if !fi.subject.session.is_empty() || fi.subject.pid != 0 {
         lines.push(Line::styled(
             "enter: open the trainer's chart and events",
             t.dim(),

@@ -2,6 +2,7 @@
 //! temperature, power, and a sparkline of used memory), or one line per GPU when blocks do not
 //! fit; several nodes are listed one after the other under a heading each.
 
+use crate::tui::finding::FindingView;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Sparkline};
@@ -304,10 +305,8 @@ pub(super) fn gpu_firing(node: &Node, g: &GpuView) -> usize {
     node.findings
         .iter()
         .filter(|f| f.firing())
-        .filter(|f| {
-            f.gpu.as_deref() == Some(idx.as_str())
-                || f.gpu_uuid.as_deref() == Some(g.reading.identity.uuid.as_str())
-        })
+        // The daemon resolved each finding's GPU (MIG instances to their parent's index).
+        .filter(|f| f.gpu.as_deref() == Some(idx.as_str()))
         .count()
 }
 

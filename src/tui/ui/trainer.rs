@@ -17,7 +17,7 @@ use crate::snapshot::SessionView;
 use crate::store::sessions::SessionPoint;
 use crate::tui::app::rows::{latest_floor, RowKey};
 use crate::tui::app::state::{App, Node};
-use crate::tui::finding::{Finding, State};
+use crate::tui::finding::{Finding, FindingView, State};
 use crate::units::bytes;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, key: &RowKey, t: Theme) {
@@ -89,7 +89,7 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
     // answer, which may say why no sites came.
     let on_finding = findings
         .iter()
-        .filter(|f| f.kind == "leak")
+        .filter(|f| f.kind == crate::detect::Kind::Leak)
         .find_map(|f| f.attribution.as_ref());
     let asking = on_finding
         .is_none()
@@ -399,10 +399,10 @@ fn finding_text(findings: &[&Finding], app: &App, t: Theme) -> Vec<Line<'static>
                 .map(|ts| format!("resolved {}", ago(app.now, ts))),
             _ => f
                 .since
-                .or(f.first_ts)
+                .or(Some(f.first_ts))
                 .map(|ts| format!("{} since {}", f.state, ago(app.now, ts))),
         }
-        .unwrap_or_else(|| f.state.clone());
+        .unwrap_or_else(|| f.state.to_string());
         out.push(Line::from(vec![
             Span::styled(format!("▲ {} ", f.kind), t.severity(f.critical())),
             Span::styled(format!("{} · {when}", f.severity), t.dim()),
@@ -416,11 +416,11 @@ fn finding_text(findings: &[&Finding], app: &App, t: Theme) -> Vec<Line<'static>
         match (e.oom_eta_steps, e.oom_eta_seconds) {
             (Some(n), Some(s)) => facts.push(format!(
                 "OOM forecast: in ~{} steps (~{})",
-                thousands(n as u64),
+                thousands(n),
                 duration(s)
             )),
             (Some(n), None) => {
-                facts.push(format!("OOM forecast: in ~{} steps", thousands(n as u64)))
+                facts.push(format!("OOM forecast: in ~{} steps", thousands(n)))
             }
             (None, Some(s)) => facts.push(format!("OOM forecast: in ~{}", duration(s))),
             (None, None) => {}
