@@ -166,9 +166,7 @@ fn trainers(snap: &Snapshot, out: &mut String) {
         let found = open(&s.session);
         let badges: Vec<String> = found
             .iter()
-            .map(|f| {
-                format!("{} {}", f.kind.as_str(), f.state.as_str())
-            })
+            .map(|f| format!("{} {}", f.kind.as_str(), f.state.as_str()))
             .collect();
         for f in &found {
             if !f.message.is_empty() {

@@ -62,6 +62,15 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
     let snap = d.snapshot();
     let session = &snap["sessions"][0];
     assert_eq!(session["gpu"], 0, "{session}");
+    // One fragmentation: the metric and what the TUI and status compute from the API's stats.
+    let typed: gpumon::snapshot::Snapshot = serde_json::from_value(snap.clone()).unwrap();
+    let frag = typed.sessions[0].stats.unwrap().fragmentation().unwrap();
+    assert_eq!(frag, 0.75);
+    let metric = m
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("gpumon_fragmentation_ratio{labels}")))
+        .and_then(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(metric, Some(frag), "{m}");
     // The trainer vanishes without bye: a crash finding, about the same GPU everywhere.
     drop(s);
     d.wait_for(Duration::from_secs(10), "the crash finding", || {
@@ -93,9 +102,8 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
         .unwrap_or_else(|| panic!("{body}"))
         .clone();
     assert_eq!(sent["gpu"], "0", "{sent}");
-    assert!(
-        d.metrics()
-            .lines()
-            .any(|l| l == r#"gpumon_findings_firing{kind="crash"} 1"#),
-    );
+    assert!(d
+        .metrics()
+        .lines()
+        .any(|l| l == r#"gpumon_findings_firing{kind="crash"} 1"#),);
 }

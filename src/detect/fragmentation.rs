@@ -36,16 +36,7 @@ impl Detector for Fragmentation {
     fn sample(&mut self, obs: &Obs) -> Option<Signal> {
         let s = obs.sample;
         let reserved = s.stats.reserved?;
-        let unusable = match (s.stats.allocated_peak, s.stats.inactive_split) {
-            (Some(peak), _) => reserved.saturating_sub(peak),
-            (None, Some(split)) => split,
-            (None, None) => return None,
-        };
-        let ratio = if reserved > 0 {
-            unusable as f64 / reserved as f64
-        } else {
-            0.0
-        };
+        let (ratio, unusable) = s.stats.fragmentation_at_peak()?;
         let full = match (obs.room(), obs.capacity()) {
             (Some(room), Some(cap)) if cap > 0 => (room as f64) < FULL * cap as f64,
             _ => false,

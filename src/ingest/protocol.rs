@@ -119,6 +119,39 @@ pub struct Stats {
     pub device_free: Option<u64>,
 }
 
+/// The share of reserved memory not allocated: the one definition of fragmentation.
+pub fn unused_share(reserved: u64, allocated: u64) -> f64 {
+    if reserved == 0 {
+        0.0
+    } else {
+        reserved.saturating_sub(allocated) as f64 / reserved as f64
+    }
+}
+
+impl Stats {
+    /// (reserved − allocated) / reserved now: gpumon_trainer_fragmentation_ratio and the TUI's
+    /// FRAG column. None without both numbers or with nothing reserved.
+    pub fn fragmentation(&self) -> Option<f64> {
+        match (self.reserved?, self.allocated?) {
+            (0, _) => None,
+            (r, a) => Some(unused_share(r, a)),
+        }
+    }
+
+    /// The same share at the step's peak, reserved − peak allocated (what the fragmentation
+    /// detector judges: at a step boundary the cache rightly holds the activations just freed),
+    /// with those bytes; `inactive_split` stands in when no peak is sent.
+    pub fn fragmentation_at_peak(&self) -> Option<(f64, u64)> {
+        let reserved = self.reserved?;
+        let unusable = match (self.allocated_peak, self.inactive_split) {
+            (Some(peak), _) => reserved.saturating_sub(peak),
+            (None, Some(split)) => split.min(reserved),
+            (None, None) => return None,
+        };
+        Some((unused_share(reserved, reserved - unusable), unusable))
+    }
+}
+
 /// `Default` is for building one in tests and benches (`v` 0 is no version the daemon speaks).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hello {

@@ -48,7 +48,8 @@ impl<T: Copy> Series<T> {
         } else if len == self.points.capacity() {
             // Doubling, but never past the limit: VecDeque's own growth would take a 300-point
             // series to 512 slots.
-            self.points.reserve_exact(len.max(1).min(self.capacity - len));
+            self.points
+                .reserve_exact(len.max(1).min(self.capacity - len));
         }
         self.points.push_back(Point { ts, value });
     }

@@ -186,12 +186,18 @@ pub fn snapshot(
         last_poll_duration_seconds: 0.002,
     };
     s.gpus = gpus;
+    // The daemon joins each process to its live session; these made-up nodes join on pid and GPU.
     s.processes = processes
         .into_iter()
-        .map(|reading| crate::snapshot::ProcessView {
-            reading,
-            session: None,
-            ns_pid: None,
+        .map(|reading| {
+            let joined = sessions.iter().find(|x| {
+                x.ended.is_none() && x.pid == reading.pid && x.gpu.is_none_or(|g| g == reading.gpu)
+            });
+            crate::snapshot::ProcessView {
+                session: joined.map(|x| x.session.clone()),
+                ns_pid: joined.and_then(|x| x.ns_pid),
+                reading,
+            }
         })
         .collect();
     s.sessions = sessions;

@@ -119,10 +119,8 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
                 fam.add(&l, v as f64);
             }
         }
-        if let (Some(r), Some(a)) = (st.reserved, st.allocated) {
-            if r > 0 {
-                frag.add(&l, r.saturating_sub(a) as f64 / r as f64);
-            }
+        if let Some(f) = st.fragmentation() {
+            frag.add(&l, f);
         }
         if let Some(t) = s.last_arrival {
             last.add(&l, t);

@@ -138,9 +138,10 @@ impl Node {
 
     /// The leak finding whose slope the trainer chart draws: pending or firing.
     pub fn active_leak(&self, session: &str, pid: u32) -> Option<&Finding> {
-        self.findings_for(session, pid)
-            .into_iter()
-            .find(|f| f.kind == crate::detect::Kind::Leak && matches!(f.state(), State::Firing | State::Pending))
+        self.findings_for(session, pid).into_iter().find(|f| {
+            f.kind == crate::detect::Kind::Leak
+                && matches!(f.state(), State::Firing | State::Pending)
+        })
     }
 }
 

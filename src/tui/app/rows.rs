@@ -173,9 +173,11 @@ pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
         let live: Vec<&SessionView> = snap.sessions.iter().filter(|s| s.ended.is_none()).collect();
         let mut matched = vec![false; live.len()];
         for p in &snap.processes {
-            let found = live
-                .iter()
-                .position(|s| s.pid == p.pid && s.gpu.is_none_or(|g| g == p.gpu));
+            // The daemon joined the process to its session (host pid and device, MIG-aware).
+            let found = p
+                .session
+                .as_ref()
+                .and_then(|id| live.iter().position(|s| &s.session == id));
             if let Some(i) = found {
                 matched[i] = true;
             }
@@ -229,10 +231,7 @@ impl Draft<'_> {
         let floor = s.and_then(latest_floor);
         let peak = stats.and_then(|x| x.allocated_peak);
         let reserved = stats.and_then(|x| x.reserved);
-        let frag = match (stats.and_then(|x| x.allocated), reserved) {
-            (Some(a), Some(r)) if r > 0 => Some(r.saturating_sub(a) as f64 / r as f64),
-            _ => None,
-        };
+        let frag = stats.and_then(|x| x.fragmentation());
         let retries = s.map(|s| s.alloc_retries_total);
         let step = s.and_then(|s| s.step);
         let badges = badges(s, self.pid, self.gpu, findings);

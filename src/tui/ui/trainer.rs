@@ -419,9 +419,7 @@ fn finding_text(findings: &[&Finding], app: &App, t: Theme) -> Vec<Line<'static>
                 thousands(n),
                 duration(s)
             )),
-            (Some(n), None) => {
-                facts.push(format!("OOM forecast: in ~{} steps", thousands(n)))
-            }
+            (Some(n), None) => facts.push(format!("OOM forecast: in ~{} steps", thousands(n))),
             (None, Some(s)) => facts.push(format!("OOM forecast: in ~{}", duration(s))),
             (None, None) => {}
         }
