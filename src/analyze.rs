@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::core::trainer::EventKind;
+use crate::core::trainer::Peer;
 use crate::detect::attribution::Attribution;
 use crate::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
-use crate::ingest::conn::{Conn, Outcome, IDLE_TIMEOUT};
+use crate::ingest::conn::{Conn, Outcome};
 use crate::ingest::protocol::MAX_LINE;
 use crate::outputs::attribution_text as words;
-use crate::store::sessions::{Peer, SessionLimits, Sessions};
+use crate::store::sessions::{SessionLimits, Sessions};
 use crate::units::bytes;
 
 /// Bad lines listed per trace; the rest are only counted.
@@ -191,7 +193,7 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         .live()
         .next()
         .and_then(|s| s.events.back())
-        .is_some_and(|e| e.kind == IDLE_TIMEOUT);
+        .is_some_and(|e| e.kind == EventKind::IdleTimeout);
     if report.truncated.is_some() || idle {
         // What happened after the trace stops is unknown: no crash is read into it.
         conn.close_for_shutdown(&mut sessions, clock);

@@ -3,12 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::trainer::Stats;
+use crate::core::trainer::{Ending, EventRecord, SessionPoint};
 use crate::detect::attribution::Attribution;
 use crate::detect::Finding;
-use crate::ingest::protocol::Stats;
 use crate::ingest::server::IngestStats;
 use crate::model::{GpuReading, ProcessReading, Timestamp};
-use crate::store::sessions::{Ending, EventRecord, Session, SessionPoint, Sessions};
+use crate::store::sessions::{Session, Sessions};
 use crate::store::{GpuPoint, NvmlStatus, Point, Store};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -295,7 +296,7 @@ impl SessionView {
             samples: s.samples,
             last_sample_ts: s.last_sample.as_ref().map(|(t, _)| *t),
             step: last.and_then(|x| x.step),
-            phase: last.map(|x| x.phase.clone()),
+            phase: last.map(|x| x.phase.as_str().to_string()),
             stats: last.map(|x| x.stats),
             device_free: last.and_then(|x| x.device_free),
             device_total: last.and_then(|x| x.device_total),

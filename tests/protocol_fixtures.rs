@@ -5,9 +5,10 @@
 
 use std::path::PathBuf;
 
+use gpumon::core::trainer::Peer;
 use gpumon::ingest::conn::{Conn, Outcome};
 use gpumon::ingest::protocol::{self, Code, Reply};
-use gpumon::store::sessions::{Peer, SessionLimits, Sessions};
+use gpumon::store::sessions::{SessionLimits, Sessions};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protocol")

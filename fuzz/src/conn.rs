@@ -8,9 +8,10 @@
 //! points, events and ended sessions stay within the limits; a session's sample count equals
 //! the sample lines accepted for it; closing a connection always ends its session.
 
+use gpumon::core::trainer::{Ending, Peer};
 use gpumon::ingest::conn::{Conn, Outcome};
 use gpumon::ingest::protocol::{self, Code, Message, Rejection, MAX_LINE};
-use gpumon::store::sessions::{Ending, Peer, SessionLimits, Sessions};
+use gpumon::store::sessions::{SessionLimits, Sessions};
 
 use crate::parse::{check_error_line, one_json_line};
 

@@ -3,8 +3,9 @@
 //! and parsed again; a rejection must become one JSON error line whose message is short, so a
 //! hostile line is never echoed back at length.
 
+use gpumon::core::trainer::Stats;
 use gpumon::detect::attribution::{MAX_SITES, MAX_STACK, MAX_STR};
-use gpumon::ingest::protocol::{self, Code, Message, Reply, Stats, MAX_LINE};
+use gpumon::ingest::protocol::{self, Code, Message, Reply, MAX_LINE};
 use serde_json::{json, Map, Value};
 
 /// Longest error message a rejection may carry: client values are quoted clipped.
@@ -118,7 +119,7 @@ fn check_bounds(msg: &Message) {
         }
         Message::Sample(s) => {
             ts(s.ts);
-            label(Some(&s.phase));
+            label(Some(s.phase.as_str()));
             stats(&s.stats);
             bytes(s.device_free);
             bytes(s.device_total);
@@ -126,8 +127,8 @@ fn check_bounds(msg: &Message) {
         }
         Message::Event(e) => {
             ts(e.ts);
-            label(Some(&e.kind));
-            label(e.phase.as_deref());
+            label(Some(e.kind.as_str()));
+            label(e.phase.as_ref().map(|p| p.as_str()));
             bytes(e.alloc_bytes);
             bytes(e.device_free);
             bytes(e.alloc_limit);

@@ -2,7 +2,7 @@
 //! processes report it over the socket and the simulated NVML lists the same processes with the
 //! same memory (reserved + CUDA context), so both views agree as they would on a real node.
 
-use crate::ingest::protocol::Stats;
+use crate::core::trainer::Stats;
 
 pub const GIB: f64 = 1073741824.0;
 pub const MIB: f64 = 1048576.0;

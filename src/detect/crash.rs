@@ -2,7 +2,7 @@
 //! ends; this file only gathers what the last sample said.
 
 use super::Evidence;
-use crate::ingest::protocol::Sample;
+use crate::core::trainer::Sample;
 
 pub fn evidence(last: Option<&Sample>) -> Evidence {
     Evidence {

@@ -58,7 +58,7 @@ impl Detector for Fragmentation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::protocol::{Sample, Stats};
+    use crate::core::trainer::{Sample, Stats};
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;

@@ -393,7 +393,7 @@ impl Detector for Leak {
         if let Some(l) = obs.limit() {
             self.limit = Some(l);
         }
-        if s.phase != "train" {
+        if !s.phase.is_train() {
             return None;
         }
         let floor = s.stats.allocated?;

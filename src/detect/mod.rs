@@ -17,9 +17,9 @@ pub mod window;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ingest::protocol::Sample;
+use crate::core::trainer::EventRecord;
+use crate::core::trainer::Sample;
 use crate::model::Timestamp;
-use crate::store::sessions::EventRecord;
 
 pub use findings::{Finding, FindingState, Findings};
 pub use session::SessionDetect;
@@ -67,7 +67,7 @@ impl Kind {
 
 impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

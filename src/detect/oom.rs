@@ -5,7 +5,8 @@
 //! says nothing then (torch reports 74 GiB free to a process allowed 4.75 GiB).
 
 use super::{cap, Detector, Evidence, Kind, Obs, Pos, Signal};
-use crate::store::sessions::EventRecord;
+use crate::core::trainer::EventKind;
+use crate::core::trainer::EventRecord;
 
 /// An OOM stays active until both this many steps and this many seconds have passed since the
 /// last one: a count of samples would be seconds at 10 samples a second and hours on slow steps.
@@ -79,7 +80,7 @@ impl Detector for Oom {
     }
 
     fn event(&mut self, e: &EventRecord) -> Option<Signal> {
-        if e.kind != "oom" {
+        if e.kind != EventKind::Oom {
             return None;
         }
         self.last_oom = Some(Pos {
@@ -105,8 +106,8 @@ impl Detector for Oom {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::trainer::{Sample, Stats};
     use crate::detect::message;
-    use crate::ingest::protocol::{Sample, Stats};
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;

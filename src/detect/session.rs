@@ -9,9 +9,9 @@ use super::{
     crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
     Obs, Pos, Signal,
 };
-use crate::ingest::protocol::Sample;
+use crate::core::trainer::Sample;
+use crate::core::trainer::{Ending, EventRecord};
 use crate::model::Timestamp;
-use crate::store::sessions::{Ending, EventRecord};
 
 struct Track {
     det: Box<dyn Detector>,

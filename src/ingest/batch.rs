@@ -61,7 +61,7 @@ pub struct Batch {
 fn exempt(msg: &Message) -> bool {
     match msg {
         Message::Hello(_) | Message::Bye { .. } => true,
-        Message::Event(e) => e.kind == "oom",
+        Message::Event(e) => e.kind == crate::core::trainer::EventKind::Oom,
         Message::Sample(_) | Message::Attribution(_) => false,
     }
 }
@@ -127,7 +127,7 @@ impl Batch {
         for item in self.items.drain(..) {
             let outcome = match item {
                 Item::Msg(msg, raw, seq) => {
-                    if let Message::Event(protocol::Event {
+                    if let Message::Event(crate::core::trainer::Event {
                         dropped: Some(n), ..
                     }) = &msg
                     {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use super::protocol::{self, Code, Message, Rejection, Reply, CAP_ACK};
 use super::record::{Recorder, Trace};
 use super::resume::{Mark, Resume};
+use crate::core::trainer::{Ending, Peer};
 use crate::model::Timestamp;
-use crate::store::sessions::{Ending, Peer, Sessions};
+use crate::store::sessions::Sessions;
 
 const SERVER: &str = concat!("gpumon/", env!("CARGO_PKG_VERSION"));
 /// Seconds between two `rate_limited` replies on one connection: one per line would flood a
@@ -222,7 +223,7 @@ impl Conn {
                     self.record(raw, seq);
                     Outcome::Accepted
                 }
-                Err(r) => self.error(r),
+                Err(unasked) => self.error(unasked.into()),
             },
             (Message::Bye { .. }, Some(key)) => {
                 sessions.close(key, Ending::Clean, now);
@@ -294,7 +295,7 @@ impl Conn {
                 "type": "event", "ts": now, "kind": IDLE_TIMEOUT, "detail": &detail,
             });
             self.record(line.to_string().as_bytes(), 0);
-            let e = protocol::Event {
+            let e = crate::core::trainer::Event {
                 ts: now,
                 kind: IDLE_TIMEOUT.into(),
                 alloc_bytes: None,

@@ -9,6 +9,7 @@ use std::fmt;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 use crate::detect::attribution::Attribution;
 
 mod attribution;
@@ -33,8 +34,7 @@ const MAX_DECODER_MESSAGE: usize = 240;
 /// Capabilities a hello may list, at most, and the longest name.
 const MAX_CAPS: usize = 16;
 const MAX_CAP: usize = 32;
-/// The capability to answer `attribute` requests.
-pub const CAP_ATTRIBUTION: &str = "attribution";
+pub use crate::core::trainer::CAP_ATTRIBUTION;
 /// The capability to number lines (`seq`), take `ack`s and resend what was never acknowledged.
 pub const CAP_ACK: &str = "ack";
 
@@ -97,118 +97,17 @@ impl Rejection {
     }
 }
 
+/// An attribution that answers no open request is a `bad_field`.
+impl From<crate::store::sessions::Unasked> for Rejection {
+    fn from(e: crate::store::sessions::Unasked) -> Self {
+        Rejection::new(Code::BadField, e.to_string())
+    }
+}
+
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.code.as_str(), self.message)
     }
-}
-
-/// The allocator counters and gauges the daemon uses, from `torch.cuda.memory_stats()`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stats {
-    pub allocated: Option<u64>,
-    pub allocated_peak: Option<u64>,
-    pub reserved: Option<u64>,
-    pub active: Option<u64>,
-    pub inactive_split: Option<u64>,
-    pub requested: Option<u64>,
-    pub alloc_retries: Option<u64>,
-    pub ooms: Option<u64>,
-    pub sync_all_streams: Option<u64>,
-    pub device_alloc: Option<u64>,
-    pub device_free: Option<u64>,
-}
-
-/// The share of reserved memory not allocated: the one definition of fragmentation.
-pub fn unused_share(reserved: u64, allocated: u64) -> f64 {
-    if reserved == 0 {
-        0.0
-    } else {
-        reserved.saturating_sub(allocated) as f64 / reserved as f64
-    }
-}
-
-impl Stats {
-    /// (reserved − allocated) / reserved now: gpumon_trainer_fragmentation_ratio and the TUI's
-    /// FRAG column. None without both numbers or with nothing reserved.
-    pub fn fragmentation(&self) -> Option<f64> {
-        match (self.reserved?, self.allocated?) {
-            (0, _) => None,
-            (r, a) => Some(unused_share(r, a)),
-        }
-    }
-
-    /// The same share at the step's peak, reserved − peak allocated (what the fragmentation
-    /// detector judges: at a step boundary the cache rightly holds the activations just freed),
-    /// with those bytes; `inactive_split` stands in when no peak is sent.
-    pub fn fragmentation_at_peak(&self) -> Option<(f64, u64)> {
-        let reserved = self.reserved?;
-        let unusable = match (self.allocated_peak, self.inactive_split) {
-            (Some(peak), _) => reserved.saturating_sub(peak),
-            (None, Some(split)) => split.min(reserved),
-            (None, None) => return None,
-        };
-        Some((unused_share(reserved, reserved - unusable), unusable))
-    }
-}
-
-/// `Default` is for building one in tests and benches (`v` 0 is no version the daemon speaks).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Hello {
-    pub v: u64,
-    pub ns_pid: Option<u64>,
-    pub job: Option<String>,
-    pub rank: Option<u64>,
-    pub world_size: Option<u64>,
-    pub cuda_device: Option<u64>,
-    pub gpu_uuid: Option<String>,
-    pub client: Option<String>,
-    pub torch: Option<String>,
-    pub allocator: Option<String>,
-    pub expandable_segments: Option<bool>,
-    /// The caching allocator's cap (`set_per_process_memory_fraction`), when one is set.
-    pub alloc_limit: Option<u64>,
-    /// What the client can do when asked (`attribution`); unknown names are kept, unused.
-    pub caps: Vec<String>,
-    /// The client's own id for its lifetime, the same on every connection it opens: with
-    /// `seq`, it lets the daemon drop lines a reconnecting client sends again.
-    pub instance: Option<String>,
-}
-
-impl Hello {
-    /// Whether the client said it can do `cap` when asked.
-    pub fn can(&self, cap: &str) -> bool {
-        self.caps.iter().any(|c| c == cap)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    pub ts: f64,
-    pub step: Option<u64>,
-    /// "train" when absent.
-    pub phase: String,
-    pub stats: Stats,
-    pub device_free: Option<u64>,
-    pub device_total: Option<u64>,
-    /// Sent when the allocator's cap first becomes known or changes.
-    pub alloc_limit: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    pub ts: f64,
-    pub kind: String,
-    pub alloc_bytes: Option<u64>,
-    pub device_free: Option<u64>,
-    /// On `oom`: the most the allocator was allowed to hold (the cap, else the device total).
-    pub alloc_limit: Option<u64>,
-    pub phase: Option<String>,
-    pub detail: Option<String>,
-    pub path: Option<String>,
-    /// Lines the client dropped before this one because the daemon could not take them
-    /// (unreachable, or reading too slowly); the reference client says so on a `mark`.
-    pub dropped: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -491,7 +390,7 @@ fn sample(r: Raw) -> Result<Sample, Rejection> {
     Ok(Sample {
         ts: ts("ts", required("sample", "ts", r.ts)?)?,
         step: r.step,
-        phase: label("phase", r.phase)?.unwrap_or_else(|| "train".into()),
+        phase: label("phase", r.phase)?.map_or(Phase::Train, |p| Phase::parse(&p)),
         stats,
         device_free: bytes("device_free", r.device_free)?,
         device_total: bytes("device_total", r.device_total)?,
@@ -502,16 +401,18 @@ fn sample(r: Raw) -> Result<Sample, Rejection> {
 fn event(r: Raw) -> Result<Event, Rejection> {
     Ok(Event {
         ts: ts("ts", required("event", "ts", r.ts)?)?,
-        kind: label("kind", r.kind)?.ok_or_else(|| {
-            Rejection::new(
-                Code::BadField,
-                "event needs \"kind\" (oom, phase, mark, snapshot)",
-            )
-        })?,
+        kind: label("kind", r.kind)?
+            .ok_or_else(|| {
+                Rejection::new(
+                    Code::BadField,
+                    "event needs \"kind\" (oom, phase, mark, snapshot)",
+                )
+            })
+            .map(|k| EventKind::parse(&k))?,
         alloc_bytes: bytes("alloc_bytes", r.alloc_bytes)?,
         device_free: bytes("device_free", r.device_free)?,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
-        phase: label("phase", r.phase)?,
+        phase: label("phase", r.phase)?.map(|p| Phase::parse(&p)),
         detail: text("detail", r.detail)?,
         path: text("path", r.path)?,
         dropped: r.dropped,

@@ -24,8 +24,8 @@ use super::protocol::{Code, Rejection, MAX_LINE};
 use super::record::Recorder;
 use super::resume::Resume;
 use crate::core::aggregator::{Handle, Source};
+use crate::core::trainer::Peer;
 use crate::model::now;
-use crate::store::sessions::Peer;
 
 mod admission;
 

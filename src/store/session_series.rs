@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use super::ring::Point;
-use super::sessions::SessionPoint;
+use crate::core::trainer::SessionPoint;
 use crate::model::Timestamp;
 
 const BITS: u32 = 51;
@@ -363,8 +363,9 @@ mod tests {
     /// minutes late, and those a little ahead, keep their own time.
     #[test]
     fn sessions_take_untrusted_times_at_their_arrival() {
-        use crate::ingest::protocol::{Hello, Sample, Stats};
-        use crate::store::sessions::{Peer, SessionLimits, Sessions};
+        use crate::core::trainer::Peer;
+        use crate::core::trainer::{Hello, Sample, Stats};
+        use crate::store::sessions::{SessionLimits, Sessions};
 
         let (t0, day) = (1_763_700_000.0, 86_400.0);
         let mut s = Sessions::new(SessionLimits::default());

@@ -9,32 +9,17 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::session_series::SessionSeries;
+use crate::core::trainer::{
+    Ending, Event, EventKind, EventRecord, Hello, Peer, Sample, SessionPoint, Stats,
+    CAP_ATTRIBUTION,
+};
 use crate::detect::attribution::Attribution;
 use crate::detect::findings::Subject;
 use crate::detect::session::crash_id;
 use crate::detect::{DetectConfig, Findings, Obs, SessionDetect};
-use crate::ingest::protocol::{Event, Hello, Sample, Stats, CAP_ATTRIBUTION};
 use crate::model::Timestamp;
 
-pub use attribute::{Asking, AttributionPolicy, Request};
-
-/// Who is on the other end, from SO_PEERCRED (the kernel), never from the payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Peer {
-    pub pid: u32,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-/// One step-boundary sample, compact: what charts and detectors read.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SessionPoint {
-    pub step: Option<u64>,
-    pub train: bool,
-    pub allocated: Option<u64>,
-    pub allocated_peak: Option<u64>,
-    pub reserved: Option<u64>,
-}
+pub use attribute::{Asking, AttributionPolicy, Request, Unasked};
 
 /// A cumulative allocator counter that survives the trainer resetting its stats: a decrease is a
 /// reset, and counting resumes from the new value.
@@ -77,27 +62,6 @@ impl OomCount {
         self.events += 1;
         self.total = self.counter.total.max(self.events);
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EventRecord {
-    pub ts: Timestamp,
-    pub kind: String,
-    pub detail: Option<String>,
-    pub alloc_bytes: Option<u64>,
-    pub device_free: Option<u64>,
-    /// The allocator's cap at the time: the event's own, else the latest the session reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alloc_limit: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Ending {
-    /// `bye` received.
-    Clean,
-    /// The connection closed without `bye`: the trainer died.
-    Crash,
 }
 
 pub struct Session {
@@ -285,7 +249,7 @@ impl Sessions {
             alloc_limit: sess.alloc_limit,
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
-        let point = point(&s.stats, s.step, s.phase == "train");
+        let point = point(&s.stats, s.step, s.phase.is_train());
         sess.series.push(s.ts, point);
         sess.samples += 1;
         sess.last_arrival = Some(now);
@@ -296,13 +260,16 @@ impl Sessions {
         let limit = self.limits.events;
         if let Some(sess) = self.live.get_mut(&key) {
             sess.alloc_limit = e.alloc_limit.or(sess.alloc_limit);
-            if e.kind == "oom" {
+            if e.kind == EventKind::Oom {
                 sess.ooms.event();
             }
             let rec = EventRecord {
                 ts: e.ts,
                 kind: e.kind,
-                detail: e.detail.or(e.path).or(e.phase),
+                detail: e
+                    .detail
+                    .or(e.path)
+                    .or(e.phase.map(|p| p.as_str().to_string())),
                 alloc_bytes: e.alloc_bytes,
                 device_free: e.device_free,
                 alloc_limit: sess.alloc_limit,

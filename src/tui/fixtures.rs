@@ -8,10 +8,10 @@ mod attribution;
 pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
 use serde_json::{json, Value};
 
-use crate::ingest::protocol::Stats;
+use crate::core::trainer::Stats;
+use crate::core::trainer::{EventRecord, SessionPoint};
 use crate::model::*;
 use crate::snapshot::{GpuView, IngestView, NvmlView, SessionView, Snapshot};
-use crate::store::sessions::{EventRecord, SessionPoint};
 use crate::store::{GpuPoint, HistoryLimits, Point, Store};
 use crate::tui::app::state::{Action, App, Node, Origin, Update};
 

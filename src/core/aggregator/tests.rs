@@ -2,9 +2,9 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use super::*;
+use crate::core::trainer::Peer;
 use crate::ingest::conn::Conn;
 use crate::model::NodeReading;
-use crate::store::sessions::Peer;
 use crate::store::{HistoryLimits, NvmlStatus};
 
 fn store() -> Store {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ingest::protocol::{Sample, Stats};
+use crate::core::trainer::{Sample, Stats};
 
 mod resets;
 

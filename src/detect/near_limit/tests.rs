@@ -1,8 +1,8 @@
 //! near_limit against the allocator's real limit, and one episode per stretch of pressure.
 
+use crate::core::trainer::{Sample, Stats};
 use crate::detect::findings::{FindingState, Findings, Subject};
 use crate::detect::{DetectConfig, Kind, Obs, SessionDetect};
-use crate::ingest::protocol::{Sample, Stats};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;

@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use tokio::io::AsyncWriteExt;
 
 use super::*;
+use crate::core::trainer::{Ending, Peer};
 use crate::ingest::protocol::MAX_LINE;
-use crate::store::sessions::{Ending, Peer};
 use crate::store::{HistoryLimits, Store};
 
 const PEER: Peer = Peer {
@@ -89,7 +89,7 @@ fn summary(s: &Store, stats: &IngestStats, replies: Vec<String>) -> Run {
                     .iter()
                     .map(|p| p.value.and_then(|v| v.step))
                     .collect(),
-                events: x.events.iter().map(|e| e.kind.clone()).collect(),
+                events: x.events.iter().map(|e| e.kind.to_string()).collect(),
                 ended: x.ended.map(|(_, e)| e),
             })
             .collect(),

@@ -114,8 +114,8 @@ fn nvml_down_renders_only_health() {
 
 #[test]
 fn two_live_sessions_with_one_label_set_export_the_newest_once() {
-    use crate::ingest::protocol::{Hello, Sample, Stats};
-    use crate::store::sessions::Peer;
+    use crate::core::trainer::Peer;
+    use crate::core::trainer::{Hello, Sample, Stats};
     let mut store = new_store();
     store.apply(reading(), 0.002);
     let peer = Peer {

@@ -307,10 +307,10 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::ingest::protocol::Hello;
+    use crate::core::trainer::Hello;
+    use crate::core::trainer::Peer;
     use crate::model::{NodeReading, ProcInfo, ProcessKind, ProcessReading};
     use crate::outputs::prometheus::Exporter;
-    use crate::store::sessions::Peer;
     use crate::store::{HistoryLimits, Store};
 
     fn process(pid: u32, pod: Option<(&str, &str)>) -> ProcessReading {

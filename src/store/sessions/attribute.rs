@@ -7,10 +7,17 @@
 //! sessions are a replay: nothing is asked, since nobody could answer, and an `attribution` line
 //! of a recorded trace attaches to the leak finding of that moment, as it did live.
 
-use super::{push_event, EventRecord, Session, Sessions};
+use super::{push_event, Session, Sessions};
+use crate::core::trainer::EventRecord;
 use crate::detect::attribution::Attribution;
-use crate::ingest::protocol::{Code, Rejection};
 use crate::model::Timestamp;
+
+/// An attribution whose id answers no open request (the connection replies `bad_field`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("id {id} answers no open request; send an attribution only to answer an attribute request, with its id")]
+pub struct Unasked {
+    pub id: u64,
+}
 
 /// Growth a window should see: enough for the growing sites to stand well clear of the noise.
 const TARGET_GROWTH: f64 = 32.0 * 1048576.0;
@@ -217,7 +224,7 @@ impl Sessions {
     /// else it is a `bad_field` and nothing changes; it closes the window, and its sites go on
     /// the leak finding it was asked for while that is pending or firing. In a replay it goes
     /// on the leak finding of the moment.
-    pub fn attribution(&mut self, key: u64, mut a: Attribution) -> Result<(), Rejection> {
+    pub fn attribution(&mut self, key: u64, mut a: Attribution) -> Result<(), Unasked> {
         let replay = self.policy.is_none();
         let limit = self.limits.events;
         let Some(sess) = self.live.get_mut(&key) else {
@@ -228,15 +235,7 @@ impl Sessions {
         } else {
             match sess.asking.open.as_ref() {
                 Some(w) if w.id == a.id => sess.asking.open.take().map(|w| w.finding),
-                _ => {
-                    return Err(Rejection::new(
-                        Code::BadField,
-                        format!(
-                            "id {} answers no open request; send an attribution only to answer an attribute request, with its id",
-                            a.id
-                        ),
-                    ))
-                }
+                _ => return Err(Unasked { id: a.id }),
             }
         };
         a.finding = finding.clone();

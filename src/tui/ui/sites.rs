@@ -6,10 +6,10 @@ use ratatui::text::{Line, Span};
 
 use super::fmt::ago;
 use super::theme::Theme;
+use crate::core::trainer::{EventKind, EventRecord};
 use crate::detect::attribution::Attribution;
 use crate::model::Timestamp;
 use crate::outputs::attribution_text as words;
-use crate::store::sessions::EventRecord;
 use crate::units::bytes;
 
 /// How much of an attribution fits.
@@ -89,11 +89,13 @@ pub fn lines(a: &Attribution, room: Room, t: Theme) -> Vec<Line<'static>> {
 /// "Asking the trainer…" while the session's latest attribution event is a request: the daemon
 /// asked and the trainer is recording its window (or has not answered yet).
 pub fn asking(events: &[EventRecord], now: Timestamp, t: Theme) -> Option<Line<'static>> {
-    let last = events
-        .iter()
-        .rev()
-        .find(|e| e.kind.starts_with("attribution"))?;
-    (last.kind == "attribution_requested").then(|| {
+    let last = events.iter().rev().find(|e| {
+        matches!(
+            e.kind,
+            EventKind::AttributionRequested | EventKind::Attribution | EventKind::AttributionFailed
+        )
+    })?;
+    (last.kind == EventKind::AttributionRequested).then(|| {
         Line::styled(
             format!(
                 "Asking the trainer where the growth is allocated\u{2026} (asked {})",

@@ -1,9 +1,9 @@
 //! A trainer whose step count starts over (a per-epoch `step`, a restarted loop counter): the
 //! leak is judged on a step axis that continues across the reset, so one leak is one episode.
 
+use crate::core::trainer::{Sample, Stats};
 use crate::detect::findings::{FindingState, Findings, Subject};
 use crate::detect::{DetectConfig, Kind, Obs, SessionDetect};
-use crate::ingest::protocol::{Sample, Stats};
 
 use super::{noise, GIB, MIB, TOTAL};
 

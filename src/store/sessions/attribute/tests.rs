@@ -1,8 +1,11 @@
 use super::*;
+// The connection turns an unasked answer into this reply; the tests check what the trainer sees.
+use crate::core::trainer::{Ending, Peer};
+use crate::core::trainer::{Hello, Sample, Stats};
 use crate::detect::attribution::Site;
 use crate::detect::{Finding, FindingState, Kind};
-use crate::ingest::protocol::{Hello, Sample, Stats};
-use crate::store::sessions::{Ending, Peer, SessionLimits};
+use crate::ingest::protocol::{Code, Rejection};
+use crate::store::sessions::SessionLimits;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -121,7 +124,7 @@ impl Rig {
     }
 
     fn answer(&mut self, a: Attribution) -> Result<(), Rejection> {
-        self.s.attribution(self.key, a)
+        self.s.attribution(self.key, a).map_err(Rejection::from)
     }
 }
 
