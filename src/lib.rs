@@ -29,3 +29,4 @@ pub mod status;
 pub mod store;
 pub mod tui;
 pub mod units;
+pub mod util;

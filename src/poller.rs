@@ -10,6 +10,7 @@ use crate::core::aggregator::Handle;
 use crate::model::{now, GpuState, NodeReading};
 use crate::sources::GpuSource;
 use crate::store::{Collection, NvmlStatus};
+use crate::util::backoff::Backoff;
 
 /// Encodes the NVML families of one collection (given by the daemon: the exposition format is
 /// an output's business). Run here, after the poll, so no scrape and no trainer waits on it.
@@ -27,7 +28,7 @@ pub fn run(
     stop: Receiver<()>,
 ) {
     let mut status = NvmlStatus::default();
-    let mut backoff = interval;
+    let mut backoff = Backoff::new(interval, MAX_BACKOFF);
     let mut last_error: Option<String> = None;
     let mut gpu_states: HashMap<String, GpuState> = HashMap::new();
     loop {
@@ -40,7 +41,7 @@ pub fn run(
                     tracing::info!(gpus = reading.gpus.len(), "NVML is up again");
                 }
                 log_gpu_changes(&reading, &mut gpu_states);
-                backoff = interval;
+                backoff.reset();
                 status.record_ok(reading.ts, duration);
                 let text = encode(&status, Some(&reading));
                 let sent = aggregator.offer_collection(Collection {
@@ -57,9 +58,9 @@ pub fn run(
             Err(e) => {
                 let msg = e.to_string();
                 if last_error.as_deref() != Some(msg.as_str()) {
-                    tracing::error!(error = %msg, retry_in = ?backoff, "NVML unavailable; serving gpumon_nvml_up 0 and retrying");
+                    tracing::error!(error = %msg, retry_in = ?backoff.current(), "NVML unavailable; serving gpumon_nvml_up 0 and retrying");
                 } else {
-                    tracing::debug!(error = %msg, retry_in = ?backoff, "NVML still unavailable");
+                    tracing::debug!(error = %msg, retry_in = ?backoff.current(), "NVML still unavailable");
                 }
                 let ts = now();
                 status.record_failure(ts, msg.clone(), duration);
@@ -74,9 +75,7 @@ pub fn run(
                     return;
                 }
                 last_error = Some(msg);
-                let wait = backoff;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                wait
+                backoff.fail()
             }
         };
         match stop.recv_timeout(wait) {

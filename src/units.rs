@@ -20,6 +20,46 @@ pub fn bytes_fine(b: u64) -> String {
     }
 }
 
+/// A span to the second: "42s", "3m05s", "4h10m", "2d03h" (what a dashboard counts up).
+pub fn duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "?".into();
+    }
+    span(secs.round() as u64, true)
+}
+
+/// A span as a forecast or a message gives it: "45s", "12m", "4h10m", "2d03h" (seconds beyond
+/// the first minute are noise there).
+pub fn duration_coarse(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "?".into();
+    }
+    span(secs.max(0.0).round() as u64, false)
+}
+
+fn span(s: u64, seconds: bool) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 if seconds => format!("{}m{:02}s", s / 60, s % 60),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// 31000 → "31,000".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
 fn scaled(b: u64) -> (f64, usize) {
@@ -40,6 +80,23 @@ pub fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_span_rule_to_the_second_or_coarse() {
+        for (secs, fine, coarse) in [
+            (42.0, "42s", "42s"),
+            (185.0, "3m05s", "3m"),
+            (15_000.0, "4h10m", "4h10m"),
+            (183_600.0, "2d03h", "2d03h"),
+        ] {
+            assert_eq!(duration(secs), fine);
+            assert_eq!(duration_coarse(secs), coarse);
+        }
+        assert_eq!(duration(-1.0), "?");
+        assert_eq!(duration_coarse(f64::NAN), "?");
+        assert_eq!(thousands(31_000), "31,000");
+        assert_eq!(thousands(999), "999");
+    }
 
     #[test]
     fn formats_binary_units() {

@@ -22,9 +22,11 @@ use std::time::{Duration, Instant};
 use crate::core::aggregator::{WeakHandle, ALERT_QUEUE};
 use crate::detect::{Finding, FindingState};
 use crate::outputs::prometheus::AlertStats;
+use crate::util::backoff::Backoff;
 
 /// Findings a sink holds while its receiver is down; past it the oldest states are dropped.
 const QUEUE: usize = 10_000;
+/// Longest wait between deliveries to a receiver that keeps failing.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +53,7 @@ struct Queue {
     stats: Arc<AlertStats>,
     pending: BTreeMap<String, (u64, Finding)>,
     seq: u64,
-    backoff: Duration,
+    backoff: Backoff,
     next_try: Instant,
     failing: bool,
 }
@@ -63,7 +65,7 @@ impl Queue {
             stats,
             pending: BTreeMap::new(),
             seq: 0,
-            backoff: Duration::from_secs(1),
+            backoff: Backoff::new(Duration::from_secs(1), MAX_BACKOFF),
             next_try: Instant::now(),
             failing: false,
         }
@@ -119,7 +121,7 @@ impl Queue {
                 }
                 self.pending.clear();
                 self.failing = false;
-                self.backoff = Duration::from_secs(1);
+                self.backoff.reset();
             }
             Err(e) => {
                 if let Some(s) = stats {
@@ -129,8 +131,7 @@ impl Queue {
                     tracing::warn!(sink = self.sink.name(), error = %e, pending = batch.len(), "alert delivery failed; retrying with backoff");
                 }
                 self.failing = true;
-                self.next_try = now + self.backoff;
-                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                self.next_try = now + self.backoff.fail();
             }
         }
     }

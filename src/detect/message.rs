@@ -2,7 +2,7 @@
 
 use super::attribution::Attribution;
 use super::{Evidence, Kind};
-use crate::units::{bytes, bytes_fine};
+use crate::units::{bytes, bytes_fine, duration_coarse, thousands};
 
 pub fn describe(kind: Kind, e: &Evidence) -> String {
     match kind {
@@ -24,7 +24,7 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                     Some(cap) => format!("the {} allowed is used up", bytes_fine(cap)),
                     None => "the GPU is full".into(),
                 };
-                m.push_str(&format!("; at this rate {full} in ~{}", duration(secs)));
+                m.push_str(&format!("; at this rate {full} in ~{}", duration_coarse(secs)));
                 if let Some(at) = at {
                     m.push_str(&format!(" (step ~{})", thousands(round_step(at))));
                 }
@@ -157,32 +157,8 @@ fn short_duration(secs: f64) -> String {
     match s {
         0..=119 => format!("{s} s"),
         120..=3599 => format!("{} min", s / 60),
-        _ => duration(secs),
+        _ => duration_coarse(secs),
     }
-}
-
-/// "4h10m", "12m", "45s".
-pub fn duration(secs: f64) -> String {
-    let s = secs.max(0.0).round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m", s / 60),
-        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
-
-/// 31000 → "31,000".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Forecasts are not precise to the step: round to two significant digits.
@@ -311,8 +287,8 @@ mod tests {
     fn formats() {
         assert_eq!(thousands(1234567), "1,234,567");
         assert_eq!(thousands(12), "12");
-        assert_eq!(duration(59.0), "59s");
-        assert_eq!(duration(90_000.0), "1d1h");
+        assert_eq!(duration_coarse(59.0), "59s");
+        assert_eq!(duration_coarse(90_000.0), "1d01h");
         assert_eq!(round_step(31_012), 31_000);
     }
 }

@@ -3,7 +3,7 @@
 //! window's growth, the window, the stack one frame a line, and a trainer's error answer.
 
 use crate::detect::attribution::{Attribution, Frame, Site};
-use crate::detect::message::thousands;
+use crate::units::thousands;
 use crate::units::bytes;
 
 /// "93%"; a share that rounds to 0 was still measured, so "<1%" rather than "0%".

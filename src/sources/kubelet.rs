@@ -7,6 +7,7 @@
 //! before appears, at most every 30 s. Until the kubelet answers (or without `kubelet_url`) a
 //! pod is labelled by its UID, and one log line says why.
 
+use crate::util::backoff::Backoff;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -289,7 +290,7 @@ impl Shared {
 /// Asks the kubelet when the poll wants it, at most every MIN_REFRESH (longer while it fails).
 fn refresh_loop(shared: Arc<Shared>, kubelet: Kubelet) {
     let mut last: Option<Instant> = None;
-    let mut gap = MIN_REFRESH;
+    let mut gap = Backoff::new(MIN_REFRESH, MAX_BACKOFF);
     let mut failing: Option<String> = None;
     let mut named_once = false;
     loop {
@@ -303,7 +304,7 @@ fn refresh_loop(shared: Arc<Shared>, kubelet: Kubelet) {
                     Err(_) => return,
                 };
             }
-            if let Some(until) = last.map(|l| l + gap) {
+            if let Some(until) = last.map(|l| l + gap.current()) {
                 while !st.stop {
                     let Some(left) = until.checked_duration_since(Instant::now()) else {
                         break;
@@ -330,10 +331,12 @@ fn refresh_loop(shared: Arc<Shared>, kubelet: Kubelet) {
                     tracing::info!(pods = index.len(), "pod names from the kubelet");
                 }
                 named_once = true;
-                gap = MIN_REFRESH;
+                gap.reset();
                 st.index = Arc::new(index);
             }
             Err(e) => {
+                gap.fail();
+                let gap = gap.current();
                 if failing.as_deref() != Some(e.as_str()) {
                     tracing::warn!(error = %e, retry_in = ?gap, "cannot read pod names from the kubelet: GPU processes in pods are labelled with their pod UID until it answers");
                 } else {
@@ -341,7 +344,6 @@ fn refresh_loop(shared: Arc<Shared>, kubelet: Kubelet) {
                 }
                 failing = Some(e);
                 st.wanted = true;
-                gap = (gap * 2).min(MAX_BACKOFF);
             }
         }
     }

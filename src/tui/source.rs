@@ -12,6 +12,7 @@ use crate::model::now;
 use crate::snapshot::Snapshot;
 use crate::tui::app::state::{Update, HISTORY_SECS};
 use crate::tui::Msg;
+use crate::util::backoff::Backoff;
 
 /// Longest wait between attempts to reach a daemon that went away.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -45,7 +46,7 @@ pub fn spawn_daemon(
     let _ = std::thread::Builder::new().name(name).spawn(move || {
         let agent = client;
         let mut last_ok: Option<Instant> = None;
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = Backoff::new(Duration::from_secs(1), MAX_BACKOFF);
         let mut attempt = 0;
         loop {
             // Ask for the history missed since the last answer (all of it the first time).
@@ -57,14 +58,13 @@ pub fn spawn_daemon(
                 Ok(s) => {
                     last_ok = Some(started);
                     attempt = 0;
-                    backoff = Duration::from_secs(1);
+                    backoff.reset();
                     let wait = refresh.saturating_sub(started.elapsed());
                     (Update::Snapshot(Box::new(s)), wait)
                 }
                 Err(error) => {
                     attempt += 1;
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    let wait = backoff.fail();
                     let update = Update::Down {
                         error,
                         ts: now(),

@@ -2,19 +2,7 @@
 
 use crate::model::Timestamp;
 
-/// "42s", "3m05s", "4h10m", "2d03h".
-pub fn duration(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return "?".into();
-    }
-    let s = secs.round() as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
+pub use crate::units::{duration, thousands};
 
 /// "4m10s ago", relative to the newest data time.
 pub fn ago(now: Timestamp, ts: Timestamp) -> String {
@@ -24,19 +12,6 @@ pub fn ago(now: Timestamp, ts: Timestamp) -> String {
     } else {
         format!("{} ago", duration(d))
     }
-}
-
-/// 31000 → "31,000".
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// "1 trainer", "2 trainers".

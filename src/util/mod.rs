@@ -1,0 +1,5 @@
+//! Small pieces several parts need, written once: a doubling backoff and a bounded queue that
+//! counts what it drops.
+
+pub mod backoff;
+pub mod bounded;
