@@ -85,6 +85,9 @@ pub struct AggregatorStats {
     pub busy_ns: AtomicU64,
     /// Finding transitions dropped because the alert thread's queue was full.
     pub alerts_dropped: AtomicU64,
+    /// Finding transitions one input raised past the findings' outbox (4,096) before they
+    /// could be forwarded.
+    pub outbox_dropped: AtomicU64,
 }
 
 /// Encodes the trainer and finding families of a store (given by the daemon, so the core does
@@ -385,7 +388,11 @@ impl Aggregator {
 
     /// Hands finding transitions to the alert thread, each with its GPU's index resolved.
     fn forward_transitions(&mut self) {
-        let transitions = self.store.sessions.findings.drain();
+        let findings = &mut self.store.sessions.findings;
+        let transitions = findings.drain();
+        self.stats
+            .outbox_dropped
+            .store(findings.outbox_dropped(), Ordering::Relaxed);
         let Some(alerts) = &self.alerts else {
             return;
         };

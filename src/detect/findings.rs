@@ -7,13 +7,12 @@
 mod held;
 mod log_limit;
 
-use std::collections::VecDeque;
-
 use serde::{Deserialize, Serialize};
 
 use super::attribution::Attribution;
 use super::{Evidence, Kind};
 use crate::model::Timestamp;
+use crate::util::bounded::Bounded;
 use held::{Group, Held, HELD_MAX, PER_JOB};
 use log_limit::LogLimit;
 
@@ -120,13 +119,12 @@ const RECENT: usize = 256;
 /// Transitions waiting for the alert sinks.
 const OUTBOX: usize = 4096;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Findings {
-    recent: VecDeque<Finding>,
+    recent: Bounded<Finding>,
     /// Findings raised (fired), by kind, since start.
     totals: [u64; Kind::SLOTS],
-    outbox: VecDeque<Finding>,
-    outbox_dropped: u64,
+    outbox: Bounded<Finding>,
     /// Crash findings of ended sessions, firing until their hold expires.
     held: Vec<Held>,
     /// The uid of the session being closed, for the crash finding its close may raise (the
@@ -135,6 +133,20 @@ pub struct Findings {
     /// Aggregated findings raised, for their ids.
     aggregates: u64,
     log: LogLimit,
+}
+
+impl Default for Findings {
+    fn default() -> Self {
+        Self {
+            recent: Bounded::new(RECENT),
+            totals: [0; Kind::SLOTS],
+            outbox: Bounded::new(OUTBOX),
+            held: Vec::new(),
+            closing_uid: None,
+            aggregates: 0,
+            log: LogLimit::default(),
+        }
+    }
 }
 
 impl Findings {
@@ -158,10 +170,7 @@ impl Findings {
             tracing::info!(finding = %f.id, kind = f.kind.as_str(), "finding resolved");
         }
         self.post(f.clone());
-        if self.recent.len() == RECENT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(f);
+        self.recent.push(f);
     }
 
     /// Says whose session is being closed: the crash finding its close raises (`hold`) is
@@ -279,16 +288,12 @@ impl Findings {
     }
 
     fn post(&mut self, f: Finding) {
-        if self.outbox.len() == OUTBOX {
-            self.outbox.pop_front();
-            self.outbox_dropped += 1;
-        }
-        self.outbox.push_back(f);
+        self.outbox.push(f);
     }
 
     /// Takes the transitions posted since the last call (fired, refreshed, resolved).
     pub fn drain(&mut self) -> Vec<Finding> {
-        self.outbox.drain(..).collect()
+        self.outbox.drain().collect()
     }
 
     pub fn totals(&self) -> impl Iterator<Item = (Kind, u64)> + '_ {
@@ -296,7 +301,7 @@ impl Findings {
     }
 
     pub fn outbox_dropped(&self) -> u64 {
-        self.outbox_dropped
+        self.outbox.dropped()
     }
 
     pub fn recent(&self) -> impl DoubleEndedIterator<Item = &Finding> {

@@ -24,7 +24,10 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                     Some(cap) => format!("the {} allowed is used up", bytes_fine(cap)),
                     None => "the GPU is full".into(),
                 };
-                m.push_str(&format!("; at this rate {full} in ~{}", duration_coarse(secs)));
+                m.push_str(&format!(
+                    "; at this rate {full} in ~{}",
+                    duration_coarse(secs)
+                ));
                 if let Some(at) = at {
                     m.push_str(&format!(" (step ~{})", thousands(round_step(at))));
                 }

@@ -3,8 +3,8 @@
 //! window's growth, the window, the stack one frame a line, and a trainer's error answer.
 
 use crate::detect::attribution::{Attribution, Frame, Site};
-use crate::units::thousands;
 use crate::units::bytes;
+use crate::units::thousands;
 
 /// "93%"; a share that rounds to 0 was still measured, so "<1%" rather than "0%".
 pub fn percent(share: f64) -> String {

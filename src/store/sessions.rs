@@ -4,7 +4,7 @@
 
 mod attribute;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +18,7 @@ use crate::detect::findings::Subject;
 use crate::detect::session::crash_id;
 use crate::detect::{DetectConfig, Findings, Obs, SessionDetect};
 use crate::model::Timestamp;
+use crate::util::bounded::Bounded;
 
 pub use attribute::{Asking, AttributionPolicy, Request, Unasked};
 
@@ -78,7 +79,7 @@ pub struct Session {
     /// carries `alloc_limit`); None when the trainer never said.
     pub alloc_limit: Option<u64>,
     pub series: SessionSeries,
-    pub events: VecDeque<EventRecord>,
+    pub events: Bounded<EventRecord>,
     pub ended: Option<(Timestamp, Ending)>,
     /// Who this session is, as findings name it.
     pub subject: Subject,
@@ -129,7 +130,7 @@ pub struct Sessions {
     id_prefix: String,
     /// By numeric id, so iteration is in start order.
     live: BTreeMap<u64, Session>,
-    ended: VecDeque<Session>,
+    ended: Bounded<Session>,
     detect: DetectConfig,
     /// How live sessions ask for attributions; None in a replay.
     policy: Option<AttributionPolicy>,
@@ -146,7 +147,7 @@ impl Sessions {
             next_id: 1,
             id_prefix: String::new(),
             live: BTreeMap::new(),
-            ended: VecDeque::new(),
+            ended: Bounded::new(limits.ended_kept),
             detect: DetectConfig::default(),
             policy: None,
             findings: Findings::default(),
@@ -197,7 +198,7 @@ impl Sessions {
                 ooms: OomCount::default(),
                 alloc_limit,
                 series: SessionSeries::new(self.limits.points),
-                events: VecDeque::new(),
+                events: Bounded::new(self.limits.events),
                 ended: None,
                 subject,
                 detect: SessionDetect::new(&self.detect),
@@ -257,7 +258,6 @@ impl Sessions {
     }
 
     pub fn event(&mut self, key: u64, e: Event) {
-        let limit = self.limits.events;
         if let Some(sess) = self.live.get_mut(&key) {
             sess.alloc_limit = e.alloc_limit.or(sess.alloc_limit);
             if e.kind == EventKind::Oom {
@@ -275,7 +275,7 @@ impl Sessions {
                 alloc_limit: sess.alloc_limit,
             };
             sess.detect.event(&sess.subject, &rec, &mut self.findings);
-            push_event(sess, limit, rec);
+            push_event(sess, rec);
         }
     }
 
@@ -283,13 +283,12 @@ impl Sessions {
         let Some(mut sess) = self.live.remove(&key) else {
             return;
         };
-        sess.end_window(self.limits.events, now);
+        sess.end_window(now);
         if ending == Ending::Crash {
             let detail =
                 Some("connection closed without bye: the trainer exited or was killed".into());
             push_event(
                 &mut sess,
-                self.limits.events,
                 EventRecord {
                     ts: now,
                     kind: "crash".into(),
@@ -321,10 +320,7 @@ impl Sessions {
                 self.findings.release(&crash_id(&sess.id), now, &why);
             }
         }
-        if self.ended.len() == self.limits.ended_kept {
-            self.ended.pop_front();
-        }
-        self.ended.push_back(sess);
+        self.ended.push(sess);
     }
 
     pub fn live(&self) -> impl Iterator<Item = &Session> {
@@ -383,11 +379,9 @@ fn same_trainer(s: &Session, peer: Peer, hello: &Hello) -> bool {
     s.peer.uid == peer.uid && s.hello.job == hello.job && s.hello.rank == hello.rank
 }
 
-fn push_event(sess: &mut Session, limit: usize, e: EventRecord) {
-    if sess.events.len() == limit {
-        sess.events.pop_front();
-    }
-    sess.events.push_back(e);
+fn push_event(sess: &mut Session, e: EventRecord) {
+    // Bounded by `SessionLimits::events` when the session was opened.
+    sess.events.push(e);
 }
 
 #[cfg(test)]
@@ -556,13 +550,13 @@ mod tests {
         // An oom event without it is recorded with the session's; one with it updates it.
         s.event(key, oom(None));
         assert_eq!(
-            s.live().next().unwrap().events[0].alloc_limit,
+            s.live().next().unwrap().events.get(0).unwrap().alloc_limit,
             Some(6 * GIB)
         );
         s.event(key, oom(Some(5 * GIB)));
         assert_eq!(limit(&s), Some(5 * GIB));
         assert_eq!(
-            s.live().next().unwrap().events[1].alloc_limit,
+            s.live().next().unwrap().events.get(1).unwrap().alloc_limit,
             Some(5 * GIB)
         );
     }

@@ -64,6 +64,11 @@ impl<T> Bounded<T> {
         self.items.iter()
     }
 
+    /// The `i`th entry, oldest first.
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.items.get(i)
+    }
+
     pub fn back(&self) -> Option<&T> {
         self.items.back()
     }

@@ -31,11 +31,12 @@ pub fn aggregator_families(h: &Handle, out: &mut Vec<MetricFamily>) {
     inputs.finish(out);
     let mut dropped = counter(
         "gpumon_aggregator_dropped_total",
-        "Inputs dropped because the aggregator's queue was full, by kind (collection: the next poll replaces it; alert: a finding transition the alert thread could not take).",
+        "Inputs dropped because the aggregator's queue was full, by kind (collection: the next poll replaces it; alert: a finding transition the alert thread could not take; outbox: transitions one input raised past the findings' outbox before they were forwarded).",
         &["input"],
     );
     dropped.add(&["collection"], load(&s.collections_dropped));
     dropped.add(&["alert"], load(&s.alerts_dropped));
+    dropped.add(&["outbox"], load(&s.outbox_dropped));
     dropped.finish(out);
     let mut full = counter(
         "gpumon_aggregator_queue_full_total",

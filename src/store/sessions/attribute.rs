@@ -163,10 +163,9 @@ fn summary(a: &Attribution) -> String {
     }
 }
 
-fn event(sess: &mut Session, limit: usize, ts: Timestamp, kind: &str, detail: String) {
+fn event(sess: &mut Session, ts: Timestamp, kind: &str, detail: String) {
     push_event(
         sess,
-        limit,
         EventRecord {
             ts,
             kind: kind.into(),
@@ -190,7 +189,6 @@ impl Sessions {
     /// cool-down has passed. Also closes a window past its deadline as failed.
     pub fn request_due(&mut self, key: u64, now: Timestamp) -> Option<Request> {
         let policy = self.policy?;
-        let limit = self.limits.events;
         let sess = self.live.get_mut(&key)?;
         if sess.asking.open.as_ref().is_some_and(|w| now > w.deadline) {
             if let Some(w) = sess.asking.open.take() {
@@ -200,7 +198,7 @@ impl Sessions {
                     w.finding,
                     now - w.sent
                 );
-                event(sess, limit, now, "attribution_failed", detail);
+                event(sess, now, "attribution_failed", detail);
             }
         }
         if !policy.enabled {
@@ -216,7 +214,7 @@ impl Sessions {
             "asked for {} steps or {} s of allocation history for {} (request {})",
             req.steps, req.seconds, req.finding, req.id
         );
-        event(sess, limit, now, "attribution_requested", detail);
+        event(sess, now, "attribution_requested", detail);
         Some(req)
     }
 
@@ -226,7 +224,6 @@ impl Sessions {
     /// on the leak finding of the moment.
     pub fn attribution(&mut self, key: u64, mut a: Attribution) -> Result<(), Unasked> {
         let replay = self.policy.is_none();
-        let limit = self.limits.events;
         let Some(sess) = self.live.get_mut(&key) else {
             return Ok(());
         };
@@ -245,14 +242,14 @@ impl Sessions {
                     sess.asking.unavailable = true;
                 }
                 let detail = format!("{error}: {}", a.detail.as_deref().unwrap_or(""));
-                event(sess, limit, a.ts, "attribution_failed", detail);
+                event(sess, a.ts, "attribution_failed", detail);
             }
             None => {
                 // Live, only the finding asked about takes it: a leak raised again meanwhile
                 // is another finding, measured over other steps.
                 let target = if replay { None } else { finding.as_deref() };
                 sess.detect.attribute(target, &a, &mut self.findings);
-                event(sess, limit, a.ts, "attribution", summary(&a));
+                event(sess, a.ts, "attribution", summary(&a));
             }
         }
         sess.attribution = Some(a);
@@ -262,13 +259,13 @@ impl Sessions {
 
 impl Session {
     /// The session ends: an open window will never be answered. The finding stays as it is.
-    pub(super) fn end_window(&mut self, limit: usize, now: Timestamp) {
+    pub(super) fn end_window(&mut self, now: Timestamp) {
         if let Some(w) = self.asking.open.take() {
             let detail = format!(
                 "cut_short: the session ended before request {} for {} was answered",
                 w.id, w.finding
             );
-            event(self, limit, now, "attribution_failed", detail);
+            event(self, now, "attribution_failed", detail);
         }
     }
 }
