@@ -119,15 +119,16 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
 /// Raises the soft open-files limit to the hard one: the default soft limit (1024) is below
 /// `ingest.max_connections` plus HTTP, and the cap should be what refuses a client, not EMFILE.
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit write and read only the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    // None is unlimited: nothing to raise then.
+    if let (Some(cur), Some(max)) = (lim.current, lim.maximum) {
+        if cur < max {
+            let raised = Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            };
+            if setrlimit(Resource::Nofile, raised).is_err() {
                 tracing::warn!("could not raise the open-files limit; connections may fail with EMFILE before ingest.max_connections");
             }
         }

@@ -3,7 +3,7 @@
 //! `bundled-fake-nvml`), loaded from memory without writing a file.
 
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// The library's file name wherever it is installed.
@@ -108,13 +108,7 @@ fn load_bundled(scratch: &Path) -> anyhow::Result<FakeLib> {
 
 fn memfd() -> std::io::Result<OwnedFd> {
     // CLOEXEC: the demo's trainer children have no use for it.
-    // SAFETY: memfd_create with a NUL-terminated name; the returned fd is ours alone.
-    let raw = unsafe { libc::memfd_create(c"libfake_nvml.so".as_ptr(), libc::MFD_CLOEXEC) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a freshly created, open descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = rustix::fs::memfd_create("libfake_nvml.so", rustix::fs::MemfdFlags::CLOEXEC)?;
     std::fs::File::from(fd.try_clone()?).write_all(BUNDLED)?;
     Ok(fd)
 }

@@ -71,10 +71,10 @@ impl Drop for Node {
     fn drop(&mut self) {
         for c in &mut self.children {
             // SIGTERM first so a child can finish its line; then reap it.
-            // SAFETY: kill(2) on a pid we spawned and have not reaped yet.
-            unsafe {
-                libc::kill(c.id() as i32, libc::SIGTERM);
-            }
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(c),
+                rustix::process::Signal::TERM,
+            );
             let _ = c.wait();
         }
         // The socket may live outside the scratch directory (--socket).

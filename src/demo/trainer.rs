@@ -17,10 +17,7 @@ use super::profile::{device_free, Profile, STEPS_PER_SECOND, TOTAL};
 
 pub fn run(profile: Profile, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::Result<()> {
     // The demo's children must not outlive it, even when it is killed.
-    // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-    }
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
     loop {
         let mut s = connect(socket);
         let hello = json!({

@@ -2,7 +2,6 @@
 //! mode 0660 with group `gpumon` when that group exists, and systemd socket activation
 //! (LISTEN_FDS), so trainers keep their socket while the daemon restarts.
 
-use std::ffi::CString;
 use std::os::fd::FromRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -96,12 +95,9 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .map_err(|e| anyhow::anyhow!("cannot set mode 0660 on {}: {e}", path.display()))?;
     if let Some(gid) = group_id("gpumon") {
-        if let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) {
-            // SAFETY: valid C string; -1 leaves the owner unchanged.
-            let rc = unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) };
-            if rc != 0 {
-                tracing::warn!(path = %path.display(), "cannot give the socket to group gpumon");
-            }
+        // None leaves the owner as it is.
+        if let Err(e) = std::os::unix::fs::chown(path, None, Some(gid)) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot give the socket to group gpumon");
         }
     }
     Ok(listener)
