@@ -2,9 +2,9 @@
 //! sessions (the load is 1,000 sessions × 10 samples/s on one core).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
 use gpumon::core::trainer::{Hello, Sample, Stats};
-use gpumon::store::sessions::{SessionLimits, Sessions};
 
 const GIB: u64 = 1 << 30;
 

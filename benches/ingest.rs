@@ -3,10 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
-use gpumon::ingest::conn::Conn;
-use gpumon::ingest::protocol::{parse, Message};
-use gpumon::store::sessions::{SessionLimits, Sessions};
+use gpumon::sources::ingest::conn::Conn;
+use gpumon::sources::ingest::protocol::{parse, Message};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/protocol/client_session.jsonl");
 

@@ -2,9 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use gpumon::model::*;
+use gpumon::core::model::*;
+use gpumon::core::store::{HistoryLimits, Store};
 use gpumon::outputs::prometheus::{encode, gpu_families, Exporter};
-use gpumon::store::{HistoryLimits, Store};
 
 pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
     let gpus_v = (0..gpus)

@@ -3,10 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use gpumon::tui::app::rows::Column;
-use gpumon::tui::app::state::{Action, Screen, Update};
-use gpumon::tui::fixtures;
-use gpumon::tui::ui;
+use gpumon::frontends::tui::app::rows::Column;
+use gpumon::frontends::tui::app::state::{Action, Screen, Update};
+use gpumon::frontends::tui::fixtures;
+use gpumon::frontends::tui::ui;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 

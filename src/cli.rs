@@ -43,10 +43,10 @@ pub enum Command {
     /// Replay recorded trace files through the detectors and report findings.
     Analyze(AnalyzeArgs),
     /// A simulated node with trainers (healthy, leaking, near the limit): no GPU needed.
-    Demo(crate::demo::DemoArgs),
+    Demo(crate::frontends::demo::DemoArgs),
     /// One simulated trainer process (started by `gpumon demo`).
     #[command(hide = true)]
-    DemoTrainer(crate::demo::TrainerArgs),
+    DemoTrainer(crate::frontends::demo::TrainerArgs),
 }
 
 #[derive(Debug, Args)]

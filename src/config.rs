@@ -89,7 +89,7 @@ pub struct AttributionSection {
 
 impl Default for AttributionSection {
     fn default() -> Self {
-        let d = crate::store::sessions::AttributionPolicy::default();
+        let d = crate::core::store::sessions::AttributionPolicy::default();
         Self {
             enabled: d.enabled,
             window_steps: d.window_steps,
@@ -141,7 +141,7 @@ pub struct DetectSection {
 
 impl Default for DetectSection {
     fn default() -> Self {
-        let d = crate::detect::DetectConfig::default();
+        let d = crate::core::detect::DetectConfig::default();
         Self {
             headroom_margin_bytes: d.headroom_margin_bytes,
             leak_materiality_ratio: d.leak_materiality_ratio,
@@ -319,17 +319,17 @@ impl ConfigError {
 }
 
 impl Config {
-    pub fn detect(&self) -> crate::detect::DetectConfig {
-        crate::detect::DetectConfig {
+    pub fn detect(&self) -> crate::core::detect::DetectConfig {
+        crate::core::detect::DetectConfig {
             headroom_margin_bytes: self.detect.headroom_margin_bytes,
             leak_materiality_ratio: self.detect.leak_materiality_ratio,
             crash_hold_seconds: self.detect.crash_hold.as_secs_f64(),
         }
     }
 
-    pub fn attribution(&self) -> crate::store::sessions::AttributionPolicy {
+    pub fn attribution(&self) -> crate::core::store::sessions::AttributionPolicy {
         let a = &self.attribution;
-        crate::store::sessions::AttributionPolicy {
+        crate::core::store::sessions::AttributionPolicy {
             enabled: a.enabled,
             window_steps: a.window_steps,
             window_seconds: a.window_seconds,
@@ -612,7 +612,7 @@ impl Config {
                 "keep between 1 and 100000: torch keeps that many allocation records, each with its stack, in the trainer's memory",
             );
         }
-        if !(1..=crate::detect::attribution::MAX_SITES as u64).contains(&a.top) {
+        if !(1..=crate::core::detect::attribution::MAX_SITES as u64).contains(&a.top) {
             return invalid(
                 "attribution.top",
                 a.top.to_string(),
@@ -691,7 +691,7 @@ interval = "{interval}"
 log_format = "{log_format}"
 
 # Log filter: a level (trace, debug, info, warn, error, off) or directives like
-# "info,gpumon::ingest=debug"; a word that is not a level is an error.  (GPUMON_LOG_LEVEL, --log-level)
+# "info,gpumon::sources::ingest=debug"; a word that is not a level is an error.  (GPUMON_LOG_LEVEL, --log-level)
 log_level = "{log_level}"
 
 [history]

@@ -9,13 +9,13 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::ingest::record::Recorder;
-use crate::ingest::server::{IngestStats, Limits};
+use crate::core::store::{HistoryLimits, Store};
 use crate::outputs::http::web_config::WebConfigWatch;
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
+use crate::outputs::record::Recorder;
+use crate::sources::ingest::server::{IngestStats, Limits};
 use crate::sources::GpuSource;
-use crate::store::{HistoryLimits, Store};
 use crate::{core::aggregator, outputs::prometheus};
 
 pub async fn run(
@@ -36,12 +36,12 @@ pub async fn run(
         config.interval.as_secs_f64(),
         config.nvml_lib.clone(),
     );
-    store.sessions = crate::store::sessions::Sessions::new(Default::default())
-        .with_id_epoch(crate::model::now())
+    store.sessions = crate::core::store::sessions::Sessions::new(Default::default())
+        .with_id_epoch(crate::core::model::now())
         .with_detect(config.detect())
         .with_attribution(config.attribution());
-    let hostname = crate::snapshot::hostname();
-    let mut alerts = crate::alerts::spawn(crate::alerts::AlertSettings {
+    let hostname = crate::core::snapshot::hostname();
+    let mut alerts = crate::outputs::alerts::spawn(crate::outputs::alerts::AlertSettings {
         webhook_url: config.alerts.webhook_url.clone(),
         alertmanager_url: config.alerts.alertmanager_url.clone(),
         resend_interval: config.alerts.resend_interval,
@@ -68,7 +68,7 @@ pub async fn run(
     let poller = std::thread::Builder::new()
         .name("gpumon-nvml".into())
         .spawn(move || {
-            crate::poller::run(source, poll_agg, prometheus::gpu_text, interval, stop_rx)
+            crate::sources::poller::run(source, poll_agg, prometheus::gpu_text, interval, stop_rx)
         })?;
 
     let recorder = config.record.dir.as_deref().and_then(|dir| {
@@ -85,7 +85,7 @@ pub async fn run(
     let ingest_stats = Arc::new(IngestStats::default());
     let ingest_task = ingest.map(|l| {
         let limits = ingest_limits(&config.ingest);
-        tokio::spawn(crate::ingest::server::serve(
+        tokio::spawn(crate::sources::ingest::server::serve(
             l,
             agg.clone(),
             ingest_stats.clone(),

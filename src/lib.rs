@@ -1,32 +1,26 @@
 //! gpumon: a live GPU memory monitor for machines that train models.
 //!
-//! Data flows one way. `sources` bring inputs: NVML, read by the `poller` on its own thread, and
-//! trainers over the `ingest` socket. Both send them to the aggregator (`core::aggregator`), the
-//! one owner of the `store` and of `detect`ion, which publishes an immutable `core::view` after
-//! each batch. `outputs` read that view (/metrics) or ask the aggregator (the JSON API), and
-//! finding transitions reach the `alerts` thread on a bounded channel. `daemon` wires them;
-//! `status`, `tui`, `analyze` and `demo` are the front ends (`local` runs the daemon's own
-//! poller and aggregator in-process for them when no daemon runs).
+//! Data flows one way, and the tree follows it:
+//! - `sources`: NVML (`nvml`, `procinfo`, `kubelet`), read by the `poller` on its own thread,
+//!   and trainers over the `ingest` socket. Both send their inputs to the aggregator.
+//! - `core`: the `aggregator`, the one owner of the `store` and of `detect`ion, which publishes
+//!   an immutable `view` after each batch; the domain types (`model`, `trainer`) and the API's
+//!   document (`snapshot`).
+//! - `outputs`: /metrics and the JSON API (`http`, `prometheus`) read the view or ask the
+//!   aggregator; `alerts` gets finding transitions on a bounded channel; `record` writes traces.
+//! - `frontends`: `status`, `tui`, `analyze`, `demo`, and `local` (the daemon's own poller and
+//!   aggregator in-process, for when no daemon runs).
+//!
+//! `daemon` wires them; `cli` and `config` decide how.
 
-pub mod alerts;
-pub mod analyze;
 pub mod cli;
 pub mod config;
 pub mod core;
 pub mod daemon;
 pub mod daemon_client;
-pub mod demo;
-pub mod detect;
-pub mod ingest;
-pub mod local;
+pub mod frontends;
 pub mod malloc;
-pub mod model;
 pub mod outputs;
-pub mod poller;
-pub mod snapshot;
 pub mod sources;
-pub mod status;
-pub mod store;
-pub mod tui;
 pub mod units;
 pub mod util;

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Command::DemoTrainer(a) = &cli.command {
-        return match gpumon::demo::run_trainer(a) {
+        return match gpumon::frontends::demo::run_trainer(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("gpumon demo-trainer: {e:#}");
@@ -41,20 +41,22 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
-        Command::Status(s) => gpumon::status::fetch(&config, &s).and_then(|(snap, origin)| {
-            if s.json {
-                println!("{}", serde_json::to_string_pretty(&snap)?);
-            } else {
-                print!("{}", gpumon::status::table(&snap, &origin));
-            }
-            Ok(())
-        }),
+        Command::Status(s) => {
+            gpumon::frontends::status::fetch(&config, &s).and_then(|(snap, origin)| {
+                if s.json {
+                    println!("{}", serde_json::to_string_pretty(&snap)?);
+                } else {
+                    print!("{}", gpumon::frontends::status::table(&snap, &origin));
+                }
+                Ok(())
+            })
+        }
         Command::Demo(d) => {
             let tui_config = config.clone();
-            let tui: gpumon::demo::TuiFn = Box::new(move |url| {
-                gpumon::tui::run(
+            let tui: gpumon::frontends::demo::TuiFn = Box::new(move |url| {
+                gpumon::frontends::tui::run(
                     &tui_config,
-                    gpumon::tui::Options {
+                    gpumon::frontends::tui::Options {
                         connect: vec![url],
                         refresh: std::time::Duration::from_secs(1),
                         client: gpumon::daemon_client::DaemonClient::plain(
@@ -63,14 +65,14 @@ fn main() -> ExitCode {
                     },
                 )
             });
-            gpumon::demo::run(d, config, Some(tui))
+            gpumon::frontends::demo::run(d, config, Some(tui))
         }
         Command::Tui(t) => {
             gpumon::daemon_client::DaemonClient::new(&t.client, std::time::Duration::from_secs(3))
                 .and_then(|client| {
-                    gpumon::tui::run(
+                    gpumon::frontends::tui::run(
                         &config,
-                        gpumon::tui::Options {
+                        gpumon::frontends::tui::Options {
                             connect: t.connect,
                             refresh: t.refresh,
                             client,
@@ -95,13 +97,13 @@ fn main() -> ExitCode {
 }
 
 fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
-    let (report, errors) = gpumon::analyze::analyze(&a.traces, config.detect());
+    let (report, errors) = gpumon::frontends::analyze::analyze(&a.traces, config.detect());
     let out = match a.format {
         gpumon::cli::AnalyzeFormat::Json => {
             serde_json::to_string(&report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
                 + "\n"
         }
-        gpumon::cli::AnalyzeFormat::Text => gpumon::analyze::text(&report),
+        gpumon::cli::AnalyzeFormat::Text => gpumon::frontends::analyze::text(&report),
     };
     print!("{out}");
     for e in &errors {
@@ -197,9 +199,9 @@ fn open_ingest(
     config: &Config,
 ) -> anyhow::Result<(
     Option<tokio::net::UnixListener>,
-    Option<gpumon::ingest::socket::SocketFile>,
+    Option<gpumon::sources::ingest::socket::SocketFile>,
 )> {
-    use gpumon::ingest::socket;
+    use gpumon::sources::ingest::socket;
     if let Some(l) = socket::from_systemd()? {
         tracing::info!("ingest socket inherited from systemd");
         return Ok((Some(l), None));

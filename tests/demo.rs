@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::get;
-use gpumon::demo::profile::Profile;
+use gpumon::frontends::demo::profile::Profile;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpumon");

@@ -63,7 +63,7 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
     let session = &snap["sessions"][0];
     assert_eq!(session["gpu"], 0, "{session}");
     // One fragmentation: the metric and what the TUI and status compute from the API's stats.
-    let typed: gpumon::snapshot::Snapshot = serde_json::from_value(snap.clone()).unwrap();
+    let typed: gpumon::core::snapshot::Snapshot = serde_json::from_value(snap.clone()).unwrap();
     let frag = typed.sessions[0].stats.unwrap().fragmentation().unwrap();
     assert_eq!(frag, 0.75);
     let metric = m

@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 
+use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
-use gpumon::ingest::conn::{Conn, Outcome};
-use gpumon::ingest::protocol::{self, Code, Reply};
-use gpumon::store::sessions::{SessionLimits, Sessions};
+use gpumon::sources::ingest::conn::{Conn, Outcome};
+use gpumon::sources::ingest::protocol::{self, Code, Reply};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protocol")

@@ -8,10 +8,10 @@
 //! points, events and ended sessions stay within the limits; a session's sample count equals
 //! the sample lines accepted for it; closing a connection always ends its session.
 
+use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::{Ending, Peer};
-use gpumon::ingest::conn::{Conn, Outcome};
-use gpumon::ingest::protocol::{self, Code, Message, Rejection, MAX_LINE};
-use gpumon::store::sessions::{SessionLimits, Sessions};
+use gpumon::sources::ingest::conn::{Conn, Outcome};
+use gpumon::sources::ingest::protocol::{self, Code, Message, Rejection, MAX_LINE};
 
 use crate::parse::{check_error_line, one_json_line};
 

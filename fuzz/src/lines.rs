@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 
-use gpumon::ingest::lines::{Frame, LineReader};
+use gpumon::sources::ingest::lines::{Frame, LineReader};
 use tokio::io::BufReader;
 use tokio::runtime::{Builder, Runtime};
 

@@ -3,9 +3,9 @@
 //! and parsed again; a rejection must become one JSON error line whose message is short, so a
 //! hostile line is never echoed back at length.
 
+use gpumon::core::detect::attribution::{MAX_SITES, MAX_STACK, MAX_STR};
 use gpumon::core::trainer::Stats;
-use gpumon::detect::attribution::{MAX_SITES, MAX_STACK, MAX_STR};
-use gpumon::ingest::protocol::{self, Code, Message, Reply, MAX_LINE};
+use gpumon::sources::ingest::protocol::{self, Code, Message, Reply, MAX_LINE};
 use serde_json::{json, Map, Value};
 
 /// Longest error message a rejection may carry: client values are quoted clipped.

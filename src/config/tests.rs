@@ -93,7 +93,7 @@ fn attribution_settings_are_read_and_bounded() {
     assert_eq!((p.window_seconds, p.cooldown_seconds), (30.0, 0.5));
     assert_eq!(
         Config::default().attribution(),
-        crate::store::sessions::AttributionPolicy::default()
+        crate::core::store::sessions::AttributionPolicy::default()
     );
     for (line, key, value) in [
         ("max_entries = 100001", "attribution.max_entries", "100001"),
@@ -131,7 +131,7 @@ fn log_level_must_name_real_levels() {
         "info",
         "WARN",
         "off",
-        "info,gpumon::ingest=debug",
+        "info,gpumon::sources::ingest=debug",
         "gpumon=trace",
         "warn,gpumon[conn{pid=7}]=debug",
         "gpumon[conn]",
@@ -151,7 +151,7 @@ fn log_level_must_name_real_levels() {
         ("  ", "empty"),
         ("gpumon", "gpumon=debug"),
         ("gpumon=warning", "\"warn\""),
-        ("info,gpumon::ingest=loud", "loud"),
+        ("info,gpumon::sources::ingest=loud", "loud"),
         ("info,errors", "\"error\""),
     ] {
         let err = Config::parse(&format!("log_level = {bad:?}\n"), Path::new("t.toml"))

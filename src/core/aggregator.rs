@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::view::View;
-use crate::detect::Finding;
-use crate::store::{Collection, Store};
+use crate::core::detect::Finding;
+use crate::core::store::{Collection, Store};
 
 /// Inputs waiting for the aggregator at most: a few hundred milliseconds of the heaviest load
 /// measured (64 trainers), and a bound on what a stalled aggregator holds.

@@ -1,5 +1,10 @@
-//! The middle of the daemon: the aggregator that owns the state and the view it publishes.
+//! The middle: the aggregator that owns the store and detection and publishes the view; the
+//! domain types; the JSON API's document.
 
 pub mod aggregator;
+pub mod detect;
+pub mod model;
+pub mod snapshot;
+pub mod store;
 pub mod trainer;
 pub mod view;

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Timestamp;
+use crate::core::model::Timestamp;
 
 pub use kinds::{EventKind, Phase};
 

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::model::NodeReading;
-use crate::store::{NvmlStatus, Store};
+use crate::core::model::NodeReading;
+use crate::core::store::{NvmlStatus, Store};
 
 #[derive(Debug, Clone, Default)]
 pub struct View {

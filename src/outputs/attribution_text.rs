@@ -2,7 +2,7 @@
 //! `gpumon analyze`, the TUI): a site as `train.py:27 in kept_outputs`, its share of the
 //! window's growth, the window, the stack one frame a line, and a trainer's error answer.
 
-use crate::detect::attribution::{Attribution, Frame, Site};
+use crate::core::detect::attribution::{Attribution, Frame, Site};
 use crate::units::bytes;
 use crate::units::thousands;
 
@@ -127,7 +127,7 @@ mod tests {
     /// The kept-outputs fixture's numbers (120 MiB at train.py:27 over steps 60–180), with a
     /// second, smaller site so shares are not all 100%.
     fn kept_outputs() -> Attribution {
-        let mut a = crate::detect::attribution::kept_outputs_example();
+        let mut a = crate::core::detect::attribution::kept_outputs_example();
         a.total_growth_bytes = 129 * MIB;
         a.sites.push(Site {
             file: "/home/alice/proj/data.py".into(),

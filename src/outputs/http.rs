@@ -15,8 +15,8 @@ use tokio::sync::Semaphore;
 
 use super::prometheus::Exporter;
 use crate::core::aggregator::Handle;
-use crate::ingest::server::IngestStats;
-use crate::snapshot::{IngestView, SessionView, Snapshot};
+use crate::core::snapshot::{IngestView, SessionView, Snapshot};
+use crate::sources::ingest::server::IngestStats;
 
 pub mod gzip;
 pub mod serve;

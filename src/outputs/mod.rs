@@ -1,6 +1,8 @@
 //! What the daemon serves: Prometheus text and the JSON API over HTTP, and the words every
 //! output uses for a leak's attribution.
 
+pub mod alerts;
 pub mod attribution_text;
 pub mod http;
 pub mod prometheus;
+pub mod record;

@@ -12,18 +12,18 @@ use tokio::sync::watch;
 use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Registry, TextEncoder};
 
-use crate::ingest::server::IngestStats;
-use crate::model::{GpuState, NodeReading};
+use crate::core::model::{GpuState, NodeReading};
 use crate::outputs::http::gzip::GzPrefix;
 use crate::outputs::http::HttpStats;
+use crate::sources::ingest::server::IngestStats;
 
 mod findings;
 mod health;
 mod record;
 mod trainers;
 use crate::core::aggregator::Handle;
+use crate::core::store::{NvmlStatus, Store};
 use crate::core::view::View;
-use crate::store::{NvmlStatus, Store};
 
 pub use health::AlertStats;
 
@@ -400,7 +400,7 @@ impl Exporter {
     fn live_text(&self, view: &View) -> String {
         let mut live = Vec::new();
         trainers::ingest_families(&self.ingest, &mut live);
-        record::record_families(&crate::ingest::record::STATS, &mut live);
+        record::record_families(&crate::outputs::record::STATS, &mut live);
         if let Some(http) = &self.http {
             http.families(&mut live);
         }

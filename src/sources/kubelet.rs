@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::procinfo::kube_ids;
 use super::{GpuSource, SourceError};
 use crate::config::KubernetesConfig;
-use crate::model::NodeReading;
+use crate::core::model::NodeReading;
 
 /// Shortest time between two requests to the kubelet.
 pub const MIN_REFRESH: Duration = Duration::from_secs(30);

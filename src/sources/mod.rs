@@ -1,11 +1,13 @@
 //! Where GPU readings come from. The daemon's poller owns one `GpuSource` and calls it on its own
 //! thread; nothing else touches NVML.
 
+pub mod ingest;
 pub mod kubelet;
 pub mod nvml;
+pub mod poller;
 pub mod procinfo;
 
-use crate::model::NodeReading;
+use crate::core::model::NodeReading;
 
 /// One collector, one method (the node_exporter shape).
 pub trait GpuSource: Send {

@@ -13,7 +13,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::procinfo::ProcCache;
 use super::{GpuSource, SourceError};
-use crate::model::*;
+use crate::core::model::*;
 
 /// NVML's value for "MIG enabled" in `nvmlDeviceGetMigMode`.
 const MIG_ENABLED: u32 = 1;

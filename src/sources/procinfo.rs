@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::PathBuf;
 
-use crate::model::ProcInfo;
+use crate::core::model::ProcInfo;
 
 pub struct ProcCache {
     root: PathBuf,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpumon::demo::profile::Profile;
+use gpumon::frontends::demo::profile::Profile;
 use serde_json::{json, Value};
 
 use super::BIN;
@@ -75,7 +75,7 @@ impl Conn {
         }
         assert!(line.len() < 60_000, "line of {} bytes", line.len());
         // Every line is one the daemon's own parser takes.
-        if let Err(e) = gpumon::ingest::protocol::parse(line.trim_end().as_bytes()) {
+        if let Err(e) = gpumon::sources::ingest::protocol::parse(line.trim_end().as_bytes()) {
             panic!("the daemon refuses {line}: {e:?}");
         }
         Some(serde_json::from_str(&line).unwrap())
@@ -294,7 +294,10 @@ fn the_leaking_demo_trainer_runs_out_of_memory_as_its_samples_said() {
         "{text}"
     );
     // Torch's message names the same free memory as the event.
-    let of_which = format!(" of which {} is free", gpumon::demo::oom::human(free));
+    let of_which = format!(
+        " of which {} is free",
+        gpumon::frontends::demo::oom::human(free)
+    );
     assert!(text.contains(&of_which), "{text}");
     // Then the connection closes without bye: a crash.
     assert!(c.next().is_none());

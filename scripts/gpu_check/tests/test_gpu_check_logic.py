@@ -445,7 +445,7 @@ def test_each_broken_part_fails_its_own_check():
     broken(samples_every_step, "client cost per ~0.4 ms step")
     broken(lambda o: o.update(comparisons=[{"pid": 101, "status": "mismatch", "diff_mib": 5}]), "per-process memory = nvidia-smi (MiB)")
     broken(lambda o: o.update(metric_polls=[(i, 0.05) for i in range(9)]), "daemon NVML poll vs bare NVML")
-    broken(lambda o: o.update(daemon_log="thread 'poller' panicked at src/poller.rs:1\n"), "daemon log has no panic")
+    broken(lambda o: o.update(daemon_log="thread 'poller' panicked at src/sources/poller.rs:1\n"), "daemon log has no panic")
     broken(lambda o: o.update(shutdown={"rc": -9, "seconds": 10.0, "leftovers": ["daemon"]}), "clean shutdown, nothing left running")
     broken(lambda o: o["trainers"]["hf"].update(rc=1, log_tail="Traceback\nImportError: x"), "Hugging Face callback")
 

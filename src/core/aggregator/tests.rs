@@ -2,10 +2,10 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use super::*;
+use crate::core::model::NodeReading;
+use crate::core::store::{HistoryLimits, NvmlStatus};
 use crate::core::trainer::Peer;
-use crate::ingest::conn::Conn;
-use crate::model::NodeReading;
-use crate::store::{HistoryLimits, NvmlStatus};
+use crate::sources::ingest::conn::Conn;
 
 fn store() -> Store {
     Store::new(
@@ -134,7 +134,9 @@ fn transitions_the_alert_thread_cannot_take_are_dropped_and_counted() {
     });
     let got: Vec<Finding> = rx.try_iter().collect();
     assert_eq!(got.len(), 3);
-    assert!(got.iter().all(|f| f.kind == crate::detect::Kind::Crash));
+    assert!(got
+        .iter()
+        .all(|f| f.kind == crate::core::detect::Kind::Crash));
     drop(h);
     thread.join().unwrap();
 }

@@ -4,8 +4,8 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::trainers::{Labelled, T};
 use super::Family;
-use crate::detect::{FindingState, Kind};
-use crate::store::Store;
+use crate::core::detect::{FindingState, Kind};
+use crate::core::store::Store;
 
 pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<MetricFamily>) {
     let g = |name: &str, help: &str| Family::gauge(name, help, T);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::Family;
-use crate::ingest::record::{Reason, RecordStats};
+use crate::outputs::record::{Reason, RecordStats};
 
 pub fn record_families(s: &RecordStats, out: &mut Vec<MetricFamily>) {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;

@@ -1,6 +1,6 @@
 use super::*;
-use crate::model::*;
-use crate::store::{HistoryLimits, Store};
+use crate::core::model::*;
+use crate::core::store::{HistoryLimits, Store};
 
 fn reading() -> NodeReading {
     let gpu = |index: u32, state| GpuReading {

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::Family;
-use crate::ingest::protocol::Code;
-use crate::ingest::server::{Close, IngestStats};
-use crate::model::ProcessReading;
-use crate::store::sessions::Session;
-use crate::store::Store;
+use crate::core::model::ProcessReading;
+use crate::core::store::sessions::Session;
+use crate::core::store::Store;
+use crate::sources::ingest::protocol::Code;
+use crate::sources::ingest::server::{Close, IngestStats};
 
 pub const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank", "namespace", "pod"];
 
@@ -201,7 +201,7 @@ impl Labels {
         let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
         // Any GPU entry of the pid: a process is in one pod whichever device it uses.
         let info = procs.iter().find(|p| p.pid == s.peer.pid).map(|p| &p.info);
-        let field = |f: fn(&crate::model::ProcInfo) -> &Option<String>| {
+        let field = |f: fn(&crate::core::model::ProcInfo) -> &Option<String>| {
             info.and_then(|i| f(i).clone()).unwrap_or_default()
         };
         Self {
@@ -307,11 +307,11 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
 
 #[cfg(test)]
 mod tests {
+    use crate::core::model::{NodeReading, ProcInfo, ProcessKind, ProcessReading};
+    use crate::core::store::{HistoryLimits, Store};
     use crate::core::trainer::Hello;
     use crate::core::trainer::Peer;
-    use crate::model::{NodeReading, ProcInfo, ProcessKind, ProcessReading};
     use crate::outputs::prometheus::Exporter;
-    use crate::store::{HistoryLimits, Store};
 
     fn process(pid: u32, pod: Option<(&str, &str)>) -> ProcessReading {
         ProcessReading {

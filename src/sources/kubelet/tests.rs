@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::model::{ProcessKind, ProcessReading};
+use crate::core::model::{ProcessKind, ProcessReading};
 use crate::sources::procinfo::ProcCache;
 
 const FIXTURE: &str = concat!(

@@ -1,0 +1,322 @@
+//! Findings as the outside world sees them (API, metrics, alerts), and the node-wide registry:
+//! recently resolved findings, counts by kind, and an outbox of transitions for alert sinks.
+//! Everything here is bounded: the outbox drops its oldest entry (counted) when nobody drains it,
+//! crash findings of ended sessions are aggregated past a few (held.rs), and log lines have a
+//! budget (log_limit.rs).
+
+mod held;
+mod log_limit;
+
+use serde::{Deserialize, Serialize};
+
+use super::attribution::Attribution;
+use super::{Evidence, Kind};
+use crate::core::model::Timestamp;
+use crate::util::bounded::Bounded;
+use held::{Group, Held, HELD_MAX, PER_JOB};
+use log_limit::LogLimit;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingState {
+    Pending,
+    Firing,
+    Resolved,
+    /// A state this build does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Warning,
+    Critical,
+    /// A severity this build does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl FindingState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingState::Pending => "pending",
+            FindingState::Firing => "firing",
+            FindingState::Resolved => "resolved",
+            FindingState::Unknown => "unknown",
+        }
+    }
+
+    /// Pending or firing: not over yet.
+    pub fn open(self) -> bool {
+        matches!(self, FindingState::Pending | FindingState::Firing)
+    }
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+            Severity::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Who a finding is about: copied from the session so a finding stands on its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Subject {
+    pub session: String,
+    pub job: Option<String>,
+    pub rank: Option<u64>,
+    /// Host pid (SO_PEERCRED).
+    pub pid: u32,
+    pub ns_pid: Option<u64>,
+    pub gpu_uuid: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable for the life of the finding: `<session>/<kind>`, with `#n` when raised again.
+    pub id: String,
+    pub kind: Kind,
+    pub state: FindingState,
+    pub severity: Severity,
+    #[serde(flatten)]
+    pub subject: Subject,
+    /// NVML index of the GPU, filled in by the API from the latest collection.
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// Step and time at which it was first raised (went pending).
+    pub first_step: Option<u64>,
+    pub first_ts: Timestamp,
+    /// When it started firing.
+    pub since: Option<Timestamp>,
+    pub updated_ts: Timestamp,
+    pub resolved_ts: Option<Timestamp>,
+    pub message: String,
+    pub hint: Option<String>,
+    pub evidence: Evidence,
+    /// Leak findings: where the growing memory was allocated, when the trainer measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
+}
+
+/// Resolved findings kept for the API.
+const RECENT: usize = 256;
+/// Transitions waiting for the alert sinks.
+const OUTBOX: usize = 4096;
+
+#[derive(Debug)]
+pub struct Findings {
+    recent: Bounded<Finding>,
+    /// Findings raised (fired), by kind, since start.
+    totals: [u64; Kind::SLOTS],
+    outbox: Bounded<Finding>,
+    /// Crash findings of ended sessions, firing until their hold expires.
+    held: Vec<Held>,
+    /// The uid of the session being closed, for the crash finding its close may raise (the
+    /// detectors' `Subject` does not carry it).
+    closing_uid: Option<u32>,
+    /// Aggregated findings raised, for their ids.
+    aggregates: u64,
+    log: LogLimit,
+}
+
+impl Default for Findings {
+    fn default() -> Self {
+        Self {
+            recent: Bounded::new(RECENT),
+            totals: [0; Kind::SLOTS],
+            outbox: Bounded::new(OUTBOX),
+            held: Vec::new(),
+            closing_uid: None,
+            aggregates: 0,
+            log: LogLimit::default(),
+        }
+    }
+}
+
+impl Findings {
+    pub fn fired(&mut self, f: &Finding) {
+        self.totals[f.kind.index()] += 1;
+        if self.log.allow(f.updated_ts) {
+            tracing::warn!(
+                finding = %f.id, kind = f.kind.as_str(), job = f.subject.job.as_deref().unwrap_or(""),
+                pid = f.subject.pid, message = %f.message, "finding firing"
+            );
+        }
+        self.post(f.clone());
+    }
+
+    pub fn updated(&mut self, f: &Finding) {
+        self.post(f.clone());
+    }
+
+    pub fn resolved(&mut self, f: Finding) {
+        if self.log.allow(f.resolved_ts.unwrap_or(f.updated_ts)) {
+            tracing::info!(finding = %f.id, kind = f.kind.as_str(), "finding resolved");
+        }
+        self.post(f.clone());
+        self.recent.push(f);
+    }
+
+    /// Says whose session is being closed: the crash finding its close raises (`hold`) is
+    /// grouped by this uid and the session's job.
+    pub fn closing(&mut self, uid: Option<u32>) {
+        self.closing_uid = uid;
+    }
+
+    /// A crash: firing now, resolved by `tick` once its hold has passed. Past a few crashes of
+    /// one (uid, job), or once `HELD_MAX` are held, it is counted in an aggregated finding.
+    pub fn hold(&mut self, f: Finding) {
+        let uid = self.closing_uid.take();
+        let job = f.subject.job.clone();
+        let by_job = Group::Job(uid, job.clone());
+        let by_uid = Group::Uid(uid);
+        if let Some(i) = self.aggregate_of(&by_job).or_else(|| {
+            (self.held.len() >= HELD_MAX)
+                .then(|| self.aggregate_of(&by_uid))
+                .flatten()
+        }) {
+            self.totals[f.kind.index()] += 1;
+            let h = &mut self.held[i];
+            held::bump(h, 1, Some(&f));
+            if h.group
+                .as_ref()
+                .is_some_and(|(_, n)| held::worth_posting(*n))
+            {
+                let update = h.f.clone();
+                self.post(update);
+            }
+            return;
+        }
+        let same = self.held.iter().filter(|h| h.of_job(uid, &job)).count();
+        if same < PER_JOB && self.held.len() < HELD_MAX {
+            self.fired(&f);
+            self.held.push(Held {
+                f,
+                uid,
+                group: None,
+            });
+            return;
+        }
+        // Fold: the job's own findings when it has too many, else (the cap reached) this one
+        // alone, into a finding for the job or for the uid.
+        let (group, members) = if same >= PER_JOB {
+            let members: Vec<Held> = self.take_held(|h| h.of_job(uid, &job));
+            (by_job, members)
+        } else {
+            (by_uid, Vec::new())
+        };
+        self.aggregates += 1;
+        let id = format!("crashes-{}", self.aggregates);
+        let first_ts = members
+            .iter()
+            .map(|h| h.f.first_ts)
+            .fold(f.first_ts, f64::min);
+        let n = members.len() as u64 + 1;
+        // Each crash counts once: the members fired already; this one fires as the aggregate.
+        let agg = held::aggregate(self.aggregates, group, f.clone(), n, first_ts);
+        self.fired(&agg.f);
+        self.held.push(agg);
+        for mut m in members {
+            let why = format!("counted in {id}");
+            m.f.state = FindingState::Resolved;
+            m.f.resolved_ts = Some(f.updated_ts);
+            m.f.updated_ts = f.updated_ts;
+            m.f.message = format!("{}; {why}", m.f.message);
+            m.f.evidence.detail = Some(why);
+            self.resolved(m.f);
+        }
+    }
+
+    fn aggregate_of(&self, g: &Group) -> Option<usize> {
+        self.held
+            .iter()
+            .position(|h| h.group.as_ref().is_some_and(|(x, _)| x == g))
+    }
+
+    fn take_held(&mut self, which: impl Fn(&Held) -> bool) -> Vec<Held> {
+        let (taken, keep) = std::mem::take(&mut self.held).into_iter().partition(which);
+        self.held = keep;
+        taken
+    }
+
+    /// Resolves the held finding `id` before its time, saying why (its trainer came back).
+    /// It was raised, so it still counts in the totals.
+    pub fn release(&mut self, id: &str, now: Timestamp, why: &str) -> bool {
+        let Some(i) = self.held.iter().position(|h| h.f.id == id) else {
+            return false;
+        };
+        let mut f = self.held.remove(i).f;
+        f.state = FindingState::Resolved;
+        f.resolved_ts = Some(now);
+        f.updated_ts = now;
+        f.message = format!("{}; {why}", f.message);
+        f.evidence.detail = Some(why.to_string());
+        self.resolved(f);
+        true
+    }
+
+    /// Resolves held findings whose time is up: `hold_seconds` after their latest crash.
+    pub fn tick(&mut self, now: Timestamp, hold_seconds: f64) {
+        self.log.roll(now);
+        let done = self.take_held(|h| now - h.f.updated_ts >= hold_seconds);
+        for Held { mut f, .. } in done {
+            f.state = FindingState::Resolved;
+            f.resolved_ts = Some(now);
+            f.updated_ts = now;
+            self.resolved(f);
+        }
+        if self.held.capacity() > 2 * self.held.len().max(PER_JOB) {
+            // After a flood the list is short again: give its memory back.
+            self.held.shrink_to_fit();
+        }
+    }
+
+    fn post(&mut self, f: Finding) {
+        self.outbox.push(f);
+    }
+
+    /// Takes the transitions posted since the last call (fired, refreshed, resolved).
+    pub fn drain(&mut self) -> Vec<Finding> {
+        self.outbox.drain().collect()
+    }
+
+    pub fn totals(&self) -> impl Iterator<Item = (Kind, u64)> + '_ {
+        Kind::ALL.iter().map(|k| (*k, self.totals[k.index()]))
+    }
+
+    pub fn outbox_dropped(&self) -> u64 {
+        self.outbox.dropped()
+    }
+
+    pub fn recent(&self) -> impl DoubleEndedIterator<Item = &Finding> {
+        self.recent.iter()
+    }
+
+    pub fn held(&self) -> impl Iterator<Item = &Finding> {
+        self.held.iter().map(|h| &h.f)
+    }
+
+    /// Finding log lines left out since start (over the budget).
+    pub fn log_suppressed(&self) -> u64 {
+        self.log.suppressed()
+    }
+}
+
+#[cfg(test)]
+mod tests;

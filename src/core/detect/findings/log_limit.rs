@@ -1,0 +1,77 @@
+//! A budget for the findings' log lines: a burst per interval, then one summary line with the
+//! count of what was left out. A flood of crashing sessions would otherwise write two lines per
+//! session (firing, resolved): 200,000 lines for 100,000 sessions.
+
+use crate::core::model::Timestamp;
+
+/// Lines allowed per interval.
+const BURST: u32 = 20;
+/// Seconds per interval.
+const INTERVAL: f64 = 10.0;
+
+#[derive(Debug, Default)]
+pub struct LogLimit {
+    start: Timestamp,
+    used: u32,
+    /// Left out in the current interval, told in its summary line.
+    held_back: u64,
+    /// Left out since start.
+    suppressed: u64,
+}
+
+impl LogLimit {
+    /// Whether a line at `now` may be written; counts it as suppressed when not.
+    pub fn allow(&mut self, now: Timestamp) -> bool {
+        self.roll(now);
+        if self.used < BURST {
+            self.used += 1;
+            true
+        } else {
+            self.held_back += 1;
+            self.suppressed += 1;
+            false
+        }
+    }
+
+    /// Starts a new interval when the current one is over (or time went back), saying first
+    /// how many lines it left out.
+    pub fn roll(&mut self, now: Timestamp) {
+        if now >= self.start && now - self.start < INTERVAL {
+            return;
+        }
+        if self.held_back > 0 {
+            tracing::warn!(
+                suppressed = self.held_back,
+                seconds = INTERVAL,
+                total = self.suppressed,
+                "finding log lines suppressed (more than {BURST} in {INTERVAL} s); \
+                 gpumon_log_suppressed_total counts them"
+            );
+        }
+        self.start = now;
+        self.used = 0;
+        self.held_back = 0;
+    }
+
+    pub fn suppressed(&self) -> u64 {
+        self.suppressed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_log_a_burst_then_count_the_rest() {
+        let mut l = LogLimit::default();
+        let allowed = (0..100)
+            .filter(|i| l.allow(1000.0 + *i as f64 / 100.0))
+            .count();
+        assert_eq!(allowed, BURST as usize);
+        assert_eq!(l.suppressed(), 100 - u64::from(BURST));
+        // The next interval has its burst again.
+        assert!(l.allow(1000.0 + INTERVAL));
+        assert_eq!(l.suppressed(), 100 - u64::from(BURST));
+    }
+}

@@ -1,0 +1,283 @@
+//! The detectors of one trainer session and the findings they hold. Fed by the session store as
+//! lines arrive (live) or by `gpumon analyze` (offline): same calls, same verdicts.
+
+use super::attribution::Attribution;
+use super::findings::{Finding, FindingState, Findings, Severity, Subject};
+use super::lifecycle::{Change, Lifecycle, Span};
+use super::window::StepAxis;
+use super::{
+    crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
+    Obs, Pos, Signal,
+};
+use crate::core::model::Timestamp;
+use crate::core::trainer::Sample;
+use crate::core::trainer::{Ending, EventRecord};
+
+struct Track {
+    det: Box<dyn Detector>,
+    life: Lifecycle,
+    current: Option<Finding>,
+    /// Times this kind fired in this session, for distinct ids when it fires again.
+    raised: u32,
+}
+
+pub struct SessionDetect {
+    tracks: Vec<Track>,
+    /// Steps as detectors and findings see them: continued across a step count that starts over.
+    steps: StepAxis,
+}
+
+/// near_limit resolves only after this long without pressure (no retries in the detector's
+/// window, room at the peak): retries come in bursts, and each gap between bursts must not
+/// resolve it and raise it again.
+const NEAR_LIMIT_QUIET: Span = Span {
+    samples: 3,
+    steps: 100,
+    secs: 120.0,
+};
+/// Fragmentation must persist, and be gone, for this long: a while in steps and in time.
+const FRAGMENTATION_HOLDS: Span = Span {
+    samples: 5,
+    steps: 50,
+    secs: 30.0,
+};
+
+impl SessionDetect {
+    pub fn new(cfg: &DetectConfig) -> Self {
+        let track = |det: Box<dyn Detector>, raise, clear| Track {
+            det,
+            life: Lifecycle::new(raise, clear),
+            current: None,
+            raised: 0,
+        };
+        Self {
+            tracks: vec![
+                // The leak detector confirms on its own (a rising window seen twice); its
+                // observations are evaluations of whole segments, not samples.
+                // It forgets the leak's onset after as many quiet evaluations as resolve the
+                // finding: keep the two together.
+                track(
+                    Box::new(leak::Leak::new(cfg.leak_materiality_ratio)),
+                    Span::samples(1),
+                    Span::samples(leak::QUIET_EVALUATIONS),
+                ),
+                track(
+                    Box::new(near_limit::NearLimit::new(cfg.headroom_margin_bytes)),
+                    Span::samples(2),
+                    NEAR_LIMIT_QUIET,
+                ),
+                track(
+                    Box::<fragmentation::Fragmentation>::default(),
+                    FRAGMENTATION_HOLDS,
+                    FRAGMENTATION_HOLDS,
+                ),
+                // The OOM detector holds its own signal for a while after the last OOM.
+                track(
+                    Box::<oom::Oom>::default(),
+                    Span::samples(1),
+                    Span::samples(1),
+                ),
+            ],
+            steps: StepAxis::default(),
+        }
+    }
+
+    pub fn sample(&mut self, who: &Subject, obs: &Obs, findings: &mut Findings) {
+        let step = self.steps.at(obs.sample.step);
+        if !self.steps.shifted() {
+            return self.observe(who, obs, step, findings);
+        }
+        // After a reset the detectors see the continued step; the copy is needed only then.
+        let sample = Sample {
+            step,
+            ..obs.sample.clone()
+        };
+        let shifted = Obs {
+            sample: &sample,
+            ..*obs
+        };
+        self.observe(who, &shifted, step, findings);
+    }
+
+    fn observe(&mut self, who: &Subject, obs: &Obs, step: Option<u64>, findings: &mut Findings) {
+        for t in &mut self.tracks {
+            if let Some(sig) = t.det.sample(obs) {
+                apply(t, who, sig, step, obs.ts(), findings);
+            }
+        }
+    }
+
+    pub fn event(&mut self, who: &Subject, e: &EventRecord, findings: &mut Findings) {
+        for t in &mut self.tracks {
+            if let Some(sig) = t.det.event(e) {
+                let step = sig.evidence.step;
+                apply(t, who, sig, step, e.ts, findings);
+            }
+        }
+    }
+
+    /// The session ended: its findings resolve; a crash raises one of its own.
+    pub fn close(
+        &mut self,
+        who: &Subject,
+        ending: Ending,
+        last: Option<&Sample>,
+        now: Timestamp,
+        findings: &mut Findings,
+    ) {
+        for t in &mut self.tracks {
+            if let Some(mut f) = t.current.take() {
+                if f.state == FindingState::Firing {
+                    f.state = FindingState::Resolved;
+                    f.resolved_ts = Some(now);
+                    f.updated_ts = now;
+                    findings.resolved(f);
+                }
+            }
+        }
+        if ending == Ending::Crash {
+            let evidence = crash::evidence(last);
+            findings.hold(Finding {
+                id: crash_id(&who.session),
+                kind: Kind::Crash,
+                state: FindingState::Firing,
+                severity: Severity::Critical,
+                subject: who.clone(),
+                gpu: None,
+                first_step: evidence.step,
+                first_ts: now,
+                since: Some(now),
+                updated_ts: now,
+                resolved_ts: None,
+                message: message::describe(Kind::Crash, &evidence),
+                hint: message::hint(Kind::Crash, &evidence).map(String::from),
+                evidence,
+                attribution: None,
+            });
+        }
+    }
+
+    /// Pending and firing findings of this session.
+    pub fn current(&self) -> impl Iterator<Item = &Finding> {
+        self.tracks.iter().filter_map(|t| t.current.as_ref())
+    }
+
+    pub fn firing(&self, kind: Kind) -> Option<&Finding> {
+        self.current()
+            .find(|f| f.kind == kind && f.state == FindingState::Firing)
+    }
+
+    /// The leak finding, pending or firing.
+    pub fn leak(&self) -> Option<&Finding> {
+        self.current().find(|f| f.kind == Kind::Leak)
+    }
+
+    /// Puts a trainer's attribution on the leak finding (the one named `id`, when given) while
+    /// it is pending or firing; its message names the top site from now on, through every
+    /// refresh and into its resolved record, and the sinks get the change. Returns the id of
+    /// the finding it went on.
+    pub fn attribute(
+        &mut self,
+        id: Option<&str>,
+        a: &Attribution,
+        findings: &mut Findings,
+    ) -> Option<String> {
+        let f = self
+            .tracks
+            .iter_mut()
+            .filter_map(|t| t.current.as_mut())
+            .find(|f| f.kind == Kind::Leak && id.is_none_or(|id| f.id == id))?;
+        f.attribution = Some(a.clone());
+        f.message = describe(f.kind, &f.evidence, f.attribution.as_ref());
+        f.updated_ts = f.updated_ts.max(a.ts);
+        findings.updated(f);
+        Some(f.id.clone())
+    }
+}
+
+/// The id of a session's crash finding.
+pub fn crash_id(session: &str) -> String {
+    format!("{session}/crash")
+}
+
+/// The finding's message; with an attribution, followed by where the growth was allocated.
+fn describe(kind: Kind, e: &Evidence, a: Option<&Attribution>) -> String {
+    let m = message::describe(kind, e);
+    match a.and_then(message::attributed) {
+        Some(site) => format!("{m}; {site}"),
+        None => m,
+    }
+}
+
+fn apply(
+    t: &mut Track,
+    who: &Subject,
+    sig: Signal,
+    step: Option<u64>,
+    ts: Timestamp,
+    findings: &mut Findings,
+) {
+    let kind = t.det.kind();
+    match t.life.step(sig.active, Pos { step, ts }) {
+        Change::Quiet => {}
+        Change::Dropped => t.current = None,
+        Change::Pending | Change::Fired | Change::Firing => {
+            if !sig.active {
+                // Firing but not seen this time: keep the last evidence until it resolves.
+                return;
+            }
+            let firing = t.life.is_firing();
+            let f = t.current.get_or_insert_with(|| {
+                t.raised += 1;
+                Finding {
+                    id: if t.raised == 1 {
+                        format!("{}/{}", who.session, kind.as_str())
+                    } else {
+                        format!("{}/{}#{}", who.session, kind.as_str(), t.raised)
+                    },
+                    kind,
+                    state: FindingState::Pending,
+                    severity: severity(kind),
+                    subject: who.clone(),
+                    gpu: None,
+                    first_step: step,
+                    first_ts: ts,
+                    since: None,
+                    updated_ts: ts,
+                    resolved_ts: None,
+                    message: String::new(),
+                    hint: None,
+                    evidence: Default::default(),
+                    attribution: None,
+                }
+            });
+            f.message = describe(kind, &sig.evidence, f.attribution.as_ref());
+            f.hint = message::hint(kind, &sig.evidence).map(String::from);
+            f.evidence = sig.evidence;
+            f.updated_ts = ts;
+            if firing && f.state != FindingState::Firing {
+                f.state = FindingState::Firing;
+                f.since = Some(ts);
+                // Offline analysis reports the step at which a finding was raised.
+                f.first_step = step.or(f.first_step);
+                f.first_ts = ts;
+                findings.fired(f);
+            }
+        }
+        Change::Resolved => {
+            if let Some(mut f) = t.current.take() {
+                f.state = FindingState::Resolved;
+                f.resolved_ts = Some(ts);
+                f.updated_ts = ts;
+                findings.resolved(f);
+            }
+        }
+    }
+}
+
+fn severity(kind: Kind) -> Severity {
+    match kind {
+        Kind::Oom | Kind::Crash => Severity::Critical,
+        Kind::Leak | Kind::NearLimit | Kind::Fragmentation | Kind::Unknown => Severity::Warning,
+    }
+}

@@ -1,0 +1,318 @@
+//! The JSON API's document: everything the daemon knows right now. `gpumon status` and the TUI
+//! read it back, so it is one owned type that both serialises and deserialises.
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::detect::attribution::Attribution;
+use crate::core::detect::Finding;
+use crate::core::model::{GpuReading, ProcessReading, Timestamp};
+use crate::core::store::sessions::{Session, Sessions};
+use crate::core::store::{GpuPoint, NvmlStatus, Point, Store};
+use crate::core::trainer::Stats;
+use crate::core::trainer::{Ending, EventRecord, SessionPoint};
+use crate::sources::ingest::server::IngestStats;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub version: String,
+    pub hostname: String,
+    pub ts: Timestamp,
+    pub nvml: NvmlView,
+    pub gpus: Vec<GpuView>,
+    pub processes: Vec<ProcessView>,
+    /// Trainer sessions: live ones, then recently ended ones.
+    #[serde(default)]
+    pub sessions: Vec<SessionView>,
+    /// Firing and recently resolved findings (filled by detection).
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    /// Health of the trainer socket; absent where there is no ingest (e.g. `status --direct`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingest: Option<IngestView>,
+}
+
+/// The gpumon_ingest_* counters, for readers of the JSON API (the TUI header).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestView {
+    pub connections: u64,
+    pub lines: u64,
+    /// Lines and connections refused, all error codes together.
+    pub rejected: u64,
+    /// Replies not sent because the client was not reading.
+    pub dropped: u64,
+}
+
+impl IngestView {
+    pub fn of(stats: &IngestStats) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        Self {
+            connections: stats.connections.load(Relaxed),
+            lines: stats.lines.load(Relaxed),
+            rejected: stats.rejected.iter().map(|c| c.load(Relaxed)).sum(),
+            dropped: stats.replies_dropped.load(Relaxed),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NvmlView {
+    pub up: bool,
+    pub error: Option<String>,
+    pub library: String,
+    pub driver_version: Option<String>,
+    pub last_poll_ts: Option<Timestamp>,
+    pub last_poll_duration_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuView {
+    #[serde(flatten)]
+    pub reading: GpuReading,
+    /// Memory history, oldest first; `value: null` marks a missed poll.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Point<GpuPoint>>,
+}
+
+impl Snapshot {
+    /// Builds the document; `history_seconds` of GPU history are included (0 for none).
+    pub fn build(store: &Store, hostname: &str, history_seconds: f64) -> Self {
+        let latest = store.latest();
+        let now = crate::core::model::now();
+        let gpus = latest
+            .map(|r| {
+                r.gpus
+                    .iter()
+                    .map(|g| GpuView {
+                        reading: g.clone(),
+                        history: match store.gpu_series(&g.identity.uuid) {
+                            Some(s) if history_seconds > 0.0 => {
+                                s.since(now - history_seconds).copied().collect()
+                            }
+                            _ => Vec::new(),
+                        },
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let NvmlStatus {
+            up,
+            error,
+            library,
+            last_poll_ts,
+            last_poll_duration_seconds,
+            ..
+        } = store.nvml.clone();
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            hostname: hostname.to_string(),
+            ts: now,
+            nvml: NvmlView {
+                up,
+                error,
+                library,
+                driver_version: latest.and_then(|r| r.driver_version.clone()),
+                last_poll_ts,
+                last_poll_duration_seconds,
+            },
+            gpus,
+            processes: latest
+                .map(|r| {
+                    r.processes
+                        .iter()
+                        .map(|p| ProcessView::of(p, &store.sessions))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            sessions: store
+                .sessions
+                .live()
+                .chain(store.sessions.ended())
+                .map(|sess| SessionView::of(sess, store))
+                .collect(),
+            findings: findings(store),
+            ingest: None,
+        }
+    }
+}
+
+/// Pending and firing findings of live sessions, held crashes, then recently resolved ones, each
+/// with the NVML index of its GPU (MIG-aware) when known.
+fn findings(store: &Store) -> Vec<Finding> {
+    let s = &store.sessions;
+    s.live()
+        .flat_map(|x| x.detect.current())
+        .chain(s.findings.held())
+        .chain(s.findings.recent().rev())
+        .map(|f| {
+            let mut f = f.clone();
+            store.resolve_gpu(&mut f);
+            f
+        })
+        .collect()
+}
+
+/// Points of session history the snapshot carries (the TUI's chart window).
+const SESSION_POINTS: usize = 300;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionView {
+    pub session: String,
+    /// Host pid, from the kernel (SO_PEERCRED): the pid NVML reports.
+    pub pid: u32,
+    /// The pid the trainer sees itself as (differs inside a container).
+    pub ns_pid: Option<u64>,
+    pub uid: u32,
+    pub job: Option<String>,
+    pub rank: Option<u64>,
+    pub world_size: Option<u64>,
+    pub gpu_uuid: Option<String>,
+    /// NVML index of that GPU, when NVML lists it.
+    pub gpu: Option<u32>,
+    /// This session's entry in NVML's process list, joined on (host pid, GPU UUID).
+    #[serde(default)]
+    pub nvml: Option<SessionNvml>,
+    pub torch: Option<String>,
+    pub client: Option<String>,
+    pub started: Timestamp,
+    pub samples: u64,
+    pub last_sample_ts: Option<Timestamp>,
+    pub step: Option<u64>,
+    pub phase: Option<String>,
+    pub stats: Option<Stats>,
+    pub device_free: Option<u64>,
+    pub device_total: Option<u64>,
+    /// The caching allocator's cap (`set_per_process_memory_fraction`) the trainer last
+    /// reported; detection measures headroom against it.
+    #[serde(default)]
+    pub alloc_limit: Option<u64>,
+    pub alloc_retries_total: u64,
+    pub ooms_total: u64,
+    pub ended: Option<(Timestamp, Ending)>,
+    pub events: Vec<EventRecord>,
+    /// Recent step-boundary points, oldest first.
+    pub series: Vec<Point<SessionPoint>>,
+    /// The latest attribution the trainer sent: where its growing memory was allocated, with
+    /// each site's stack, or its error answer (why there are no sites). A site's share of the
+    /// growth is not repeated here: it is `bytes / max(total_growth_bytes, sum of sites' bytes)`.
+    #[serde(default)]
+    pub attribution: Option<Attribution>,
+}
+
+/// What NVML and /proc say about a trainer's process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionNvml {
+    pub used_memory_bytes: Option<u64>,
+    pub process: Option<String>,
+    pub user: Option<String>,
+    pub container: Option<String>,
+    /// The Kubernetes pod's name (its UID until the kubelet names it) and namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A GPU process, with the trainer session that runs in it when there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessView {
+    #[serde(flatten)]
+    pub reading: ProcessReading,
+    /// The live trainer session of this (pid, GPU), if instrumented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The pid the trainer sees itself as (from its hello), inside its container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u64>,
+}
+
+/// Readers (status, TUI) use a process view as the reading it wraps.
+impl std::ops::Deref for ProcessView {
+    type Target = ProcessReading;
+    fn deref(&self) -> &ProcessReading {
+        &self.reading
+    }
+}
+
+impl ProcessView {
+    fn of(p: &ProcessReading, sessions: &Sessions) -> Self {
+        let s = sessions.live().find(|s| joins(s, p));
+        Self {
+            reading: p.clone(),
+            session: s.map(|s| s.id.clone()),
+            ns_pid: s.and_then(|s| s.hello.ns_pid),
+        }
+    }
+}
+
+/// A session is an NVML process entry when the kernel's pid for its socket is the host pid NVML
+/// reports and its device UUID is that GPU's (or, under MIG, that MIG device's).
+fn joins(s: &Session, p: &ProcessReading) -> bool {
+    s.peer.pid == p.pid
+        && s.hello
+            .gpu_uuid
+            .as_deref()
+            .is_some_and(|u| u == p.uuid || p.mig_uuid.as_deref() == Some(u))
+}
+
+impl SessionView {
+    /// One session, live or recently ended, as it appears in the snapshot's `sessions`.
+    pub fn lookup(store: &Store, id: &str) -> Option<Self> {
+        store.sessions.get(id).map(|s| Self::of(s, store))
+    }
+
+    fn of(s: &Session, store: &Store) -> Self {
+        let latest = store.latest();
+        let nvml = latest
+            .and_then(|r| r.processes.iter().find(|p| joins(s, p)))
+            .map(|p| SessionNvml {
+                used_memory_bytes: p.used_memory_bytes,
+                process: p.info.name.clone(),
+                user: p.info.user.clone(),
+                container: p.info.container.clone(),
+                pod: p.info.pod.clone(),
+                namespace: p.info.namespace.clone(),
+            });
+        let last = s.last_sample.as_ref().map(|(_, x)| x);
+        let skip = s.series.len().saturating_sub(SESSION_POINTS);
+        Self {
+            session: s.id.clone(),
+            pid: s.peer.pid,
+            ns_pid: s.hello.ns_pid,
+            uid: s.peer.uid,
+            job: s.hello.job.clone(),
+            rank: s.hello.rank,
+            world_size: s.hello.world_size,
+            gpu_uuid: s.hello.gpu_uuid.clone(),
+            // MIG-aware, the one lookup every output uses.
+            gpu: s
+                .hello
+                .gpu_uuid
+                .as_deref()
+                .and_then(|u| store.gpu_index_number(u)),
+            nvml,
+            torch: s.hello.torch.clone(),
+            client: s.hello.client.clone(),
+            started: s.started,
+            samples: s.samples,
+            last_sample_ts: s.last_sample.as_ref().map(|(t, _)| *t),
+            step: last.and_then(|x| x.step),
+            phase: last.map(|x| x.phase.as_str().to_string()),
+            stats: last.map(|x| x.stats),
+            device_free: last.and_then(|x| x.device_free),
+            device_total: last.and_then(|x| x.device_total),
+            alloc_limit: s.alloc_limit,
+            alloc_retries_total: s.retries.total,
+            ooms_total: s.ooms.total,
+            ended: s.ended,
+            events: s.events.iter().cloned().collect(),
+            series: s.series.iter().skip(skip).collect(),
+            attribution: s.attribution.clone(),
+        }
+    }
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}

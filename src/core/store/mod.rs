@@ -1,0 +1,251 @@
+//! The daemon's memory: the latest collection plus bounded history per GPU and per (GPU, pid).
+//! Everything is keyed by what is alive in the latest collection, so processes that end are
+//! dropped at the next collection and memory stays bounded however many pids come and go.
+
+pub mod ring;
+pub mod session_series;
+pub mod sessions;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::model::{GpuState, NodeReading, Timestamp};
+pub use ring::{Point, Series};
+
+/// How much history to keep. Sizes are in points, one point per collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimits {
+    pub gpu_points: usize,
+    pub process_points: usize,
+}
+
+/// The GPU values worth charting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuPoint {
+    pub used: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub utilization: Option<f32>,
+}
+
+/// The daemon's view of its NVML connection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NvmlStatus {
+    pub up: bool,
+    /// Why NVML is down, or the last poll error, in words.
+    pub error: Option<String>,
+    pub library: String,
+    pub last_poll_ts: Option<Timestamp>,
+    pub last_poll_duration_seconds: f64,
+    pub polls_total: u64,
+    pub poll_errors_total: u64,
+}
+
+impl NvmlStatus {
+    /// A poll that read the node.
+    pub fn record_ok(&mut self, ts: Timestamp, duration: f64) {
+        self.up = true;
+        self.error = None;
+        self.record(ts, duration);
+    }
+
+    /// A poll that could not run at all (library missing, init failed, ...).
+    pub fn record_failure(&mut self, ts: Timestamp, error: String, duration: f64) {
+        self.up = false;
+        self.error = Some(error);
+        self.poll_errors_total += 1;
+        self.record(ts, duration);
+    }
+
+    fn record(&mut self, ts: Timestamp, duration: f64) {
+        self.polls_total += 1;
+        self.last_poll_ts = Some(ts);
+        self.last_poll_duration_seconds = duration;
+    }
+}
+
+/// One poll's outcome as the poller hands it over: the reading (or why there is none), NVML's
+/// health as the poller counts it, and the NVML metric families already encoded, so neither
+/// the store's owner nor a scrape spends time on them.
+#[derive(Debug, Clone)]
+pub struct Collection {
+    pub ts: Timestamp,
+    pub reading: Result<Arc<NodeReading>, String>,
+    pub status: NvmlStatus,
+    pub text: Arc<str>,
+}
+
+pub struct Store {
+    limits: HistoryLimits,
+    interval: f64,
+    pub nvml: NvmlStatus,
+    /// Trainer sessions pushed over the ingest socket.
+    pub sessions: sessions::Sessions,
+    /// Bumped by every collection, so outputs can cache what they derive from one.
+    generation: u64,
+    latest: Option<Arc<NodeReading>>,
+    /// The latest collection's NVML families as exposition text.
+    gpu_text: Arc<str>,
+    gpu_series: HashMap<String, Series<GpuPoint>>,
+    process_series: HashMap<(u32, u32), Series<u64>>,
+}
+
+impl Store {
+    pub fn new(limits: HistoryLimits, interval: f64, library: String) -> Self {
+        Self {
+            limits,
+            interval,
+            nvml: NvmlStatus {
+                library,
+                ..NvmlStatus::default()
+            },
+            sessions: sessions::Sessions::new(sessions::SessionLimits::default()),
+            generation: 0,
+            latest: None,
+            gpu_text: Arc::from(""),
+            gpu_series: HashMap::new(),
+            process_series: HashMap::new(),
+        }
+    }
+
+    /// NVML index of the GPU with this UUID, or of the parent of this MIG device, in the latest
+    /// collection: the one GPU join every output uses.
+    pub fn gpu_index_number(&self, uuid: &str) -> Option<u32> {
+        let gpus = &self.latest.as_ref()?.gpus;
+        gpus.iter()
+            .find(|g| g.identity.uuid == uuid || g.mig_devices.iter().any(|m| m.uuid == uuid))
+            .map(|g| g.identity.index)
+    }
+
+    /// `gpu_index_number` as a label value.
+    pub fn gpu_index(&self, uuid: &str) -> Option<String> {
+        self.gpu_index_number(uuid).map(|i| i.to_string())
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Fills in a finding's `gpu` (the NVML index of its device, MIG-aware).
+    pub fn resolve_gpu(&self, f: &mut crate::core::detect::Finding) {
+        f.gpu = f
+            .subject
+            .gpu_uuid
+            .as_deref()
+            .and_then(|u| self.gpu_index(u));
+    }
+
+    /// Firing findings as alert sinks resend them, GPU resolved.
+    pub fn firing_resolved(&self) -> Vec<crate::core::detect::Finding> {
+        self.sessions
+            .firing()
+            .map(|f| {
+                let mut f = f.clone();
+                self.resolve_gpu(&mut f);
+                f
+            })
+            .collect()
+    }
+
+    pub fn latest(&self) -> Option<&NodeReading> {
+        self.latest.as_deref()
+    }
+
+    /// The latest reading, shared (the view holds it without a copy).
+    pub fn latest_shared(&self) -> Option<Arc<NodeReading>> {
+        self.latest.clone()
+    }
+
+    pub fn gpu_text(&self) -> &Arc<str> {
+        &self.gpu_text
+    }
+
+    pub fn gpu_series(&self, uuid: &str) -> Option<&Series<GpuPoint>> {
+        self.gpu_series.get(uuid)
+    }
+
+    pub fn process_series(&self, gpu: u32, pid: u32) -> Option<&Series<u64>> {
+        self.process_series.get(&(gpu, pid))
+    }
+
+    pub fn series_counts(&self) -> (usize, usize) {
+        (self.gpu_series.len(), self.process_series.len())
+    }
+
+    /// Takes in what the poller collected, with NVML's health as the poller counted it.
+    pub fn apply_collection(&mut self, c: Collection) {
+        self.gpu_text = c.text;
+        match c.reading {
+            Ok(r) => self.apply_reading(r),
+            Err(_) => self.apply_missing(c.ts),
+        }
+        // The poller does not know which library the config named; the store was told.
+        let library = std::mem::take(&mut self.nvml.library);
+        self.nvml = c.status;
+        self.nvml.library = library;
+    }
+
+    /// Records a successful collection, counting the poll here (readers without a poller:
+    /// `status --direct`, tests).
+    pub fn apply(&mut self, reading: NodeReading, duration: f64) {
+        self.nvml.record_ok(reading.ts, duration);
+        self.apply_reading(Arc::new(reading));
+    }
+
+    /// Records a collection that could not run at all (library missing, init failed, ...).
+    pub fn apply_failure(&mut self, ts: Timestamp, error: String, duration: f64) {
+        self.nvml.record_failure(ts, error, duration);
+        self.apply_missing(ts);
+    }
+
+    fn apply_reading(&mut self, reading: Arc<NodeReading>) {
+        let ts = reading.ts;
+        self.sessions.tick(ts);
+        self.generation += 1;
+        self.gpu_series
+            .retain(|uuid, _| reading.gpus.iter().any(|g| &g.identity.uuid == uuid));
+        for gpu in &reading.gpus {
+            let point = match (gpu.state, gpu.memory) {
+                (GpuState::Ok, Some(m)) => Some(GpuPoint {
+                    used: m.used,
+                    reserved: m.reserved,
+                    free: m.free,
+                    utilization: gpu.utilization.map(|u| u as f32),
+                }),
+                _ => None,
+            };
+            let cap = self.limits.gpu_points;
+            self.gpu_series
+                .entry(gpu.identity.uuid.clone())
+                .or_insert_with(|| Series::new(cap))
+                .push(ts, point, self.interval);
+        }
+
+        let alive: HashSet<(u32, u32)> = reading.processes.iter().map(|p| (p.gpu, p.pid)).collect();
+        self.process_series.retain(|key, _| alive.contains(key));
+        for p in &reading.processes {
+            let cap = self.limits.process_points;
+            self.process_series
+                .entry((p.gpu, p.pid))
+                .or_insert_with(|| Series::new(cap))
+                .push(ts, p.used_memory_bytes, self.interval);
+        }
+        self.latest = Some(reading);
+    }
+
+    /// The last reading is dropped: serving stale numbers as current would mislead.
+    fn apply_missing(&mut self, ts: Timestamp) {
+        self.sessions.tick(ts);
+        self.generation += 1;
+        self.latest = None;
+        self.process_series.clear();
+        for series in self.gpu_series.values_mut() {
+            series.push(ts, None, self.interval);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

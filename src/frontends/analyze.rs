@@ -1,0 +1,404 @@
+//! `gpumon analyze TRACE...`: replays trace files through the same connection logic and detectors
+//! the daemon runs, in order, with each line's own timestamp as the clock, and reports every
+//! finding with the step at which it was first raised.
+//!
+//! Exit status (detection.md): 0 no finding, 1 at least one, 2 a trace could not be read. A bad
+//! line is reported with its file and line number and the rest of the trace is still analysed.
+//!
+//! A leak the trainer attributed (an `attribution` line in the trace) is reported with its
+//! sites: the text lists the top ones under the finding, the JSON carries the whole attribution.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::core::detect::attribution::Attribution;
+use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
+use crate::core::store::sessions::{SessionLimits, Sessions};
+use crate::core::trainer::EventKind;
+use crate::core::trainer::Peer;
+use crate::outputs::attribution_text as words;
+use crate::sources::ingest::conn::{Conn, Outcome};
+use crate::sources::ingest::protocol::MAX_LINE;
+use crate::units::bytes;
+
+/// Bad lines listed per trace; the rest are only counted.
+const BAD_KEPT: usize = 20;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub traces: Vec<TraceReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TraceReport {
+    pub file: String,
+    pub job: Option<String>,
+    pub rank: Option<u64>,
+    pub samples: u64,
+    pub findings: Vec<FoundFinding>,
+    /// Lines that were rejected, as `line N: message` (the first `BAD_KEPT`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bad_lines: Vec<String>,
+    /// All rejected lines, including those not listed.
+    pub bad_line_count: u64,
+    /// The trace stops short of the session's end: the recorder stopped it (its reason, from a
+    /// `trace_truncated` line) or it ends mid-line. Its end is then no sign of a crash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FoundFinding {
+    pub kind: Kind,
+    pub first_step: Option<u64>,
+    pub first_ts: f64,
+    pub slope_bytes_per_step: Option<f64>,
+    pub growth_bytes: Option<u64>,
+    pub confidence: Option<f64>,
+    pub oom_eta_steps: Option<u64>,
+    pub oom_eta_seconds: Option<f64>,
+    pub message: String,
+    pub hint: Option<String>,
+    pub evidence: Evidence,
+    /// Where the growing memory was allocated, as the trainer reported it (leaks only): the
+    /// latest the finding carried before the trace ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
+}
+
+/// A trace that could not be read at all.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {reason}")]
+pub struct Unreadable {
+    pub file: String,
+    pub reason: String,
+}
+
+pub fn analyze(paths: &[PathBuf], cfg: DetectConfig) -> (Report, Vec<Unreadable>) {
+    let mut traces = Vec::new();
+    let mut errors = Vec::new();
+    for p in paths {
+        match analyze_one(p, cfg) {
+            Ok(t) => traces.push(t),
+            Err(e) => errors.push(e),
+        }
+    }
+    (Report { traces }, errors)
+}
+
+fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable> {
+    let file = path.display().to_string();
+    let unreadable = |reason: String| Unreadable {
+        file: file.clone(),
+        reason,
+    };
+    let f = std::fs::File::open(path)
+        .map_err(|e| unreadable(format!("cannot open: {e}; check the path")))?;
+    let mut reader = BufReader::with_capacity(256 * 1024, f);
+    let limits = SessionLimits {
+        points: 1,
+        events: 1,
+        ended_kept: 1,
+    };
+    let mut sessions = Sessions::new(limits).with_detect(cfg);
+    let mut conn = Conn::new(Peer {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    });
+    let mut report = TraceReport {
+        file: file.clone(),
+        job: None,
+        rank: None,
+        samples: 0,
+        findings: Vec::new(),
+        bad_lines: Vec::new(),
+        bad_line_count: 0,
+        truncated: None,
+    };
+    let mut seen = HashMap::new();
+    let mut clock = 0.0;
+    let mut buf = Vec::new();
+    let mut accepted = 0u64;
+    loop {
+        buf.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| {
+                unreadable(format!(
+                    "read failed after line {}: {e}",
+                    conn.line_number()
+                ))
+            })?;
+        if n == 0 {
+            break;
+        }
+        if !buf.ends_with(b"\n") && buf.len() <= MAX_LINE {
+            // The last line has no newline: the writer stopped in the middle of it.
+            report.truncated = Some("the trace ends mid-line".into());
+        }
+        let line = strip_newline(&buf);
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(reason) = truncation(line) {
+            // The recorder's own closing line, not the trainer's: it says why recording stopped.
+            report.truncated = Some(format!("recording stopped: {reason}"));
+            continue;
+        }
+        if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
+            // Over-long: skip to the end of the line, as the daemon does.
+            let mut rest = Vec::new();
+            reader
+                .read_until(b'\n', &mut rest)
+                .map_err(|e| unreadable(format!("read failed: {e}")))?;
+        }
+        clock = line_ts(line).unwrap_or(clock);
+        match conn.handle(line, &mut sessions, clock) {
+            Outcome::Reply {
+                rejected: Some(_),
+                line: reply,
+            } => {
+                report.bad_line_count += 1;
+                if report.bad_lines.len() < BAD_KEPT {
+                    let n = conn.line_number();
+                    report
+                        .bad_lines
+                        .push(format!("line {n}: {}", reply_message(&reply)));
+                }
+            }
+            Outcome::Reply { .. } => {
+                accepted += 1;
+                if let Some(s) = sessions.live().next() {
+                    report.job = s.hello.job.clone();
+                    report.rank = s.hello.rank;
+                }
+            }
+            Outcome::Accepted | Outcome::Bye => accepted += 1,
+            // Only a connection that acknowledges drops resends; a replay does not.
+            Outcome::Duplicate => {}
+        }
+        collect(&mut sessions, &mut seen, &mut report.findings);
+    }
+    if let Some(s) = sessions.live().next() {
+        report.samples = s.samples;
+    }
+    // The daemon closed the connection for going quiet (its `idle_timeout` event ends the
+    // trace): the trainer may be alive, as the daemon itself recorded no crash.
+    let idle = sessions
+        .live()
+        .next()
+        .and_then(|s| s.events.back())
+        .is_some_and(|e| e.kind == EventKind::IdleTimeout);
+    if report.truncated.is_some() || idle {
+        // What happened after the trace stops is unknown: no crash is read into it.
+        conn.close_for_shutdown(&mut sessions, clock);
+    } else {
+        conn.close(&mut sessions, clock);
+    }
+    if let Some(s) = sessions.ended().last() {
+        report.samples = s.samples;
+    }
+    collect(&mut sessions, &mut seen, &mut report.findings);
+    // An answer that could not attribute stays on the session, not on the finding: it is
+    // reported under the finding it answered when that has nothing better.
+    if let Some(a) = sessions.ended().last().and_then(|s| s.attribution.as_ref()) {
+        let answered = a.finding.as_ref().and_then(|id| seen.get(id));
+        if let Some(f) = answered.and_then(|i| report.findings.get_mut(*i)) {
+            f.attribution.get_or_insert_with(|| a.clone());
+        }
+    }
+    if accepted == 0 {
+        return Err(unreadable(format!(
+            "no valid protocol line in {} line(s); a trace starts with a hello line",
+            report.bad_line_count
+        )));
+    }
+    Ok(report)
+}
+
+/// Adds each finding the first time it fires; `seen` maps its id to its place in `out`. An
+/// attribution comes after the finding was raised (the trainer records a window first), so
+/// later transitions of a finding already reported (refreshed, resolved) bring it in.
+fn collect(
+    sessions: &mut Sessions,
+    seen: &mut HashMap<String, usize>,
+    out: &mut Vec<FoundFinding>,
+) {
+    for f in sessions.findings.drain() {
+        if let Some(found) = seen.get(&f.id).and_then(|i| out.get_mut(*i)) {
+            if f.attribution.is_some() {
+                found.attribution = f.attribution;
+            }
+            continue;
+        }
+        if f.state != FindingState::Firing {
+            continue;
+        }
+        seen.insert(f.id.clone(), out.len());
+        out.push(found(f));
+    }
+}
+
+fn found(f: Finding) -> FoundFinding {
+    let e = &f.evidence;
+    FoundFinding {
+        kind: f.kind,
+        first_step: f.first_step,
+        first_ts: f.first_ts,
+        slope_bytes_per_step: e.slope_bytes_per_step,
+        growth_bytes: e.growth_bytes,
+        confidence: e.confidence,
+        oom_eta_steps: e.oom_eta_steps,
+        oom_eta_seconds: e.oom_eta_seconds,
+        message: f.message,
+        hint: f.hint,
+        evidence: f.evidence,
+        attribution: f.attribution,
+    }
+}
+
+/// The reason on a recorder's `{"type":"trace_truncated","reason":...}` line; None for any other.
+fn truncation(line: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Marker {
+        #[serde(rename = "type")]
+        kind: String,
+        reason: Option<String>,
+    }
+    memchr::memmem::find(line, b"trace_truncated")?;
+    let m: Marker = serde_json::from_slice(line).ok()?;
+    (m.kind == "trace_truncated").then(|| m.reason.unwrap_or_else(|| "no reason given".into()))
+}
+
+fn strip_newline(b: &[u8]) -> &[u8] {
+    let b = b.strip_suffix(b"\n").unwrap_or(b);
+    b.strip_suffix(b"\r").unwrap_or(b)
+}
+
+/// The line's own `ts`, the replay clock. A cheap look, not a parse: the full parse follows.
+fn line_ts(line: &[u8]) -> Option<f64> {
+    #[derive(serde::Deserialize)]
+    struct Ts {
+        ts: f64,
+    }
+    serde_json::from_slice::<Ts>(line).ok().map(|t| t.ts)
+}
+
+fn reply_message(reply: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(reply)
+        .ok()
+        .and_then(|v| {
+            Some(format!(
+                "{} ({})",
+                v.get("message")?.as_str()?,
+                v.get("code")?.as_str()?
+            ))
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(reply).trim().to_string())
+}
+
+pub fn text(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for t in &report.traces {
+        let _ = write!(out, "{}", t.file);
+        if let Some(j) = &t.job {
+            let _ = write!(out, "  job={j}");
+        }
+        if let Some(r) = t.rank {
+            let _ = write!(out, " rank={r}");
+        }
+        let _ = writeln!(out, "  {} samples", t.samples);
+        if let Some(why) = &t.truncated {
+            let _ = writeln!(
+                out,
+                "  truncated: {why} (the trainer's end is not in this trace)"
+            );
+        }
+        for b in &t.bad_lines {
+            let _ = writeln!(out, "  bad {b}");
+        }
+        let unlisted = t.bad_line_count.saturating_sub(t.bad_lines.len() as u64);
+        if unlisted > 0 {
+            let _ = writeln!(out, "  ... and {unlisted} more bad lines");
+        }
+        if t.findings.is_empty() {
+            let _ = writeln!(out, "  no findings");
+        }
+        for f in &t.findings {
+            let step = f
+                .first_step
+                .map(|s| format!("step {s}"))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(out, "  {:<13} {:<12} {}", f.kind.as_str(), step, f.message);
+            if let Some(h) = &f.hint {
+                let _ = writeln!(out, "{INDENT}hint: {h}");
+            }
+            if let Some(a) = &f.attribution {
+                attribution_lines(&mut out, a);
+            }
+        }
+    }
+    out
+}
+
+/// Lines under a finding start below its message.
+const INDENT: &str = "                             ";
+/// Sites listed under a finding, and callers under each; the JSON has them all.
+const TEXT_SITES: usize = 5;
+const TEXT_CALLERS: usize = 3;
+
+/// The top sites, largest first: share, bytes, blocks, where, who called it and the trainer's
+/// note; or why the trainer could not say.
+fn attribution_lines(out: &mut String, a: &Attribution) {
+    use std::fmt::Write;
+    if let Some(e) = words::error(a) {
+        let _ = writeln!(out, "{INDENT}{e}");
+        return;
+    }
+    let within = words::window(a)
+        .map(|w| format!(" in {w}"))
+        .unwrap_or_default();
+    if a.sites.is_empty() {
+        let _ = writeln!(out, "{INDENT}attribution: no allocation site grew{within}");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{INDENT}attribution: {} of live memory grew{within}, allocated at",
+        bytes(a.total_growth_bytes)
+    );
+    for s in a.sites.iter().take(TEXT_SITES) {
+        let _ = writeln!(
+            out,
+            "{INDENT}  {:>4}  {:>9}  {:>5} blocks  {}",
+            words::percent(a.share(s)),
+            bytes(s.bytes),
+            s.blocks,
+            words::site_path(s)
+        );
+        let callers = words::callers(s);
+        for c in callers.iter().take(TEXT_CALLERS) {
+            let _ = writeln!(out, "{INDENT}          called from {}", words::frame(c));
+        }
+        if callers.len() > TEXT_CALLERS {
+            let more = callers.len() - TEXT_CALLERS;
+            let _ = writeln!(out, "{INDENT}          \u{2026} {more} more frames");
+        }
+        if let Some(n) = &s.note {
+            let _ = writeln!(out, "{INDENT}          note: {n}");
+        }
+    }
+    if a.sites.len() > TEXT_SITES {
+        let more = a.sites.len() - TEXT_SITES;
+        let _ = writeln!(
+            out,
+            "{INDENT}  \u{2026} and {more} more sites (--format json lists them all)"
+        );
+    }
+}

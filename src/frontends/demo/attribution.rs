@@ -1,0 +1,306 @@
+//! The demo trainers' answer to the daemon's `attribute` request (docs/protocol.md), as the
+//! reference client gives it: one recorded step, a first snapshot, `steps` steps or `seconds`
+//! (whichever first), a second snapshot, and the diff's sites. A simulated trainer has no
+//! allocator to snapshot, so its sites come from its profile: the leak's output kept at
+//! train.py:27, one block of the profile's per-step growth each step; the others keep nothing.
+
+use serde_json::Value;
+
+use super::profile::Profile;
+use crate::core::detect::attribution::{Attribution, Frame, Site};
+
+/// The daemon's request, the fields this trainer uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub id: u64,
+    pub steps: u64,
+    pub seconds: f64,
+    pub top: usize,
+}
+
+impl Request {
+    /// An `attribute` line this trainer can answer; None for anything else the daemon sends
+    /// (welcome, error, a request version it does not speak).
+    pub fn parse(line: &str) -> Option<Request> {
+        let v: Value = serde_json::from_str(line).ok()?;
+        if v["type"] != "attribute" || v.get("v").is_some_and(|x| x != 1) {
+            return None;
+        }
+        Some(Request {
+            id: v["id"].as_u64()?,
+            steps: v["steps"].as_u64()?.max(1),
+            seconds: v["seconds"].as_f64()?,
+            top: v["top"].as_u64().map_or(10, |n| n as usize),
+        })
+    }
+}
+
+/// A snapshot: the step, when, and the live (active) bytes the samples showed then.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mark {
+    pub step: u64,
+    pub ts: f64,
+    pub active: u64,
+}
+
+/// An open window: asked at one step, first snapshot at the next.
+#[derive(Debug)]
+pub struct Window {
+    req: Request,
+    asked_at: u64,
+    from: Option<Mark>,
+    last: Option<Mark>,
+}
+
+impl Window {
+    pub fn new(req: Request, step: u64) -> Self {
+        Self {
+            req,
+            asked_at: step,
+            from: None,
+            last: None,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.req.id
+    }
+
+    /// Called at each step's sample; the `attribution` line when the window closes.
+    pub fn on_step(&mut self, profile: Profile, now: Mark) -> Option<Value> {
+        self.last = Some(now);
+        let Some(from) = self.from else {
+            // One step went by recorded: what every step allocates now carries a stack.
+            if now.step > self.asked_at {
+                self.from = Some(now);
+            }
+            return None;
+        };
+        let done = now.step >= from.step + self.req.steps || now.ts - from.ts >= self.req.seconds;
+        done.then(|| answer(profile, &self.req, from, now))
+    }
+
+    /// The answer when the trainer stops (`why`) with this window open, as the real client
+    /// words it: how far the window got, and its steps and seconds so far once it had begun.
+    pub fn cut_short(&self, ts: f64, why: &str) -> Value {
+        let mut a = error(self.req.id, ts, "cut_short", "");
+        let detail = match (self.from, self.last) {
+            (Some(from), Some(last)) => {
+                a["step_from"] = from.step.into();
+                a["step_to"] = last.step.into();
+                a["seconds"] = millis(last.ts - from.ts).into();
+                format!(
+                    "{why}, {} step(s) into the window",
+                    last.step.saturating_sub(from.step)
+                )
+            }
+            _ => format!("{why}, before the window began (recording, its first step not over)"),
+        };
+        a["detail"] = detail.into();
+        a
+    }
+}
+
+/// The answer to `req` while a window is open: one at a time, said at once rather than left to
+/// the daemon's timeout (the real client's wording).
+pub fn busy(req: &Request, open: &Window, ts: f64) -> Value {
+    error(
+        req.id,
+        ts,
+        "failed",
+        &format!("a window is already open (request {})", open.id()),
+    )
+}
+
+/// An answer without sites: the error and why (like the real client's, it carries no total).
+fn error(id: u64, ts: f64, error: &str, detail: &str) -> Value {
+    serde_json::json!({"type": "attribution", "id": id, "ts": ts, "error": error, "detail": detail})
+}
+
+/// Seconds rounded to the millisecond, as the real client sends them.
+fn millis(s: f64) -> f64 {
+    (s * 1000.0).round() / 1000.0
+}
+
+/// The `attribution` line for a window from `from` to `to`.
+pub fn answer(profile: Profile, req: &Request, from: Mark, to: Mark) -> Value {
+    let steps = to.step.saturating_sub(from.step);
+    let sites = profile
+        .leak_per_step()
+        .filter(|_| steps > 0)
+        .map(|per_step| leak_site(per_step, steps))
+        .into_iter()
+        .take(req.top)
+        .collect();
+    let a = Attribution {
+        id: req.id,
+        ts: to.ts,
+        finding: None,
+        step_from: Some(from.step),
+        step_to: Some(to.step),
+        seconds: Some(millis(to.ts - from.ts)),
+        // All live memory, as the samples showed it: the leak plus the floor's jitter.
+        total_growth_bytes: to.active.saturating_sub(from.active),
+        sites,
+        error: None,
+        detail: None,
+    };
+    let mut v = serde_json::to_value(&a).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("type".into(), "attribution".into());
+    }
+    v
+}
+
+const TRAIN: &str = "/home/alice/proj/train.py";
+
+/// The leak: each step's output (the last ReLU of an `nn.Sequential`) appended to a list at
+/// train.py:27. Its stack is the one torch 2.11 recorded for that allocation on an H100
+/// (tests/fixtures/torch-snapshots) as the real client reports it: the site's frame first, then
+/// the user frames outward (torch's own frames inside it are dropped).
+fn leak_site(per_step: u64, steps: u64) -> Site {
+    let user = |line, function: &str| Frame {
+        file: TRAIN.into(),
+        line,
+        function: function.into(),
+    };
+    Site {
+        file: TRAIN.into(),
+        line: 27,
+        function: "kept_outputs".into(),
+        bytes: per_step * steps,
+        blocks: steps,
+        stack: vec![
+            user(27, "kept_outputs"),
+            user(48, "run"),
+            user(69, "<module>"),
+        ],
+        note: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::ingest::protocol::{parse, Message};
+
+    /// What the daemon's parser makes of a line this trainer sends.
+    fn daemon_reads(v: &Value) -> Attribution {
+        match parse(v.to_string().as_bytes()) {
+            Ok(Message::Attribution(a)) => a,
+            other => panic!("{v} parsed as {other:?}"),
+        }
+    }
+
+    /// A Unix time, as the daemon insists.
+    const T: f64 = 1.8e9;
+
+    fn mark(step: u64, ts: f64, active: u64) -> Mark {
+        Mark {
+            step,
+            ts: T + ts,
+            active,
+        }
+    }
+
+    #[test]
+    fn a_request_parses_and_other_lines_do_not() {
+        let line = r#"{"type":"attribute","v":1,"id":3,"finding":"s-2/leak","steps":20,"seconds":120,"max_entries":4000,"top":10}"#;
+        let r = Request::parse(line).unwrap();
+        assert_eq!((r.id, r.steps, r.seconds, r.top), (3, 20, 120.0, 10));
+        assert!(Request::parse(r#"{"type":"welcome","v":1,"session":"s-1"}"#).is_none());
+        assert!(Request::parse(&line.replace(r#""v":1"#, r#""v":2"#)).is_none());
+        assert!(Request::parse(r#"{"type":"attribute","v":1,"steps":2,"seconds":1}"#).is_none());
+        assert!(Request::parse("not json").is_none());
+    }
+
+    #[test]
+    fn the_window_waits_a_recorded_step_then_steps_or_seconds() {
+        let req =
+            Request::parse(r#"{"type":"attribute","v":1,"id":1,"steps":20,"seconds":60,"top":10}"#)
+                .unwrap();
+        let mut w = Window::new(req.clone(), 100);
+        let per = Profile::Leak.leak_per_step().unwrap();
+        assert!(w.on_step(Profile::Leak, mark(100, 0.0, 0)).is_none());
+        assert!(w.on_step(Profile::Leak, mark(101, 0.2, 1_000)).is_none());
+        assert!(w.on_step(Profile::Leak, mark(120, 4.0, 2_000)).is_none());
+        let a = w
+            .on_step(Profile::Leak, mark(121, 4.2, 1_000 + 20 * per))
+            .unwrap();
+        assert_eq!(a["type"], "attribution");
+        assert_eq!(
+            (
+                a["id"].as_u64(),
+                a["step_from"].as_u64(),
+                a["step_to"].as_u64()
+            ),
+            (Some(1), Some(101), Some(121))
+        );
+        assert!((a["seconds"].as_f64().unwrap() - 4.0).abs() < 1e-9);
+        assert_eq!(a["total_growth_bytes"].as_u64(), Some(20 * per));
+        let top = &a["sites"][0];
+        assert_eq!(
+            (top["file"].as_str(), top["line"].as_u64()),
+            (Some(TRAIN), Some(27))
+        );
+        assert_eq!(
+            (top["bytes"].as_u64(), top["blocks"].as_u64()),
+            (Some(20 * per), Some(20))
+        );
+        // The real client's stack: the site first, then the user's frames outward.
+        assert_eq!(top["stack"][0]["function"], "kept_outputs");
+        assert_eq!(top["stack"][1]["line"], 48);
+        let back = daemon_reads(&a);
+        assert_eq!(back.top().map(Site::short).as_deref(), Some("train.py:27"));
+        assert!(a.to_string().len() < 60_000);
+
+        // Seconds cap the window when steps are slow; a healthy trainer has no sites.
+        let mut w = Window::new(req, 5);
+        assert!(w.on_step(Profile::Healthy, mark(6, 10.0, 500)).is_none());
+        let a = w.on_step(Profile::Healthy, mark(8, 70.0, 400)).unwrap();
+        assert_eq!(a["sites"].as_array().map(Vec::len), Some(0));
+        assert_eq!(a["total_growth_bytes"].as_u64(), Some(0));
+    }
+
+    #[test]
+    fn a_window_cut_short_says_how_far_it_got_and_a_second_request_is_refused() {
+        let req =
+            Request::parse(r#"{"type":"attribute","v":1,"id":4,"steps":20,"seconds":60,"top":10}"#)
+                .unwrap();
+        let mut w = Window::new(req.clone(), 10);
+        let a = w.cut_short(T + 1.0, "trainer died: OutOfMemoryError");
+        assert_eq!(
+            (a["id"].as_u64(), a["error"].as_str()),
+            (Some(4), Some("cut_short"))
+        );
+        assert!(a.get("step_from").is_none(), "{a}");
+        assert!(a["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("before the window began (recording, its first step not over)"));
+        assert!(w.on_step(Profile::Leak, mark(11, 2.0, 0)).is_none());
+        assert!(w.on_step(Profile::Leak, mark(14, 2.6004, 0)).is_none());
+        let a = w.cut_short(T + 3.0, "trainer died: OutOfMemoryError");
+        assert_eq!(
+            (a["step_from"].as_u64(), a["step_to"].as_u64()),
+            (Some(11), Some(14))
+        );
+        assert_eq!(a["seconds"].as_f64(), Some(0.6));
+        assert_eq!(
+            a["detail"],
+            "trainer died: OutOfMemoryError, 3 step(s) into the window"
+        );
+        let back = daemon_reads(&a);
+        assert!(back.sites.is_empty());
+        assert_eq!(back.error.as_deref(), Some("cut_short"));
+
+        let again = Request { id: 5, ..req };
+        let b = busy(&again, &w, T + 3.0);
+        assert_eq!(
+            (b["id"].as_u64(), b["error"].as_str()),
+            (Some(5), Some("failed"))
+        );
+        assert_eq!(b["detail"], "a window is already open (request 4)");
+        assert_eq!(daemon_reads(&b).error.as_deref(), Some("failed"));
+    }
+}

@@ -1,0 +1,228 @@
+//! `gpumon demo`: everything at once on a machine with no GPU. A daemon polls a simulated node
+//! (two H100s through the fake NVML library, the real nvml-wrapper path) while three simulated
+//! trainers, real child processes, push over the real socket: one healthy, one leaking (flagged
+//! after about 70 s, then named down to its line when the daemon asks it, and out of memory about
+//! 16 minutes in), one near the limit with rising retries. The simulated NVML lists those
+//! children's pids with the memory they report.
+
+pub mod attribution;
+pub mod bundled;
+pub mod oom;
+pub mod profile;
+pub mod scenario;
+pub mod trainer;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use profile::Profile;
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Print the HTTP URL and socket path, then run until stopped (no TUI).
+    #[arg(long)]
+    pub headless: bool,
+    /// HTTP listen address (default: the config's, or a free port when that is taken).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Ingest socket path (default: in a temporary directory).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The fake NVML library (default: beside the gpumon binary, then ../lib/gpumon/ and
+    /// /usr/lib/gpumon/, then the copy built into gpumon).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Start the simulation this many seconds in. The leaking trainer runs out of memory every
+    /// 976 s; its leak is flagged about 70 s into a session, so `--skip 890` shows the leak, its
+    /// attribution and then the OOM and the restart within 90 s.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    pub skip: f64,
+    /// Record each simulated trainer's session as a trace file here, for `gpumon analyze`
+    /// (an absolute path, like the daemon's --record-dir).
+    #[arg(long, value_name = "DIR")]
+    pub record_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TrainerArgs {
+    #[arg(long, value_enum)]
+    pub profile: Profile,
+    #[arg(long)]
+    pub socket: PathBuf,
+    #[arg(long)]
+    pub gpu_uuid: String,
+    /// Unix time the demo started: the clock shared with the simulated NVML.
+    #[arg(long)]
+    pub t0: f64,
+}
+
+/// Children and the scratch directory, cleaned up however the demo ends.
+struct Node {
+    dir: PathBuf,
+    socket: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            // SIGTERM first so a child can finish its line; then reap it.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(c),
+                rustix::process::Signal::TERM,
+            );
+            let _ = c.wait();
+        }
+        // The socket may live outside the scratch directory (--socket).
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The fake NVML library (see bundled.rs for where it is looked for); `dir` is the demo's scratch
+/// directory, used only where the built-in copy cannot be loaded from memory.
+fn fake_lib(args: &DemoArgs, dir: &Path) -> anyhow::Result<bundled::FakeLib> {
+    let lib = bundled::find(args.nvml_lib.as_deref(), dir)?;
+    tracing::info!(path = %lib.path.display(), origin = lib.origin, "fake NVML library");
+    Ok(lib)
+}
+
+pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Result<()> {
+    if !(args.skip.is_finite() && args.skip >= 0.0) {
+        anyhow::bail!("--skip takes seconds, 0 or more (got {})", args.skip);
+    }
+    let dir = std::env::temp_dir().join(format!("gpumon-demo-{}", std::process::id()));
+    // Held until the demo returns: NVML may open the library again at any time.
+    let lib = fake_lib(&args, &dir)?;
+    std::fs::create_dir_all(&dir)?;
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| dir.join("ingest.sock"));
+    let mut node = Node {
+        dir: dir.clone(),
+        socket: socket.clone(),
+        children: Vec::new(),
+    };
+    // Trainers and the simulated NVML share this clock; skipping moves its start back.
+    let t0 = crate::core::model::now() - args.skip;
+    let exe = std::env::current_exe()?;
+    let mut pids = Vec::new();
+    for p in [Profile::Healthy, Profile::Leak, Profile::NearLimit] {
+        let child = Command::new(&exe)
+            .arg("demo-trainer")
+            .args(["--profile", profile_name(p), "--gpu-uuid"])
+            .arg(scenario::UUIDS[p.gpu()])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--t0")
+            .arg(t0.to_string())
+            .stdin(Stdio::null())
+            .spawn()?;
+        pids.push((p, child.id()));
+        node.children.push(child);
+    }
+    let scen = dir.join("node.toml");
+    std::fs::write(&scen, scenario::toml(&pids))?;
+    // Read by the fake library at NVML init, which happens after this on the poller thread.
+    std::env::set_var("FAKE_NVML_SCENARIO", &scen);
+    std::env::set_var("FAKE_NVML_T0", t0.to_string());
+    config.nvml_lib = lib.path.display().to_string();
+    config.socket = Some(socket.clone());
+    if let Some(d) = &args.record_dir {
+        // Relative is refused by the recorder; made absolute here, as a user means it.
+        config.record.dir = Some(std::path::absolute(d)?);
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let listener = bind_http(args.listen.unwrap_or(config.listen), args.listen.is_some()).await?;
+        let addr = listener.local_addr()?;
+        let ingest = crate::sources::ingest::socket::bind(&socket)?;
+        // Removed again when the demo exits, like the daemon's.
+        let _socket_file = crate::sources::ingest::socket::SocketFile::claim(&socket);
+        let mut banner = format!(
+            "gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)\n\
+             socket: {}\n\
+             simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)\n",
+            socket.display()
+        );
+        if let Some(d) = &config.record.dir {
+            banner += &format!(
+                "traces: {} (replay with `gpumon analyze {}/gpumon-*.trace.jsonl`)\n",
+                d.display(),
+                d.display()
+            );
+        }
+        // One write, and a closed stdout (`gpumon demo --headless | head -1`) is not fatal:
+        // println! would panic on the broken pipe and take the running demo down with it.
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
+        }
+        let shutdown = CancellationToken::new();
+        crate::daemon::cancel_on_signals(shutdown.clone())?;
+        let source = Box::new(crate::sources::nvml::NvmlSource::new(
+            config.nvml_lib.clone(),
+            config.procfs.clone(),
+        ));
+        let daemon = tokio::spawn(crate::daemon::run(
+            config,
+            listener,
+            Some(ingest),
+            source,
+            shutdown.clone(),
+        ));
+        // Without a terminal (a pipe, a service) the demo runs headless rather than failing.
+        let interactive = !args.headless && std::io::IsTerminal::is_terminal(&std::io::stdout());
+        if let Some(tui) = tui.filter(|_| interactive) {
+            let url = format!("http://{addr}");
+            let stop = shutdown.clone();
+            tokio::task::spawn_blocking(move || {
+                let r = tui(url);
+                stop.cancel();
+                r
+            })
+            .await??;
+        }
+        daemon.await?
+    })?;
+    drop(node);
+    Ok(())
+}
+
+/// Runs the TUI against a daemon URL until the user quits.
+pub type TuiFn = Box<dyn FnOnce(String) -> anyhow::Result<()> + Send>;
+
+async fn bind_http(addr: SocketAddr, explicit: bool) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        // The default port is often taken by a real daemon: a demo just takes another.
+        Err(e) if !explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
+            Ok(tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?)
+        }
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot listen on {addr}: {e}; pick another --listen address"
+        )),
+    }
+}
+
+fn profile_name(p: Profile) -> &'static str {
+    match p {
+        Profile::Healthy => "healthy",
+        Profile::Leak => "leak",
+        Profile::NearLimit => "near-limit",
+    }
+}
+
+pub fn run_trainer(a: &TrainerArgs) -> anyhow::Result<()> {
+    trainer::run(a.profile, Path::new(&a.socket), &a.gpu_uuid, a.t0)
+}

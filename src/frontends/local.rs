@@ -1,0 +1,79 @@
+//! NVML read in this process through the daemon's own parts (the poller feeding an aggregator):
+//! what `gpumon status --direct` and the TUI's in-process mode read when no daemon runs, so
+//! they show exactly what a daemon would, computed the same way.
+
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::core::aggregator::{self, Handle};
+use crate::core::snapshot::Snapshot;
+use crate::core::store::{HistoryLimits, Store};
+use crate::outputs::prometheus;
+use crate::sources::nvml::NvmlSource;
+
+pub struct LocalNode {
+    handle: Option<Handle>,
+    stop: Option<Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+    hostname: String,
+}
+
+impl LocalNode {
+    /// Starts polling `nvml_lib` every `interval`, keeping `points` of history.
+    pub fn start(
+        nvml_lib: String,
+        procfs: PathBuf,
+        interval: Duration,
+        points: usize,
+    ) -> std::io::Result<Self> {
+        let limits = HistoryLimits {
+            gpu_points: points.max(1),
+            process_points: points.max(1),
+        };
+        let store = Store::new(limits, interval.as_secs_f64(), nvml_lib.clone());
+        let (handle, agg) = aggregator::spawn(store, prometheus::trainer_text, None)?;
+        let (stop, stop_rx) = std::sync::mpsc::channel();
+        let source = Box::new(NvmlSource::new(nvml_lib, procfs));
+        let poll = handle.clone();
+        let poller = std::thread::Builder::new()
+            .name("gpumon-nvml".into())
+            .spawn(move || {
+                crate::sources::poller::run(source, poll, prometheus::gpu_text, interval, stop_rx)
+            })?;
+        Ok(Self {
+            handle: Some(handle),
+            stop: Some(stop),
+            threads: vec![poller, agg],
+            hostname: crate::core::snapshot::hostname(),
+        })
+    }
+
+    /// The snapshot after the first collection newer than `after` (0: any), with that
+    /// collection's number; None when none came within `timeout`.
+    pub fn next_snapshot(&self, after: u64, timeout: Duration) -> Option<(u64, Snapshot)> {
+        let handle = self.handle.as_ref()?;
+        let deadline = Instant::now() + timeout;
+        // The view is published at once after a collection: a short poll of it is enough.
+        while handle.view().collection <= after {
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let host = self.hostname.clone();
+        handle.read_blocking(move |s| (s.generation(), Snapshot::build(s, &host, 0.0)))
+    }
+}
+
+impl Drop for LocalNode {
+    fn drop(&mut self) {
+        // The poller ends on the stop signal and the aggregator once no handle is left.
+        self.stop.take();
+        self.handle.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

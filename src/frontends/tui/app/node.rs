@@ -1,0 +1,152 @@
+//! One data source's view: where it comes from, whether it answers, its latest snapshot, the
+//! findings read from it, and the per-GPU memory history the sparklines draw.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::core::model::{GpuState, Timestamp};
+use crate::core::snapshot::Snapshot;
+use crate::frontends::tui::finding::{Finding, FindingView, State};
+
+/// Seconds of per-GPU memory history kept for the overview's sparklines.
+pub const HISTORY_SECS: f64 = 300.0;
+
+/// Where a node's data comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Origin {
+    Daemon {
+        url: String,
+    },
+    /// No daemon answered: NVML is read by the TUI itself, so there is no ingest and no findings.
+    InProcess {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Link {
+    Connecting,
+    Up,
+    /// The last fetch failed; the source retries after `retry_in_s` (capped backoff).
+    Down {
+        error: String,
+        since: Timestamp,
+        retry_in_s: u64,
+        attempt: u32,
+    },
+}
+
+/// What a source sends about its node.
+#[derive(Debug, Clone)]
+pub enum Update {
+    Snapshot(Box<Snapshot>),
+    Down {
+        error: String,
+        ts: Timestamp,
+        retry_in_s: u64,
+        attempt: u32,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The daemon's hostname once known, else its URL.
+    pub name: String,
+    pub origin: Origin,
+    pub link: Link,
+    /// The latest snapshot; kept while disconnected, shown as stale.
+    pub snap: Option<Snapshot>,
+    pub findings: Vec<Finding>,
+    /// Used memory per GPU UUID, oldest first; `None` marks a gap.
+    pub history: BTreeMap<String, VecDeque<(Timestamp, Option<u64>)>>,
+}
+
+impl Node {
+    pub fn new(origin: Origin) -> Self {
+        let name = match &origin {
+            Origin::Daemon { url } => authority(url).to_string(),
+            Origin::InProcess { .. } => crate::core::snapshot::hostname(),
+        };
+        Self {
+            name,
+            origin,
+            link: Link::Connecting,
+            snap: None,
+            findings: Vec::new(),
+            history: BTreeMap::new(),
+        }
+    }
+
+    pub(super) fn absorb(&mut self, mut snap: Snapshot) {
+        for g in &mut snap.gpus {
+            let h = self
+                .history
+                .entry(g.reading.identity.uuid.clone())
+                .or_default();
+            let last = h.back().map(|(t, _)| *t).unwrap_or(f64::MIN);
+            if g.history.is_empty() {
+                let used = match g.reading.state {
+                    GpuState::Ok => g.reading.memory.map(|m| m.used),
+                    _ => None,
+                };
+                if snap.ts > last {
+                    h.push_back((snap.ts, used));
+                }
+            } else {
+                let points = std::mem::take(&mut g.history);
+                h.extend(
+                    points
+                        .into_iter()
+                        .filter(|p| p.ts > last)
+                        .map(|p| (p.ts, p.value.map(|v| v.used))),
+                );
+            }
+            while h.front().is_some_and(|(t, _)| *t <= snap.ts - HISTORY_SECS) {
+                h.pop_front();
+            }
+        }
+        self.history
+            .retain(|uuid, _| snap.gpus.iter().any(|g| &g.reading.identity.uuid == uuid));
+        self.findings = snap.findings.clone();
+        self.name = snap.hostname.clone();
+        self.link = Link::Up;
+        self.snap = Some(snap);
+    }
+
+    pub fn firing(&self) -> usize {
+        self.findings.iter().filter(|f| f.firing()).count()
+    }
+
+    /// Findings about one trainer (by session, else by pid): firing first, critical before
+    /// warning, newest first.
+    pub fn findings_for(&self, session: &str, pid: u32) -> Vec<&Finding> {
+        let mut v: Vec<&Finding> = self
+            .findings
+            .iter()
+            // An aggregated finding (many trainers at once) has no session: match it by pid.
+            .filter(|f| match f.subject.session.as_str() {
+                "" => f.subject.pid == pid,
+                id => id == session,
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            (a.state(), !a.critical(), -a.sort_ts())
+                .partial_cmp(&(b.state(), !b.critical(), -b.sort_ts()))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        v
+    }
+
+    /// The leak finding whose slope the trainer chart draws: pending or firing.
+    pub fn active_leak(&self, session: &str, pid: u32) -> Option<&Finding> {
+        self.findings_for(session, pid).into_iter().find(|f| {
+            f.kind == crate::core::detect::Kind::Leak
+                && matches!(f.state(), State::Firing | State::Pending)
+        })
+    }
+}
+
+/// "host:port" of "http://host:port/...".
+pub fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    rest.split('/').next().unwrap_or(rest)
+}

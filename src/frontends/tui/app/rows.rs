@@ -1,0 +1,404 @@
+//! The Processes table's rows: every NVML GPU process joined with the trainer session of the
+//! same host pid, plus live trainers NVML does not list. Cells are formatted here, once per
+//! update, so drawing a frame only copies text.
+
+use std::cmp::Ordering;
+
+use super::state::Node;
+use crate::core::snapshot::SessionView;
+use crate::frontends::tui::finding::{Finding, FindingView};
+use crate::units::bytes;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Column {
+    Node,
+    Gpu,
+    Pid,
+    User,
+    Container,
+    Name,
+    Used,
+    Floor,
+    Peak,
+    Reserved,
+    Frag,
+    Retries,
+    Step,
+    Findings,
+}
+
+impl Column {
+    /// Display order, left to right.
+    pub const ALL: [Column; 14] = [
+        Column::Node,
+        Column::Gpu,
+        Column::Pid,
+        Column::User,
+        Column::Container,
+        Column::Name,
+        Column::Used,
+        Column::Floor,
+        Column::Peak,
+        Column::Reserved,
+        Column::Frag,
+        Column::Retries,
+        Column::Step,
+        Column::Findings,
+    ];
+
+    /// Which columns survive a narrow terminal, first to last.
+    pub const BY_PRIORITY: [Column; 14] = [
+        Column::Node,
+        Column::Gpu,
+        Column::Pid,
+        Column::Name,
+        Column::Used,
+        Column::Findings,
+        Column::Floor,
+        Column::Step,
+        Column::Peak,
+        Column::Reserved,
+        Column::Frag,
+        Column::Retries,
+        Column::User,
+        Column::Container,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Column::Node => "NODE",
+            Column::Gpu => "GPU",
+            Column::Pid => "PID (NS)",
+            Column::User => "USER",
+            Column::Container => "CONTAINER",
+            Column::Name => "PROCESS / JOB",
+            Column::Used => "NVML USED",
+            Column::Floor => "FLOOR",
+            Column::Peak => "PEAK",
+            Column::Reserved => "RESERVED",
+            Column::Frag => "FRAG",
+            Column::Retries => "RETRY",
+            Column::Step => "STEP",
+            Column::Findings => "FINDINGS",
+        }
+    }
+
+    /// Width in cells; `Name` takes what is left over, at least this.
+    pub fn width(self) -> u16 {
+        match self {
+            Column::Node => 12,
+            Column::Gpu => 4,
+            Column::Pid => 12,
+            Column::User => 10,
+            Column::Container => 12,
+            Column::Name => 14,
+            Column::Used | Column::Floor | Column::Peak | Column::Reserved => 10,
+            Column::Frag | Column::Retries => 5,
+            Column::Step => 7,
+            Column::Findings => 10,
+        }
+    }
+
+    pub fn numeric(self) -> bool {
+        !matches!(
+            self,
+            Column::Node
+                | Column::User
+                | Column::Container
+                | Column::Name
+                | Column::Findings
+                | Column::Pid
+        )
+    }
+
+    fn index(self) -> usize {
+        Column::ALL.iter().position(|c| *c == self).unwrap_or(0)
+    }
+
+    pub fn next(self) -> Column {
+        Column::ALL[(self.index() + 1) % Column::ALL.len()]
+    }
+}
+
+/// Identifies a row across refreshes, so the selection follows it when rows move.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RowKey {
+    pub node: usize,
+    pub gpu: Option<u32>,
+    pub pid: u32,
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Badge {
+    pub kind: &'static str,
+    pub critical: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProcRow {
+    pub key: RowKey,
+    pub used: Option<u64>,
+    pub floor: Option<u64>,
+    pub peak: Option<u64>,
+    pub reserved: Option<u64>,
+    pub frag: Option<f64>,
+    pub retries: Option<u64>,
+    pub step: Option<u64>,
+    pub badges: Vec<Badge>,
+    /// Display text per column, in `Column::ALL` order.
+    pub cells: [String; 14],
+    /// Lower-case text the filter matches against.
+    haystack: String,
+}
+
+impl ProcRow {
+    pub fn cell(&self, c: Column) -> &str {
+        &self.cells[c.index()]
+    }
+
+    pub fn matches(&self, needle_lower: &str) -> bool {
+        needle_lower.is_empty() || self.haystack.contains(needle_lower)
+    }
+
+    pub fn firing(&self) -> bool {
+        !self.badges.is_empty()
+    }
+}
+
+pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
+    let mut rows = Vec::new();
+    for (n, node) in nodes.iter().enumerate() {
+        let Some(snap) = &node.snap else { continue };
+        let live: Vec<&SessionView> = snap.sessions.iter().filter(|s| s.ended.is_none()).collect();
+        let mut matched = vec![false; live.len()];
+        for p in &snap.processes {
+            // The daemon joined the process to its session (host pid and device, MIG-aware).
+            let found = p
+                .session
+                .as_ref()
+                .and_then(|id| live.iter().position(|s| &s.session == id));
+            if let Some(i) = found {
+                matched[i] = true;
+            }
+            let sess = found.map(|i| live[i]);
+            let mut r = Draft {
+                node: n,
+                node_name: &node.name,
+                gpu: Some(p.gpu),
+                pid: p.pid,
+                user: p.info.user.clone(),
+                container: p.info.container.clone(),
+                name: p.info.name.clone(),
+                used: p.used_memory_bytes,
+            };
+            if r.user.is_none() {
+                r.user = sess.map(|s| s.uid.to_string());
+            }
+            rows.push(r.finish(sess, &node.findings));
+        }
+        for (s, _) in live.iter().zip(&matched).filter(|(_, m)| !**m) {
+            let r = Draft {
+                node: n,
+                node_name: &node.name,
+                gpu: s.gpu,
+                pid: s.pid,
+                user: Some(s.uid.to_string()),
+                container: None,
+                name: None,
+                used: None,
+            };
+            rows.push(r.finish(Some(s), &node.findings));
+        }
+    }
+    rows
+}
+
+struct Draft<'a> {
+    node: usize,
+    node_name: &'a str,
+    gpu: Option<u32>,
+    pid: u32,
+    user: Option<String>,
+    container: Option<String>,
+    name: Option<String>,
+    used: Option<u64>,
+}
+
+impl Draft<'_> {
+    fn finish(self, s: Option<&SessionView>, findings: &[Finding]) -> ProcRow {
+        let stats = s.and_then(|s| s.stats);
+        let floor = s.and_then(latest_floor);
+        let peak = stats.and_then(|x| x.allocated_peak);
+        let reserved = stats.and_then(|x| x.reserved);
+        let frag = stats.and_then(|x| x.fragmentation());
+        let retries = s.map(|s| s.alloc_retries_total);
+        let step = s.and_then(|s| s.step);
+        let badges = badges(s, self.pid, self.gpu, findings);
+        let pid = match s.and_then(|s| s.ns_pid) {
+            Some(ns) if ns != u64::from(self.pid) => format!("{} ({ns})", self.pid),
+            _ => self.pid.to_string(),
+        };
+        let name = match s {
+            Some(s) => trainer_label(s, self.name.as_deref()),
+            None => self.name.unwrap_or_else(|| "n/a".into()),
+        };
+        let b = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "-".into());
+        let cells = [
+            self.node_name.to_string(),
+            self.gpu
+                .map(|g| g.to_string())
+                .unwrap_or_else(|| "-".into()),
+            pid,
+            self.user.unwrap_or_else(|| "n/a".into()),
+            self.container.unwrap_or_else(|| "-".into()),
+            name,
+            b(self.used),
+            b(floor),
+            b(peak),
+            b(reserved),
+            frag.map(|f| format!("{:.0}%", f * 100.0))
+                .unwrap_or_else(|| "-".into()),
+            retries.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+            step.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+            badges.iter().map(|b| b.kind).collect::<Vec<_>>().join(" "),
+        ];
+        let haystack = cells.join(" ").to_lowercase();
+        ProcRow {
+            key: RowKey {
+                node: self.node,
+                gpu: self.gpu,
+                pid: self.pid,
+                session: s.map(|s| s.session.clone()),
+            },
+            used: self.used,
+            floor,
+            peak,
+            reserved,
+            frag,
+            retries,
+            step,
+            badges,
+            cells,
+            haystack,
+        }
+    }
+}
+
+/// "llama-ft r0/8", with the process name after it when NVML has one: "llama-ft r0/8 · python".
+fn trainer_label(s: &SessionView, process: Option<&str>) -> String {
+    let job = s.job.as_deref().unwrap_or("trainer");
+    let rank = match (s.rank, s.world_size) {
+        (Some(r), Some(w)) => format!(" r{r}/{w}"),
+        (Some(r), None) => format!(" r{r}"),
+        _ => String::new(),
+    };
+    match process {
+        Some(p) => format!("{job}{rank} · {p}"),
+        None => format!("{job}{rank}"),
+    }
+}
+
+/// The allocated floor: `allocated` at the latest step boundary of a train sample.
+pub fn latest_floor(s: &SessionView) -> Option<u64> {
+    s.series
+        .iter()
+        .rev()
+        .filter_map(|p| p.value)
+        .find(|p| p.train)
+        .and_then(|p| p.allocated)
+        .or_else(|| s.stats.and_then(|x| x.allocated))
+}
+
+fn badges(s: Option<&SessionView>, pid: u32, gpu: Option<u32>, findings: &[Finding]) -> Vec<Badge> {
+    let gpu = gpu.map(|g| g.to_string());
+    let mut out: Vec<Badge> = findings
+        .iter()
+        .filter(|f| f.firing())
+        // The daemon joined findings to sessions and GPUs; an aggregated one (no session) is
+        // matched by pid and GPU.
+        .filter(|f| match (s, f.subject.session.as_str()) {
+            (Some(s), id) if !id.is_empty() => id == s.session,
+            _ => f.subject.pid == pid && (f.gpu.is_none() || f.gpu == gpu),
+        })
+        .map(|f| Badge {
+            kind: badge_kind(f),
+            critical: f.critical(),
+        })
+        .collect();
+    out.sort_by_key(|b| (!b.critical, b.kind));
+    out.dedup();
+    out
+}
+
+/// Badges name only the kinds the contract knows; anything newer shows as "other".
+fn badge_kind(f: &Finding) -> &'static str {
+    match f.badge() {
+        "leak" => "leak",
+        "near" => "near",
+        "frag" => "frag",
+        "oom" => "oom",
+        "crash" => "crash",
+        _ => "other",
+    }
+}
+
+/// Orders two rows by `col`; values that are missing sort last whatever the direction.
+pub fn compare(a: &ProcRow, b: &ProcRow, col: Column, desc: bool) -> Ordering {
+    let by = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => {
+            let o = x.total_cmp(&y);
+            if desc {
+                o.reverse()
+            } else {
+                o
+            }
+        }
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    let f = |v: Option<u64>| v.map(|x| x as f64);
+    let text = |c: Column| {
+        let o = a.cell(c).to_lowercase().cmp(&b.cell(c).to_lowercase());
+        if desc {
+            o.reverse()
+        } else {
+            o
+        }
+    };
+    let primary = match col {
+        Column::Gpu => by(a.key.gpu.map(f64::from), b.key.gpu.map(f64::from)),
+        Column::Pid => by(Some(f64::from(a.key.pid)), Some(f64::from(b.key.pid))),
+        Column::Used => by(f(a.used), f(b.used)),
+        Column::Floor => by(f(a.floor), f(b.floor)),
+        Column::Peak => by(f(a.peak), f(b.peak)),
+        Column::Reserved => by(f(a.reserved), f(b.reserved)),
+        Column::Frag => by(a.frag, b.frag),
+        Column::Retries => by(f(a.retries), f(b.retries)),
+        Column::Step => by(f(a.step), f(b.step)),
+        Column::Findings => by(severity(a), severity(b)),
+        other => text(other),
+    };
+    primary.then_with(|| {
+        (a.key.node, a.key.gpu, a.key.pid, &a.key.session).cmp(&(
+            b.key.node,
+            b.key.gpu,
+            b.key.pid,
+            &b.key.session,
+        ))
+    })
+}
+
+/// Critical findings weigh more than any number of warnings.
+fn severity(r: &ProcRow) -> Option<f64> {
+    if r.badges.is_empty() {
+        return None;
+    }
+    Some(
+        r.badges
+            .iter()
+            .map(|b| if b.critical { 100.0 } else { 1.0 })
+            .sum(),
+    )
+}

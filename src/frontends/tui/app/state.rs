@@ -1,0 +1,504 @@
+//! The TUI's whole state and the one place it changes: `App::update(Action)`. Input events and
+//! data from the sources both arrive as actions; widgets only read `&App`.
+
+use super::rows::{self, Column, ProcRow, RowKey};
+use crate::core::model::Timestamp;
+use crate::frontends::tui::finding::{Finding, FindingView};
+use crate::frontends::tui::ui::layout;
+
+pub use super::node::{authority, Link, Node, Origin, Update, HISTORY_SECS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screen {
+    Overview,
+    Processes,
+    Findings,
+}
+
+impl Screen {
+    pub const ALL: [Screen; 3] = [Screen::Overview, Screen::Processes, Screen::Findings];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Screen::Overview => "Overview",
+            Screen::Processes => "Processes",
+            Screen::Findings => "Findings",
+        }
+    }
+
+    fn step(self, by: isize) -> Screen {
+        let i = Screen::ALL.iter().position(|s| *s == self).unwrap_or(0) as isize;
+        let n = Screen::ALL.len() as isize;
+        Screen::ALL[(i + by).rem_euclid(n) as usize]
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    Data {
+        node: usize,
+        update: Update,
+    },
+    Resize {
+        width: u16,
+        height: u16,
+    },
+    Quit,
+    NextScreen,
+    PrevScreen,
+    Show(Screen),
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+    /// Selects the n-th visible row of the current list (mouse).
+    Select(usize),
+    Open,
+    Back,
+    ToggleHelp,
+    /// Trainer chart: floor only, or floor, peak and reserved.
+    ToggleZoom,
+    SortNext,
+    SortReverse,
+    SortBy(Column),
+    FilterStart,
+    FilterInput(char),
+    FilterBackspace,
+    FilterApply,
+    FilterCancel,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProcTable {
+    pub rows: Vec<ProcRow>,
+    /// Indices into `rows` after filtering and sorting.
+    pub view: Vec<usize>,
+    pub sort: Option<Column>,
+    pub desc: bool,
+    pub filter: String,
+    pub editing: bool,
+    pub selected: usize,
+    pub offset: usize,
+    selected_key: Option<RowKey>,
+}
+
+impl ProcTable {
+    pub fn selected_row(&self) -> Option<&ProcRow> {
+        self.view.get(self.selected).and_then(|i| self.rows.get(*i))
+    }
+
+    pub fn sort_column(&self) -> Column {
+        self.sort.unwrap_or(Column::Gpu)
+    }
+
+    fn refresh(&mut self) {
+        let needle = self.filter.to_lowercase();
+        let mut view: Vec<usize> = (0..self.rows.len())
+            .filter(|i| self.rows[*i].matches(&needle))
+            .collect();
+        let (col, desc) = (self.sort_column(), self.desc);
+        view.sort_by(|a, b| rows::compare(&self.rows[*a], &self.rows[*b], col, desc));
+        self.view = view;
+        let found = self
+            .selected_key
+            .as_ref()
+            .and_then(|k| self.view.iter().position(|i| &self.rows[*i].key == k));
+        self.selected = found
+            .unwrap_or(self.selected)
+            .min(self.view.len().saturating_sub(1));
+        self.remember();
+    }
+
+    fn remember(&mut self) {
+        self.selected_key = self.selected_row().map(|r| r.key.clone());
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FindingList {
+    /// (node index, finding): firing, then pending, then resolved; newest first in each.
+    pub items: Vec<(usize, Finding)>,
+    pub selected: usize,
+    pub offset: usize,
+    selected_id: Option<(usize, String)>,
+}
+
+impl FindingList {
+    pub fn selected_item(&self) -> Option<&(usize, Finding)> {
+        self.items.get(self.selected)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct App {
+    pub nodes: Vec<Node>,
+    pub screen: Screen,
+    /// The trainer (or process) whose detail is open, over the Processes screen.
+    pub detail: Option<RowKey>,
+    detail_from: Screen,
+    pub help: bool,
+    /// Trainer chart on the floor alone; None: alone while a leak is active, else all lines.
+    pub floor_zoom: Option<bool>,
+    pub width: u16,
+    pub height: u16,
+    /// False under NO_COLOR.
+    pub color: bool,
+    pub procs: ProcTable,
+    pub findings: FindingList,
+    pub overview_offset: usize,
+    pub quit: bool,
+    /// The newest time any source reported: "now" for relative times, so rendering is pure.
+    pub now: Timestamp,
+}
+
+impl App {
+    pub fn new(nodes: Vec<Node>, color: bool) -> Self {
+        Self {
+            nodes,
+            screen: Screen::Overview,
+            detail: None,
+            detail_from: Screen::Processes,
+            help: false,
+            floor_zoom: None,
+            width: 80,
+            height: 24,
+            color,
+            procs: ProcTable::default(),
+            findings: FindingList::default(),
+            overview_offset: 0,
+            quit: false,
+            now: 0.0,
+        }
+    }
+
+    pub fn multi_node(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    pub fn firing(&self) -> usize {
+        self.nodes.iter().map(Node::firing).sum()
+    }
+
+    /// Applies one action; returns whether the screen needs redrawing.
+    pub fn update(&mut self, action: Action) -> bool {
+        match action {
+            Action::Data { node, update } => self.apply(node, update),
+            Action::Resize { width, height } => {
+                self.width = width;
+                self.height = height;
+                self.scroll_into_view();
+            }
+            Action::Quit => {
+                self.quit = true;
+                return false;
+            }
+            Action::ToggleHelp => self.help = !self.help,
+            Action::ToggleZoom => {
+                if self.detail.is_none() {
+                    return false;
+                }
+                self.floor_zoom = Some(!self.zoomed());
+            }
+            Action::NextScreen => self.show(self.screen.step(1)),
+            Action::PrevScreen => self.show(self.screen.step(-1)),
+            Action::Show(s) => self.show(s),
+            Action::Up => self.move_by(-1),
+            Action::Down => self.move_by(1),
+            Action::PageUp => self.move_by(-(self.page() as isize)),
+            Action::PageDown => self.move_by(self.page() as isize),
+            Action::Top => self.move_by(isize::MIN / 2),
+            Action::Bottom => self.move_by(isize::MAX / 2),
+            Action::Select(n) => return self.select_visible(n),
+            Action::Open => self.open(),
+            Action::Back => {
+                if self.help {
+                    self.help = false;
+                } else if self.detail.take().is_some() {
+                    self.screen = self.detail_from;
+                } else if !self.procs.filter.is_empty() && self.screen == Screen::Processes {
+                    self.procs.filter.clear();
+                    self.procs.refresh();
+                } else {
+                    return false;
+                }
+            }
+            Action::SortNext => {
+                self.procs.sort = Some(self.procs.sort_column().next());
+                self.procs.desc = self.procs.sort_column().numeric();
+                self.procs.refresh();
+            }
+            Action::SortReverse => {
+                self.procs.desc = !self.procs.desc;
+                self.procs.refresh();
+            }
+            Action::SortBy(c) => {
+                if self.procs.sort_column() == c {
+                    self.procs.desc = !self.procs.desc;
+                } else {
+                    self.procs.sort = Some(c);
+                    self.procs.desc = c.numeric();
+                }
+                self.procs.refresh();
+            }
+            Action::FilterStart => {
+                self.detail = None;
+                self.screen = Screen::Processes;
+                self.procs.editing = true;
+            }
+            Action::FilterInput(c) => {
+                self.procs.filter.push(c);
+                self.procs.refresh();
+            }
+            Action::FilterBackspace => {
+                self.procs.filter.pop();
+                self.procs.refresh();
+            }
+            Action::FilterApply => self.procs.editing = false,
+            Action::FilterCancel => {
+                self.procs.editing = false;
+                self.procs.filter.clear();
+                self.procs.refresh();
+            }
+        }
+        self.scroll_into_view();
+        true
+    }
+
+    /// Whether the open trainer's chart shows the floor alone.
+    pub fn zoomed(&self) -> bool {
+        self.floor_zoom.unwrap_or_else(|| {
+            let Some(key) = &self.detail else {
+                return false;
+            };
+            let (Some(node), Some(id)) = (self.nodes.get(key.node), &key.session) else {
+                return false;
+            };
+            node.active_leak(id, key.pid).is_some()
+        })
+    }
+
+    fn apply(&mut self, i: usize, update: Update) {
+        let Some(node) = self.nodes.get_mut(i) else {
+            return;
+        };
+        match update {
+            Update::Snapshot(snap) => {
+                self.now = self.now.max(snap.ts);
+                node.absorb(*snap);
+            }
+            Update::Down {
+                error,
+                ts,
+                retry_in_s,
+                attempt,
+            } => {
+                self.now = self.now.max(ts);
+                let since = match &node.link {
+                    Link::Down { since, .. } => *since,
+                    _ => ts,
+                };
+                node.link = Link::Down {
+                    error,
+                    since,
+                    retry_in_s,
+                    attempt,
+                };
+            }
+        }
+        self.rebuild();
+    }
+
+    /// Recomputes everything derived from the nodes' data.
+    pub fn rebuild(&mut self) {
+        self.disambiguate_names();
+        self.procs.rows = rows::build(&self.nodes);
+        self.procs.refresh();
+        let mut items: Vec<(usize, Finding)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(n, node)| node.findings.iter().map(move |f| (n, f.clone())))
+            .collect();
+        items.sort_by(|(_, a), (_, b)| {
+            (a.state(), b.sort_ts(), &a.id)
+                .partial_cmp(&(b.state(), a.sort_ts(), &b.id))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let keep = self.findings.selected_id.clone();
+        self.findings.items = items;
+        if let Some(i) = keep.and_then(|(n, id)| {
+            self.findings
+                .items
+                .iter()
+                .position(|(m, f)| *m == n && f.id == id)
+        }) {
+            self.findings.selected = i;
+        }
+        self.findings.selected = self
+            .findings
+            .selected
+            .min(self.findings.items.len().saturating_sub(1));
+        self.remember_finding();
+        self.scroll_into_view();
+    }
+
+    /// Two daemons on hosts with the same name are told apart by their URL.
+    fn disambiguate_names(&mut self) {
+        let names: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| match &n.snap {
+                Some(s) => s.hostname.clone(),
+                None => n.name.clone(),
+            })
+            .collect();
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let dup = names.iter().filter(|n| **n == names[i]).count() > 1;
+            node.name = match (&node.origin, dup) {
+                (Origin::Daemon { url }, true) => authority(url).to_string(),
+                _ => names[i].clone(),
+            };
+        }
+    }
+
+    fn show(&mut self, s: Screen) {
+        self.detail = None;
+        self.help = false;
+        self.screen = s;
+    }
+
+    fn page(&self) -> usize {
+        match self.screen {
+            Screen::Findings => layout::finding_rows(self.width, self.height),
+            _ => layout::table_rows(self.width, self.height),
+        }
+        .max(1)
+    }
+
+    fn move_by(&mut self, by: isize) {
+        let shift = |cur: usize, len: usize| -> usize {
+            let to = (cur as isize).saturating_add(by).max(0) as usize;
+            to.min(len.saturating_sub(1))
+        };
+        if self.detail.is_some() {
+            return;
+        }
+        match self.screen {
+            Screen::Overview => {
+                let gpus = self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.snap.as_ref())
+                    .map(|s| s.gpus.len())
+                    .sum();
+                self.overview_offset = shift(self.overview_offset, gpus);
+            }
+            Screen::Processes => {
+                self.procs.selected = shift(self.procs.selected, self.procs.view.len());
+                self.procs.remember();
+            }
+            Screen::Findings => {
+                self.findings.selected = shift(self.findings.selected, self.findings.items.len());
+                self.remember_finding();
+            }
+        }
+    }
+
+    fn select_visible(&mut self, n: usize) -> bool {
+        match self.screen {
+            Screen::Processes if self.detail.is_none() => {
+                let i = self.procs.offset + n;
+                if i >= self.procs.view.len() {
+                    return false;
+                }
+                if i == self.procs.selected {
+                    self.open();
+                } else {
+                    self.procs.selected = i;
+                    self.procs.remember();
+                }
+            }
+            Screen::Findings => {
+                let i = self.findings.offset + n;
+                if i >= self.findings.items.len() {
+                    return false;
+                }
+                self.findings.selected = i;
+                self.remember_finding();
+            }
+            _ => return false,
+        }
+        self.scroll_into_view();
+        true
+    }
+
+    fn open(&mut self) {
+        match self.screen {
+            Screen::Processes if self.detail.is_none() => {
+                if let Some(r) = self.procs.selected_row() {
+                    self.detail = Some(r.key.clone());
+                    self.detail_from = Screen::Processes;
+                    self.floor_zoom = None;
+                }
+            }
+            Screen::Findings => {
+                let Some((n, f)) = self.findings.selected_item() else {
+                    return;
+                };
+                let row = self.procs.rows.iter().find(|r| {
+                    r.key.node == *n
+                        && match f.subject.session.as_str() {
+                            "" => f.subject.pid == r.key.pid,
+                            id => r.key.session.as_deref() == Some(id),
+                        }
+                });
+                // A trainer that has ended has no row any more; its session still has a detail.
+                let key = row.map(|r| r.key.clone()).or_else(|| {
+                    Some(RowKey {
+                        node: *n,
+                        gpu: f.gpu.as_deref().and_then(|g| g.parse().ok()),
+                        pid: f.subject.pid,
+                        session: Some(f.subject.session.clone()).filter(|s| !s.is_empty()),
+                    })
+                });
+                if let Some(key) = key {
+                    self.detail = Some(key);
+                    self.detail_from = Screen::Findings;
+                    self.screen = Screen::Processes;
+                    self.floor_zoom = None;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn remember_finding(&mut self) {
+        self.findings.selected_id = self
+            .findings
+            .selected_item()
+            .map(|(n, f)| (*n, f.id.clone()));
+    }
+
+    /// Keeps the selection inside the visible window after anything moved or resized.
+    fn scroll_into_view(&mut self) {
+        let rows = layout::table_rows(self.width, self.height).max(1);
+        let p = &mut self.procs;
+        p.offset = window(p.selected, p.offset, rows, p.view.len());
+        let rows = layout::finding_rows(self.width, self.height).max(1);
+        let f = &mut self.findings;
+        f.offset = window(f.selected, f.offset, rows, f.items.len());
+    }
+}
+
+fn window(selected: usize, offset: usize, rows: usize, len: usize) -> usize {
+    let offset = if selected < offset {
+        selected
+    } else if selected >= offset + rows {
+        selected + 1 - rows
+    } else {
+        offset
+    };
+    offset.min(len.saturating_sub(rows))
+}

@@ -1,0 +1,216 @@
+//! What one read brought in from a connection, handled together: framed, rate-checked and parsed
+//! line by line in order on the connection's task, then applied by the aggregator as one input,
+//! so 64 busy trainers cost one hand-off per read instead of one per line. Every line still
+//! gets exactly what handling it alone would give: its own line number, its error reply, its
+//! count. A line over the rate limit is dropped and counted, and the connection goes on; the
+//! lines that end or open a session (hello, bye) and an `oom` event are never dropped.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+use tokio::io::AsyncRead;
+
+use super::conn::{Conn, Outcome};
+use super::lines::{Frame, LineReader};
+use super::protocol::{self, Code, Message, Rejection, MAX_LINE};
+use super::server::IngestStats;
+use crate::core::model::now;
+use crate::core::store::sessions::Sessions;
+
+/// Lines taken per batch at most, so one connection's burst holds the aggregator and its worker
+/// thread only briefly (256 sample lines parse in well under a millisecond).
+const MAX_LINES: usize = 256;
+/// Longest line over the rate limit still parsed to see whether it is exempt: hello, bye and
+/// oom lines are far shorter, and a flood of long lines then costs no parsing.
+const MAX_EXEMPT_LINE: usize = 4096;
+
+// Nearly every item is a Msg and the Vec is reused across batches: boxing the big variant would
+// only add an allocation per line.
+#[allow(clippy::large_enum_variant)]
+enum Item {
+    /// A parsed line, where its raw bytes lie in the batch's `raw`, and its `seq`.
+    Msg(Message, Range<usize>, Option<u64>),
+    Reject(Rejection),
+    /// Over the rate limit: dropped.
+    Limited,
+    /// The peer closed in the middle of a line: counted as bad_json, no reply (it is gone).
+    Partial,
+}
+
+#[derive(Default)]
+pub struct Batch {
+    items: Vec<Item>,
+    /// The parsed lines' bytes (a recorded session writes them as received), copied out of the
+    /// reader so the batch can travel to the aggregator.
+    raw: Vec<u8>,
+    outcomes: Vec<Outcome>,
+    /// A request for the trainer that came due with this batch, sent after its replies.
+    request: Option<Vec<u8>>,
+    /// An `ack` that came due with this batch, sent last.
+    ack: Option<Vec<u8>>,
+    /// Lines dropped for the rate limit without a reply (counted at `finish`).
+    silenced: u64,
+    /// Lines the client says it dropped because the daemon could not take them.
+    client_dropped: u64,
+    /// The connection ends after this batch (EOF).
+    pub closing: bool,
+}
+
+/// Lines the rate limit never drops: a session's start and end (a bye dropped would turn a clean
+/// end into a crash finding), and an out-of-memory report, the one line a dying trainer has.
+fn exempt(msg: &Message) -> bool {
+    match msg {
+        Message::Hello(_) | Message::Bye { .. } => true,
+        Message::Event(e) => e.kind == crate::core::trainer::EventKind::Oom,
+        Message::Sample(_) | Message::Attribution(_) => false,
+    }
+}
+
+impl Batch {
+    /// Takes the frames `reader` has buffered, in order. `admit` is asked once per frame (the
+    /// rate limit); a frame it refuses is dropped unless `exempt`.
+    pub fn take<R: AsyncRead + Unpin>(
+        &mut self,
+        reader: &mut LineReader<R>,
+        mut admit: impl FnMut() -> bool,
+    ) {
+        while self.items.len() < MAX_LINES {
+            let Some(frame) = reader.next_buffered() else {
+                return;
+            };
+            let item = match frame {
+                Frame::Eof { partial } => {
+                    self.closing = true;
+                    if partial > 0 {
+                        self.items.push(Item::Partial);
+                    }
+                    return;
+                }
+                Frame::TooLong { .. } if !admit() => Item::Limited,
+                Frame::TooLong { len } => Item::Reject(Rejection::new(
+                    Code::LineTooLong,
+                    format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
+                )),
+                Frame::Line(line) => {
+                    let admitted = admit();
+                    if !admitted && line.len() > MAX_EXEMPT_LINE {
+                        Item::Limited
+                    } else {
+                        match protocol::parse_numbered(line) {
+                            Ok((msg, seq)) if admitted || exempt(&msg) => {
+                                let start = self.raw.len();
+                                self.raw.extend_from_slice(line);
+                                Item::Msg(msg, start..self.raw.len(), seq)
+                            }
+                            Ok(_) => Item::Limited,
+                            Err(r) if admitted => Item::Reject(r),
+                            Err(_) => Item::Limited,
+                        }
+                    }
+                }
+            };
+            self.items.push(item);
+        }
+    }
+
+    /// Applies the batch to the connection and the sessions (on the aggregator's thread). A
+    /// batch without parsed lines (`needs_sessions` false) is applied with `None`, on the
+    /// connection's own task.
+    pub fn apply(
+        &mut self,
+        conn: &mut Conn,
+        mut sessions: Option<&mut Sessions>,
+        stats: &IngestStats,
+    ) {
+        let ts = now();
+        let mut touched = false;
+        for item in self.items.drain(..) {
+            let outcome = match item {
+                Item::Msg(msg, raw, seq) => {
+                    if let Message::Event(crate::core::trainer::Event {
+                        dropped: Some(n), ..
+                    }) = &msg
+                    {
+                        self.client_dropped = self.client_dropped.saturating_add(*n);
+                    }
+                    // Never None here: a batch with a parsed line goes to the aggregator.
+                    let Some(sessions) = sessions.as_deref_mut() else {
+                        continue;
+                    };
+                    touched = true;
+                    let raw = self.raw.get(raw).unwrap_or_default();
+                    conn.apply(msg, raw, seq, sessions, ts)
+                }
+                Item::Reject(r) => conn.reject(r),
+                Item::Limited => match conn.over_limit(ts) {
+                    Some(reply) => reply,
+                    None => {
+                        self.silenced += 1;
+                        continue;
+                    }
+                },
+                Item::Partial => {
+                    stats.reject(Code::BadJson);
+                    continue;
+                }
+            };
+            self.outcomes.push(outcome);
+        }
+        self.raw.clear();
+        // Asked once per batch: a request comes due only when a sample changed the session.
+        if let (true, Some(sessions)) = (touched, sessions) {
+            self.request = conn.request(sessions, ts);
+        }
+        self.ack = conn.ack_due(ts);
+    }
+
+    /// Whether a line of the batch changes the sessions (else it needs no aggregator).
+    pub fn needs_sessions(&self) -> bool {
+        self.items.iter().any(|i| matches!(i, Item::Msg(..)))
+    }
+
+    /// Counts the outcomes and sends the replies, in line order, then a request that came due;
+    /// back on the connection's task.
+    pub fn finish(&mut self, stats: &IngestStats, send: impl Fn(&[u8])) {
+        let mut accepted = 0;
+        let mut duplicates = 0;
+        for outcome in self.outcomes.drain(..) {
+            match outcome {
+                Outcome::Accepted | Outcome::Bye => accepted += 1,
+                Outcome::Duplicate => duplicates += 1,
+                Outcome::Reply { line, rejected } => {
+                    match rejected {
+                        Some(code) => stats.reject(code),
+                        None => accepted += 1,
+                    }
+                    send(&line);
+                }
+            }
+        }
+        if accepted > 0 {
+            stats.lines.fetch_add(accepted, Ordering::Relaxed);
+        }
+        if duplicates > 0 {
+            stats.duplicates.fetch_add(duplicates, Ordering::Relaxed);
+        }
+        // One count per dropped line: those with a reply were counted above, by its code.
+        let dropped = std::mem::take(&mut self.client_dropped);
+        if dropped > 0 {
+            stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
+        let silenced = std::mem::take(&mut self.silenced);
+        if silenced > 0 {
+            stats.reject_many(Code::RateLimited, silenced);
+        }
+        if let Some(r) = self.request.take() {
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            send(&r);
+        }
+        if let Some(a) = self.ack.take() {
+            send(&a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,10 @@
+//! Trainer ingest: the Unix-socket protocol that instrumented trainers push allocator stats
+//! over (docs/protocol.md).
+
+pub mod batch;
+pub mod conn;
+pub mod lines;
+pub mod protocol;
+pub mod resume;
+pub mod server;
+pub mod socket;

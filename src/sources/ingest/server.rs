@@ -1,0 +1,404 @@
+//! The ingest socket: accepts trainer connections and feeds their lines through `Conn` into the
+//! store. Replies and requests are written with `try_write` only, so a client that never reads
+//! can cost us dropped lines but never a blocked task; over-long lines are skipped unbuffered; a client
+//! past the line rate has its excess lines dropped and counted, with a `rate_limited` reply at most
+//! once a second, and stays connected (its welcome names the limit so it can pace itself); one past
+//! the connection cap gets one last error line naming the limit. A connection
+//! must say hello within `hello_timeout` and then send something every `idle_timeout`, and one
+//! without hello gives its slot up to a newcomer when the table is full (`admission`), so
+//! connections that never send anything cannot lock trainers out.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{UnixListener, UnixStream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::batch::Batch;
+use super::conn::{Conn, Outcome};
+use super::lines::LineReader;
+use super::protocol::{Code, Rejection, MAX_LINE};
+use super::resume::Resume;
+use crate::core::aggregator::{Handle, Source};
+use crate::core::model::now;
+use crate::core::trainer::Peer;
+use crate::outputs::record::Recorder;
+
+mod admission;
+
+use admission::{Admission, Caps, Eviction, Refusal, Slot};
+
+/// Limits from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// Sustained lines per second per connection; bursts of twice that are allowed.
+    pub max_lines_per_second: u32,
+    /// A connection that has not said hello this long after connecting is closed.
+    pub hello_timeout: Duration,
+    /// A connection that sent nothing this long after its hello is closed (its session ends
+    /// cleanly, with an `idle_timeout` event: the trainer may well be alive).
+    pub idle_timeout: Duration,
+    /// Connections one uid may hold at once.
+    pub max_per_uid: usize,
+    /// Slots connections without hello may never take, so a hello always finds room.
+    pub reserved: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_lines_per_second: 1000,
+            hello_timeout: Duration::from_secs(10),
+            // A trainer stepping once a minute sends a line a minute: far inside this.
+            idle_timeout: Duration::from_secs(900),
+            max_per_uid: 256,
+            reserved: 32,
+        }
+    }
+}
+
+/// Why the daemon closed a connection (gpumon_ingest_closed_total{reason}).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// No hello within `hello_timeout`.
+    HelloTimeout,
+    /// Nothing for `idle_timeout` after the hello.
+    IdleTimeout,
+    /// Refused at connect: its uid holds `max_per_uid` connections, all past hello.
+    PerUidLimit,
+    /// Closed before its hello to make room for a new connection.
+    Evicted,
+}
+
+impl Close {
+    pub const ALL: [Close; 4] = [
+        Close::HelloTimeout,
+        Close::IdleTimeout,
+        Close::PerUidLimit,
+        Close::Evicted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Close::HelloTimeout => "hello_timeout",
+            Close::IdleTimeout => "idle_timeout",
+            Close::PerUidLimit => "per_uid_limit",
+            Close::Evicted => "evicted",
+        }
+    }
+}
+
+/// Counters for the gpumon_ingest_* series.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    pub connections: AtomicU64,
+    pub lines: AtomicU64,
+    pub rejected: [AtomicU64; Code::ALL.len()],
+    /// Replies and requests not sent because the client was not reading.
+    pub replies_dropped: AtomicU64,
+    /// Requests (`attribute`) sent to trainers, dropped ones included.
+    pub requests: AtomicU64,
+    /// Numbered lines dropped because their client's instance had sent them already.
+    pub duplicates: AtomicU64,
+    /// Lines trainers dropped because the daemon could not take them, as they report it.
+    pub dropped: AtomicU64,
+    /// Connections the daemon closed, by `Close` (in `Close::ALL` order).
+    pub closed: [AtomicU64; Close::ALL.len()],
+}
+
+impl IngestStats {
+    pub(super) fn reject(&self, code: Code) {
+        self.reject_many(code, 1);
+    }
+
+    pub(super) fn reject_many(&self, code: Code, n: u64) {
+        if let Some(i) = Code::ALL.iter().position(|c| *c == code) {
+            self.rejected[i].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn closed(&self, why: Close) {
+        if let Some(i) = Close::ALL.iter().position(|c| *c == why) {
+            self.closed[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+pub async fn serve(
+    listener: UnixListener,
+    aggregator: Handle,
+    stats: Arc<IngestStats>,
+    limits: Limits,
+    recorder: Option<Arc<Recorder>>,
+    shutdown: CancellationToken,
+) {
+    let tracker = TaskTracker::new();
+    let admission = Admission::new(
+        Caps {
+            max_connections: limits.max_connections,
+            max_per_uid: limits.max_per_uid,
+            reserved: limits.reserved,
+        },
+        stats.clone(),
+    );
+    let resume = Arc::new(Resume::default());
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ingest accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        // Read before admitting: the per-uid cap needs it.
+        let peer = match stream.peer_cred() {
+            Ok(c) => Peer {
+                pid: c.pid().unwrap_or(0).max(0) as u32,
+                uid: c.uid(),
+                gid: c.gid(),
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "SO_PEERCRED failed; refusing the connection");
+                continue;
+            }
+        };
+        // The slot is taken here, before the task starts, so a burst of accepts cannot
+        // overshoot the cap; the task owns it from then on and gives it back however it ends.
+        let slot = match admission.admit(peer.uid) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                refuse(&stream, peer, refused, limits, &stats);
+                continue;
+            }
+        };
+        let (aggregator, stats, shutdown) = (aggregator.clone(), stats.clone(), shutdown.clone());
+        let (recorder, resume) = (recorder.clone(), resume.clone());
+        tracker.spawn(async move {
+            let conn = Conn::new(peer)
+                .recording(recorder)
+                .acking(resume)
+                .rate_limited(limits.max_lines_per_second);
+            handle(stream, conn, slot, &aggregator, &stats, limits, shutdown).await;
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// One last error line to a connection refused at connect (it is then dropped, closing it).
+fn refuse(stream: &UnixStream, peer: Peer, refused: Refusal, limits: Limits, stats: &IngestStats) {
+    stats.reject(Code::TooManyConnections);
+    let msg = match refused {
+        Refusal::Full => format!(
+            "connection limit of {} reached (ingest.max_connections); retry later",
+            limits.max_connections
+        ),
+        Refusal::PerUid => {
+            stats.closed(Close::PerUidLimit);
+            format!(
+                "uid {} holds {} connections, the limit per user (ingest.max_connections_per_uid); retry later",
+                peer.uid, limits.max_per_uid
+            )
+        }
+    };
+    let line = reply_line(Conn::new(peer).reject(Rejection::new(Code::TooManyConnections, msg)));
+    let _ = stream.try_write(&line);
+}
+
+/// How a connection's loop ended, for how its session is closed.
+enum End {
+    /// The peer closed.
+    Peer,
+    /// The daemon is shutting down.
+    Shutdown,
+    /// Closed by the daemon for `Close` (the session, if any, did not crash).
+    Closed(Close),
+}
+
+async fn handle(
+    stream: UnixStream,
+    mut conn: Conn,
+    mut slot: Slot,
+    aggregator: &Handle,
+    stats: &Arc<IngestStats>,
+    limits: Limits,
+    shutdown: CancellationToken,
+) {
+    let (read, write) = stream.into_split();
+    let mut reader = LineReader::new(read, MAX_LINE);
+    let mut bucket = TokenBucket::new(limits.max_lines_per_second);
+    let mut batch = Batch::default();
+    let send = |line: &[u8]| {
+        // Never wait on the client: a full socket buffer means the reply is dropped.
+        if !matches!(write.try_write(line), Ok(n) if n == line.len()) {
+            stats.replies_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    // Made once: a fresh one per read would register with the token (a lock) every time.
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
+    // One timer for both deadlines, re-armed lazily: a read only notes its time, and the timer
+    // is moved on when it fires early, so a busy connection costs no timer update per read.
+    let mut last_read = Instant::now();
+    let timer = tokio::time::sleep_until(after(last_read, limits.hello_timeout));
+    tokio::pin!(timer);
+    let end = loop {
+        tokio::select! {
+            _ = &mut cancelled => break End::Shutdown,
+            why = slot.evicted(), if !slot.greeted() => {
+                send(&evicted_line(&mut conn, why, limits));
+                break End::Closed(Close::Evicted);
+            }
+            _ = &mut timer => {
+                if !slot.greeted() {
+                    send(&hello_timeout_line(&mut conn, limits));
+                    break End::Closed(Close::HelloTimeout);
+                }
+                let due = after(last_read, limits.idle_timeout);
+                if Instant::now() >= due {
+                    break End::Closed(Close::IdleTimeout);
+                }
+                timer.as_mut().reset(due);
+                continue;
+            }
+            r = reader.fill() => {
+                if r.is_err() {
+                    break End::Peer;
+                }
+                last_read = Instant::now();
+            }
+        }
+        batch.take(&mut reader, || bucket.take());
+        if batch.needs_sessions() {
+            let st = stats.clone();
+            let applied = aggregator
+                .update(Source::Ingest, move |store| {
+                    batch.apply(&mut conn, Some(&mut store.sessions), &st);
+                    (conn, batch)
+                })
+                .await;
+            // The aggregator is gone (the daemon is stopping) or failed on this input: its
+            // connection state went with it, so there is nothing left to close.
+            let Some((c, b)) = applied else {
+                return;
+            };
+            (conn, batch) = (c, b);
+        } else {
+            batch.apply(&mut conn, None, stats);
+        }
+        if !slot.greeted() && conn.greeted() {
+            // Before the welcome goes out: a trainer that has it holds its slot for good.
+            slot.greet();
+            timer.as_mut().reset(after(last_read, limits.idle_timeout));
+        }
+        batch.finish(stats, send);
+        if batch.closing {
+            break End::Peer;
+        }
+        if reader.backlogged() {
+            // One batch per turn, so a connection with a full socket buffer cannot starve the
+            // other trainers or the HTTP side on the same worker.
+            tokio::task::yield_now().await;
+        }
+    };
+    if let End::Closed(why) = end {
+        stats.closed(why);
+    }
+    let idle = format!(
+        "nothing sent for {} (ingest.idle_timeout_seconds); the daemon closed the connection",
+        seconds(limits.idle_timeout)
+    );
+    aggregator
+        .update(Source::Close, move |s| {
+            let sessions = &mut s.sessions;
+            match end {
+                // The daemon is going away, not the trainer: no crash to report.
+                End::Shutdown => conn.close_for_shutdown(sessions, now()),
+                End::Closed(Close::IdleTimeout) => conn.close_idle(sessions, now(), idle),
+                _ => conn.close(sessions, now()),
+            }
+        })
+        .await;
+    // `slot` drops here (or wherever this task unwinds): the connection's slot is free again.
+}
+
+/// `d` after `t`; a timeout too long for the clock (the config bounds it) waits a year.
+fn after(t: Instant, d: Duration) -> Instant {
+    t + d.min(Duration::from_secs(365 * 24 * 3600))
+}
+
+/// The last line to a connection that did not say hello in time.
+fn hello_timeout_line(conn: &mut Conn, limits: Limits) -> Vec<u8> {
+    let msg = format!(
+        "no hello within {} of connecting (ingest.hello_timeout_seconds); closing",
+        seconds(limits.hello_timeout)
+    );
+    reply_line(conn.reject(Rejection::new(Code::NoHello, msg)))
+}
+
+/// The last line to a connection evicted before its hello.
+fn evicted_line(conn: &mut Conn, why: Eviction, limits: Limits) -> Vec<u8> {
+    let msg = match why {
+        Eviction::PerUid => format!(
+            "no hello yet, and this uid holds {} connections (ingest.max_connections_per_uid): closing its oldest without hello to make room; send hello as soon as you connect",
+            limits.max_per_uid
+        ),
+        Eviction::Pending => format!(
+            "no hello yet, and the slots for connections without hello are taken (ingest.max_connections - ingest.reserved_connections = {}): closing the oldest to make room; send hello as soon as you connect",
+            limits.max_connections.saturating_sub(limits.reserved).max(1)
+        ),
+    };
+    reply_line(conn.reject(Rejection::new(Code::NoHello, msg)))
+}
+
+fn reply_line(o: Outcome) -> Vec<u8> {
+    match o {
+        Outcome::Reply { line, .. } => line,
+        _ => Vec::new(),
+    }
+}
+
+/// A duration as the config writes it: "10 s", "0.5 s".
+fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+/// Lines per second with a burst of two seconds' worth.
+struct TokenBucket {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: u32) -> Self {
+        let rate = f64::from(rate.max(1));
+        Self {
+            rate,
+            tokens: 2.0 * rate,
+            last: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.last).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + refill).min(2.0 * self.rate);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
