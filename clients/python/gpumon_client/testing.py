@@ -32,7 +32,10 @@ class FakeDaemon:
 
     welcome: reply `welcome` to a hello. error_code: reply an `error` with this code to every
     line after the hello. reading=False: accept connections but read nothing until
-    resume_reading(), which fills the client's socket buffer like a stalled daemon.
+    resume_reading(), which fills the client's socket buffer like a stalled daemon. ack=True:
+    answer a hello that lists the `ack` capability with `"ack":true` and acknowledge every
+    numbered line, like the real daemon (the client then numbers every line, whenever the
+    welcome arrives; without it, numbering stops at the welcome, wherever that falls).
     """
 
     def __init__(
@@ -43,9 +46,11 @@ class FakeDaemon:
         error_code: Optional[str] = None,
         reading: bool = True,
         session: str = "s-1",
+        ack: bool = False,
     ) -> None:
         self.path = path
         self.welcome = welcome
+        self.ack = ack
         self.error_code = error_code
         self.session = session
         self.connections: List[_Conn] = []
@@ -177,14 +182,22 @@ class FakeDaemon:
 
     def _reply(self, conn: _Conn, line: bytes, number: int) -> None:
         try:
-            kind = json.loads(line).get("type")
+            msg = json.loads(line)
         except ValueError:
-            kind = None
+            msg = {}
+        if not isinstance(msg, dict):
+            msg = {}
+        kind = msg.get("type")
         out: Optional[Dict[str, Any]] = None
         if kind == "hello" and self.welcome:
             out = {"type": "welcome", "v": 1, "server": "gpumon-fake/0", "session": self.session}
+            caps = msg.get("caps")
+            if self.ack and isinstance(caps, list) and "ack" in caps:
+                out["ack"] = True
         elif kind != "hello" and self.error_code:
             out = {"type": "error", "code": self.error_code, "line": number, "message": "fake daemon says no"}
+        elif self.ack and isinstance(msg.get("seq"), int):
+            out = {"type": "ack", "seq": msg["seq"]}
         if out is not None:
             try:
                 conn.sock.sendall(json.dumps(out).encode() + b"\n")

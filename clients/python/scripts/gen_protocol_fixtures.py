@@ -158,7 +158,9 @@ def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon:
     tmp = tempfile.mkdtemp(prefix="gpm")
     path = os.path.join(tmp, "ingest.sock")
     try:
-        daemon = FakeDaemon(path)
+        # Acknowledging, as the real daemon does: every line is numbered whenever the welcome is
+        # read, so the bytes do not depend on thread timing.
+        daemon = FakeDaemon(path, ack=True)
         if late_daemon:
             ctx = run(path)
             daemon.start()
