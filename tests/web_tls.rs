@@ -500,3 +500,64 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
         0.0
     );
 }
+
+/// Waits up to 10 s for curl with `args` to get `code` from /healthz.
+fn until_code(daemon: &Daemon, args: &[&str], code: u16, what: &str) {
+    let start = Instant::now();
+    while daemon.curl("https", "/healthz", args).0 != code {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_rotated_certificate_applies_without_a_signal_and_sighup_rereads_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("gpumon.toml"), "").unwrap();
+    certificates(d);
+    let web = web_yml(d, "", "alice", "correct horse");
+    let daemon = Daemon::start(d, &web);
+    let (old_ca, new_ca) = (
+        ["--cacert", "ca.pem", "-u", "alice:correct horse"],
+        ["--cacert", "new/ca.pem", "-u", "alice:correct horse"],
+    );
+    until_code(&daemon, &old_ca, 200, "the first certificate is served");
+
+    // cert-manager style: a new certificate from another CA renamed over the old files, one
+    // file at a time (a mismatched pair in between fails to load and the old pair stays).
+    std::fs::create_dir(d.join("new")).unwrap();
+    certificates(&d.join("new"));
+    for f in ["server.pem", "server.key"] {
+        std::fs::copy(d.join("new").join(f), d.join(format!("{f}.tmp"))).unwrap();
+        std::fs::rename(d.join(format!("{f}.tmp")), d.join(f)).unwrap();
+    }
+    until_code(
+        &daemon,
+        &new_ca,
+        200,
+        "the rotated certificate was not taken",
+    );
+    assert_eq!(daemon.curl("https", "/healthz", &old_ca).0, 0);
+
+    // The same file with another user, its size and time unchanged: only SIGHUP reads it.
+    let stamp = std::fs::metadata(&web).unwrap().modified().unwrap();
+    let before = std::fs::read(&web).unwrap().len();
+    web_yml(d, "", "carol", "correct horse");
+    assert_eq!(std::fs::read(&web).unwrap().len(), before);
+    std::fs::File::options()
+        .write(true)
+        .open(&web)
+        .unwrap()
+        .set_modified(stamp)
+        .unwrap();
+    let carol = ["--cacert", "new/ca.pem", "-u", "carol:correct horse"];
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(daemon.curl("https", "/healthz", &carol).0, 401);
+    assert_eq!(daemon.curl("https", "/healthz", &new_ca).0, 200);
+    unsafe {
+        libc::kill(daemon.child.id() as i32, libc::SIGHUP);
+    }
+    until_code(&daemon, &carol, 200, "SIGHUP did not reload the file");
+    assert_eq!(daemon.curl("https", "/healthz", &new_ca).0, 401);
+}

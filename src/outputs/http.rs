@@ -18,6 +18,7 @@ use crate::core::aggregator::Handle;
 use crate::core::snapshot::{IngestView, SessionView, Snapshot};
 use crate::sources::ingest::server::IngestStats;
 
+mod admit;
 pub mod gzip;
 pub mod serve;
 mod stats;
@@ -62,6 +63,12 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// bcrypt checks run at once: one per core of the machine this is sized for (cost 10 takes
+/// about 50 ms), so unverified credentials can never take the CPU the poller and ingest need.
+static BCRYPT_CHECKS: Semaphore = Semaphore::const_new(2);
+/// How long a request with unverified credentials waits for a check before it gets 503.
+const BCRYPT_WAIT: Duration = Duration::from_secs(2);
+
 /// What the web config asks of every request, health checks included (as in exporter-toolkit):
 /// the rate limit, then basic auth, then its response headers.
 async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
@@ -75,6 +82,20 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
         let verdict = match web.auth.quick(given.map(|v| v.as_bytes())) {
             Some(v) => v,
             None => {
+                // Credentials seen once are remembered (`quick`), so a scraper waits here only
+                // for its first request; a flood of wrong passwords queues behind this cap
+                // instead of taking every core.
+                let Ok(Ok(_permit)) =
+                    tokio::time::timeout(BCRYPT_WAIT, BCRYPT_CHECKS.acquire()).await
+                else {
+                    s.http.count_denied(Denied::AuthBusy);
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(header::RETRY_AFTER, "1")],
+                        "too many credentials being checked; retry\n",
+                    )
+                        .into_response();
+                };
                 let (check, given) = (web.clone(), given.map(|v| v.as_bytes().to_vec()));
                 // bcrypt takes tens of milliseconds by design: never on the runtime's workers.
                 tokio::task::spawn_blocking(move || check.auth.check(given.as_deref()))

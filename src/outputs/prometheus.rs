@@ -30,12 +30,14 @@ pub use health::AlertStats;
 /// Labels added with Kubernetes support, left out of a series where they are empty (outside
 /// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
 /// Kubernetes is what it was before they existed.
-const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod"];
+/// `container_name` (the kubelet's name for the container) is on `gpumon_process_info` only.
+const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod", "container_name"];
 
 /// Builds one metric family; label names are given once, values per series.
 pub(crate) struct Family {
     mf: MetricFamily,
     labels: &'static [&'static str],
+    omitted: &'static [&'static str],
 }
 
 impl Family {
@@ -49,7 +51,18 @@ impl Family {
         mf.set_name(name.to_string());
         mf.set_help(help.to_string());
         mf.set_field_type(kind);
-        Self { mf, labels }
+        Self {
+            mf,
+            labels,
+            omitted: OMITTED_WHEN_EMPTY,
+        }
+    }
+
+    /// Leaves out these labels, instead of the Kubernetes ones, where they are empty: for a
+    /// family whose label was added later, so its series outside a container stay as they were.
+    pub(crate) fn omitting_empty(mut self, labels: &'static [&'static str]) -> Self {
+        self.omitted = labels;
+        self
     }
 
     pub(crate) fn gauge(name: &str, help: &str, labels: &'static [&'static str]) -> Self {
@@ -62,7 +75,7 @@ impl Family {
             .labels
             .iter()
             .zip(values)
-            .filter(|(n, v)| !(v.is_empty() && OMITTED_WHEN_EMPTY.contains(n)))
+            .filter(|(n, v)| !(v.is_empty() && self.omitted.contains(n)))
             .map(|(n, v)| {
                 let mut lp = LabelPair::default();
                 lp.set_name(n.to_string());
@@ -285,6 +298,7 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
             "mig_uuid",
             "namespace",
             "pod",
+            "container_name",
         ],
     );
     let mut gbuf = itoa::Buffer::new();
@@ -297,6 +311,7 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
         // Pod name (or UID until the kubelet names it) and namespace: empty outside Kubernetes.
         let ns = p.info.namespace.as_deref().unwrap_or("");
         let pod = p.info.pod.as_deref().unwrap_or("");
+        let container_name = p.info.container_name.as_deref().unwrap_or("");
         if let Some(b) = p.used_memory_bytes {
             used.add(&[gpu, &p.uuid, pid, name, container, ns, pod], b as f64);
         }
@@ -304,7 +319,19 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
         let user = p.info.user.as_deref().unwrap_or("");
         let mig = p.mig_uuid.as_deref().unwrap_or("");
         info.add(
-            &[gpu, &p.uuid, pid, name, container, user, kind, mig, ns, pod],
+            &[
+                gpu,
+                &p.uuid,
+                pid,
+                name,
+                container,
+                user,
+                kind,
+                mig,
+                ns,
+                pod,
+                container_name,
+            ],
             1.0,
         );
     }

@@ -24,13 +24,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::admit::{Admission, Yield, Yielding};
 use super::stats::{Closed, HttpStats};
 use super::web_config::WebConfigWatch;
 
 /// The server's limits; `[http]` in the config.
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
-    /// Connections open at once; one more is closed as soon as it is accepted.
+    /// Connections open at once. One more gets in by closing the oldest connection with no
+    /// request in flight (see `admit`); when every one is serving, it is closed at once.
     pub max_connections: usize,
     /// From a new connection, or from the first byte of a later request, to its complete head.
     pub header_timeout: Duration,
@@ -86,6 +88,7 @@ pub async fn serve(
     let limits = Arc::new(limits);
     let tracker = TaskTracker::new();
     let hard_stop = CancellationToken::new();
+    let admission = Arc::new(Admission::default());
     let mut accept_errors = 0u64;
     loop {
         let accepted = tokio::select! {
@@ -105,13 +108,21 @@ pub async fn serve(
                 continue;
             }
         };
-        if stats.open() >= limits.max_connections as u64 {
-            // Closed before anything is read: the cheapest refusal, and one the client sees at once.
+        // An evicted connection counts as open until its task has dropped it, a moment later; so
+        // the table, not the open count, says who is still in (it overshoots by at most those).
+        if stats.open() >= limits.max_connections as u64
+            && admission.len() >= limits.max_connections
+            && !admission.evict_one()
+        {
+            // Every slot is serving a request. Closed before anything is read: the cheapest
+            // refusal, and one the client sees at once.
             drop(stream);
             stats.count_closed(Closed::OverCap);
             continue;
         }
         let open = stats.opened();
+        let clock = Arc::new(Clock::new());
+        let (evicted, registered) = admission.register(clock.clone());
         let (builder, limits, stats) = (builder.clone(), limits.clone(), stats.clone());
         let (router, draining, hard_stop) = (router.clone(), shutdown.clone(), hard_stop.clone());
         let web = web.clone();
@@ -119,8 +130,10 @@ pub async fn serve(
             let ends = Ends {
                 draining,
                 hard_stop,
+                evicted,
             };
-            let why = watch(stream, &builder, router, &limits, &web, ends).await;
+            let why = watch(stream, clock, &builder, router, &limits, &web, ends).await;
+            drop(registered);
             stats.count_closed(why);
             drop(open);
         });
@@ -141,16 +154,19 @@ pub async fn serve(
     Ok(())
 }
 
-/// How a connection may be told to stop: gracefully (drain), then at once.
+/// How a connection may be told to stop: gracefully (drain), then at once; or at once to make
+/// room for a newer one.
 struct Ends {
     draining: CancellationToken,
     hard_stop: CancellationToken,
+    evicted: CancellationToken,
 }
 
 /// Runs one connection to its end and says why it ended: the TLS handshake first when the web
 /// config asks for TLS (bounded by the header timeout, like a request head), then HTTP/1.
 async fn watch(
     stream: TcpStream,
+    clock: Arc<Clock>,
     builder: &http1::Builder,
     router: Router,
     limits: &HttpLimits,
@@ -159,7 +175,6 @@ async fn watch(
 ) -> Closed {
     // Small responses go out at once rather than waiting on Nagle; failure changes nothing.
     let _ = stream.set_nodelay(true);
-    let clock = Arc::new(Clock::new());
     let io = Watched {
         io: stream,
         clock: clock.clone(),
@@ -175,6 +190,7 @@ async fn watch(
         },
         _ = tokio::time::sleep(limits.header_timeout) => return Closed::TlsHandshake,
         _ = ends.draining.cancelled() => return Closed::Shutdown,
+        _ = ends.evicted.cancelled() => return Closed::Evicted,
     };
     run(TokioIo::new(stream), builder, router, limits, clock, ends).await
 }
@@ -195,6 +211,7 @@ where
     let Ends {
         draining,
         hard_stop,
+        evicted,
     } = ends;
     let service = Tracked {
         inner: TowerToHyperService::new(router),
@@ -213,6 +230,7 @@ where
                 Err(_) => Closed::IoError,
             },
             _ = hard_stop.cancelled() => return Closed::Shutdown,
+            _ = evicted.cancelled() => return Closed::Evicted,
             _ = draining.cancelled(), if !graceful => {
                 // Finishes the request in flight, then closes; an idle connection closes now.
                 conn.as_mut().graceful_shutdown();
@@ -305,6 +323,17 @@ impl Clock {
                     Closed::IdleTimeout,
                 )
             }
+        })
+    }
+}
+
+impl Yielding for Clock {
+    fn yields(&self) -> Option<Yield> {
+        self.with(|p| match (p.in_flight, p.requests) {
+            (0, 0) => Some(Yield::Unproven),
+            // A head half read after a served request is as idle as no head at all.
+            (0, _) => Some(Yield::Idle),
+            _ => None,
         })
     }
 }

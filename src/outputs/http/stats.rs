@@ -16,8 +16,12 @@ pub enum Closed {
     HeaderTimeout,
     /// Nothing sent between two requests for `http.keepalive_timeout_seconds`.
     IdleTimeout,
-    /// Accepted while `http.connection_limit` connections were open: closed at once.
+    /// Accepted while `http.connection_limit` connections were open, each serving a request:
+    /// closed at once.
     OverCap,
+    /// Closed to let a newer connection in while `http.connection_limit` were open: the oldest
+    /// with no request in flight, one that never completed a request first.
+    Evicted,
     /// A request head (URL and headers) past `http.max_request_head_bytes`: answered 431.
     TooLarge,
     /// A request that is not HTTP/1 (answered 400 when hyper could).
@@ -32,11 +36,12 @@ pub enum Closed {
 }
 
 impl Closed {
-    pub const ALL: [Closed; 9] = [
+    pub const ALL: [Closed; 10] = [
         Closed::Done,
         Closed::HeaderTimeout,
         Closed::IdleTimeout,
         Closed::OverCap,
+        Closed::Evicted,
         Closed::TooLarge,
         Closed::BadRequest,
         Closed::IoError,
@@ -50,6 +55,7 @@ impl Closed {
             Closed::HeaderTimeout => "header_timeout",
             Closed::IdleTimeout => "idle_timeout",
             Closed::OverCap => "over_cap",
+            Closed::Evicted => "evicted",
             Closed::TooLarge => "too_large",
             Closed::BadRequest => "bad_request",
             Closed::IoError => "io_error",
@@ -66,15 +72,19 @@ pub enum Denied {
     Unauthorized,
     /// Over the web config's `rate_limit`: 429.
     RateLimited,
+    /// Credentials not yet verified waited past 2 s for one of the two bcrypt checks that run
+    /// at once (a flood of them): 503 with Retry-After.
+    AuthBusy,
 }
 
 impl Denied {
-    pub const ALL: [Denied; 2] = [Denied::Unauthorized, Denied::RateLimited];
+    pub const ALL: [Denied; 3] = [Denied::Unauthorized, Denied::RateLimited, Denied::AuthBusy];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Denied::Unauthorized => "unauthorized",
             Denied::RateLimited => "rate_limited",
+            Denied::AuthBusy => "auth_busy",
         }
     }
 }
@@ -119,7 +129,7 @@ impl HttpStats {
         open.finish(out);
         let mut closed = Family::new(
             "gpumon_http_connections_closed_total",
-            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, too_large, bad_request, io_error, shutdown, tls_handshake.",
+            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, evicted, too_large, bad_request, io_error, shutdown, tls_handshake.",
             MetricType::COUNTER,
             &["reason"],
         );
@@ -129,7 +139,7 @@ impl HttpStats {
         closed.finish(out);
         let mut denied = Family::new(
             "gpumon_http_requests_denied_total",
-            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429).",
+            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429), auth_busy (credentials not yet verified waited past 2 s for a bcrypt check, 503).",
             MetricType::COUNTER,
             &["reason"],
         );

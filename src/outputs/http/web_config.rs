@@ -72,6 +72,9 @@ pub struct WebConfig {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Requests admitted: one per `interval`, bursts of `burst` (the toolkit's token bucket).
     pub rate_limit: Option<Rate>,
+    /// The files it read besides itself (certificate, key, client CA): a change to any of them
+    /// reloads the config, as a rotated certificate must apply without a SIGHUP.
+    pub files: Vec<PathBuf>,
 }
 
 /// The `rate_limit` token bucket, shared by all requests (as in the toolkit).
@@ -123,6 +126,7 @@ impl WebConfig {
             auth: Auth::default(),
             headers: Vec::new(),
             rate_limit: None,
+            files: Vec::new(),
         }
     }
 
@@ -141,6 +145,13 @@ impl WebConfig {
         };
         // Relative file names are relative to the config file, as in the toolkit.
         let dir = path.parent().unwrap_or(Path::new("."));
+        let files = raw
+            .tls_server_config
+            .iter()
+            .flat_map(|t| [&t.cert_file, &t.key_file, &t.client_ca_file])
+            .flatten()
+            .map(|f| dir.join(f))
+            .collect();
         let tls = match raw.tls_server_config {
             Some(t) if tls_enabled(&t) => {
                 Some(Arc::new(tls::tls_config(t, dir).map_err(|(k, r)| {
@@ -159,7 +170,7 @@ impl WebConfig {
             }
         }
         let headers = headers(raw.http_server_config.and_then(|h| h.headers))
-            .map_err(|(k, r)| err(&format!("http_server_config.headers.{k}"), r))?;
+            .map_err(|(k, r)| err(&format!("http_server_config.{k}"), r))?;
         let rate_limit = match raw.rate_limit {
             None => None,
             Some(r) => rate(r).map_err(|(k, r)| err(&format!("rate_limit.{k}"), r))?,
@@ -169,6 +180,7 @@ impl WebConfig {
             auth: Auth::new(users),
             headers,
             rate_limit,
+            files,
         })
     }
 }

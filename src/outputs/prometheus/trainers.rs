@@ -13,7 +13,20 @@ use crate::core::store::Store;
 use crate::sources::ingest::protocol::Code;
 use crate::sources::ingest::server::{Close, IngestStats};
 
-pub const T: &[&str] = &["gpu", "uuid", "pid", "job", "rank", "namespace", "pod"];
+pub const T: &[&str] = &[
+    "gpu",
+    "uuid",
+    "pid",
+    "job",
+    "rank",
+    "container",
+    "namespace",
+    "pod",
+];
+
+/// Labels left out of trainer series where empty: what a trainer outside a container or pod
+/// carries is what it carried before these labels existed.
+pub const OMITTED: &[&str] = &["container", "namespace", "pod"];
 
 /// Live sessions with their labels, as `labelled` gives them: built once per encoding and used
 /// by the trainer and the finding families alike.
@@ -32,11 +45,13 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
             "session",
             "torch",
             "client",
+            "container",
             "namespace",
             "pod",
         ],
-    );
-    let g = |name: &str, help: &str| Family::gauge(name, help, T);
+    )
+    .omitting_empty(OMITTED);
+    let g = |name: &str, help: &str| Family::gauge(name, help, T).omitting_empty(OMITTED);
     let mut allocated = g(
         "gpumon_trainer_allocated_bytes",
         "PyTorch allocated_bytes.all.current.",
@@ -70,7 +85,9 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         "gpumon_fragmentation_ratio",
         "(reserved - allocated) / reserved of the trainer's caching allocator.",
     );
-    let c = |name: &str, help: &str| Family::new(name, help, MetricType::COUNTER, T);
+    let c = |name: &str, help: &str| {
+        Family::new(name, help, MetricType::COUNTER, T).omitting_empty(OMITTED)
+    };
     let mut retries = c(
         "gpumon_trainer_alloc_retries_total",
         "Allocator retries after a failed cudaMalloc (num_alloc_retries, resets handled).",
@@ -87,11 +104,13 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
     let mut hidden = 0;
     for (own, s, shown) in sessions {
         let l = own.as_array(s);
-        let [gpu, uuid, pid, job, rank, ns, pod] = l;
+        let [gpu, uuid, pid, job, rank, container, ns, pod] = l;
         let torch = s.hello.torch.as_deref().unwrap_or("");
         let client = s.hello.client.as_deref().unwrap_or("");
         info.add(
-            &[gpu, uuid, pid, job, rank, &s.id, torch, client, ns, pod],
+            &[
+                gpu, uuid, pid, job, rank, &s.id, torch, client, container, ns, pod,
+            ],
             1.0,
         );
         if !shown {
@@ -183,15 +202,16 @@ pub fn labelled(store: &Store) -> Vec<(Labels, &Session, bool)> {
     out
 }
 
-const LABELS: usize = 7;
+const LABELS: usize = 8;
 
 /// The labels every per-session series carries (`T`): gpu, uuid, pid, job and rank, and the
-/// namespace and pod of the session's process as its GPU process entry has them (empty, and so
-/// left out, outside Kubernetes or before NVML lists the process).
+/// container, namespace and pod of the session's process as its GPU process entry has them
+/// (empty, and so left out, outside a container or before NVML lists the process).
 pub struct Labels {
     gpu: String,
     pid: String,
     rank: String,
+    container: String,
     namespace: String,
     pod: String,
 }
@@ -205,6 +225,7 @@ impl Labels {
             info.and_then(|i| f(i).clone()).unwrap_or_default()
         };
         Self {
+            container: field(|i| &i.container),
             namespace: field(|i| &i.namespace),
             pod: field(|i| &i.pod),
             // MIG-aware: a MIG device's UUID is labelled with its parent's index.
@@ -221,6 +242,7 @@ impl Labels {
             &self.pid,
             s.hello.job.as_deref().unwrap_or(""),
             &self.rank,
+            &self.container,
             &self.namespace,
             &self.pod,
         ]
@@ -327,6 +349,8 @@ mod tests {
                 name: Some("python".into()),
                 namespace: pod.map(|p| p.0.into()),
                 pod: pod.map(|p| p.1.into()),
+                container: pod.map(|_| "4f1c2a9b8e3d".into()),
+                container_name: pod.map(|_| "trainer".into()),
                 ..ProcInfo::default()
             },
         }
@@ -377,15 +401,19 @@ mod tests {
         };
         assert_eq!(
             line(r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="10""#),
-            r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="10",process="python",container="",namespace="default",pod="myapp-pod"} 7"#
+            r#"gpumon_process_memory_used_bytes{gpu="0",uuid="GPU-0",pid="10",process="python",container="4f1c2a9b8e3d",namespace="default",pod="myapp-pod"} 7"#
         );
-        assert!(line(r#"gpumon_process_info{gpu="0",uuid="GPU-0",pid="10""#)
-            .ends_with(r#"mig_uuid="",namespace="default",pod="myapp-pod"} 1"#));
-        assert!(line(r#"gpumon_trainer_info{gpu="",uuid="GPU-0",pid="10""#)
-            .contains(r#",namespace="default",pod="myapp-pod"} 1"#));
         assert!(
-            line(r#"gpumon_leak_suspected{gpu="",uuid="GPU-0",pid="10""#)
-                .ends_with(r#"rank="",namespace="default",pod="myapp-pod"} 0"#)
+            line(r#"gpumon_process_info{gpu="0",uuid="GPU-0",pid="10""#).ends_with(
+                r#"mig_uuid="",namespace="default",pod="myapp-pod",container_name="trainer"} 1"#
+            )
+        );
+        assert!(line(r#"gpumon_trainer_info{gpu="",uuid="GPU-0",pid="10""#)
+            .contains(r#",container="4f1c2a9b8e3d",namespace="default",pod="myapp-pod"} 1"#));
+        assert!(
+            line(r#"gpumon_leak_suspected{gpu="",uuid="GPU-0",pid="10""#).ends_with(
+                r#"rank="",container="4f1c2a9b8e3d",namespace="default",pod="myapp-pod"} 0"#
+            )
         );
         // Outside a pod the series are what they were before pods were labelled.
         assert!(

@@ -119,12 +119,12 @@ fn every_refusal_names_the_key_and_why() {
         ),
         (
             "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
-            "http_server_config.headers.headers",
+            "http_server_config.headers",
             "allow",
         ),
         (
             "http_server_config:\n  headers:\n    X-Powered-By: me\n",
-            "http_server_config.headers.headers",
+            "http_server_config.headers",
             "X-Powered-By",
         ),
         (

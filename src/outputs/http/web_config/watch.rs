@@ -1,4 +1,5 @@
-//! Reloading: the file is looked at as connections arrive and on SIGHUP.
+//! Reloading: the file and the certificate files it names are looked at as connections arrive,
+//! and read again on SIGHUP.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -6,9 +7,9 @@ use std::time::Duration;
 
 use super::{WebConfig, WebConfigError};
 
-/// The config in force, reloaded when its file changes (looked at, at most once a second, as
-/// connections arrive) or on SIGHUP. A file that fails to load keeps the one in force, and the
-/// error is logged once per change of the file.
+/// The config in force, reloaded when its file or a file it names (certificate, key, client CA)
+/// changes (looked at, at most once a second, as connections arrive) or on SIGHUP. A config that
+/// fails to load keeps the one in force, and the error is logged once per change of the files.
 pub struct WebConfigWatch {
     path: Option<PathBuf>,
     state: Mutex<WatchState>,
@@ -16,7 +17,8 @@ pub struct WebConfigWatch {
 
 struct WatchState {
     current: Arc<WebConfig>,
-    seen: Option<(std::time::SystemTime, u64)>,
+    /// The config file's stamp, then each of `current.files`'.
+    seen: Vec<Stamp>,
     checked: std::time::Instant,
 }
 
@@ -27,7 +29,10 @@ impl WebConfigWatch {
             Some(p) => WebConfig::load(p)?,
             None => WebConfig::plain(),
         };
-        let seen = path.as_deref().and_then(stamp);
+        let seen = path
+            .as_deref()
+            .map(|p| stamps(p, &current))
+            .unwrap_or_default();
         Ok(Self {
             path,
             state: Mutex::new(WatchState {
@@ -43,9 +48,7 @@ impl WebConfigWatch {
         if let Some(path) = &self.path {
             if st.checked.elapsed() >= Duration::from_secs(1) {
                 st.checked = std::time::Instant::now();
-                let now = stamp(path);
-                if now != st.seen {
-                    st.seen = now;
+                if stamps(path, &st.current) != st.seen {
                     reload(path, &mut st);
                 }
             }
@@ -57,7 +60,6 @@ impl WebConfigWatch {
     pub fn reload(&self) {
         if let Some(path) = &self.path {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.seen = stamp(path);
             reload(path, &mut st);
         }
     }
@@ -71,9 +73,22 @@ fn reload(path: &Path, st: &mut WatchState) {
         }
         Err(e) => tracing::error!(error = %e, "web config not reloaded; the one in force stays"),
     }
+    // Stamped after the load, against the files the config in force names: a failed load is
+    // tried again only when something changes again.
+    st.seen = stamps(path, &st.current);
 }
 
-fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
+/// Modification time and size: what a rotation (a rename over the file, or a rewrite) changes.
+type Stamp = Option<(std::time::SystemTime, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len()))
+}
+
+fn stamps(path: &Path, current: &WebConfig) -> Vec<Stamp> {
+    std::iter::once(path)
+        .chain(current.files.iter().map(PathBuf::as_path))
+        .map(stamp)
+        .collect()
 }
