@@ -213,11 +213,12 @@ fn a_crash_flood_keeps_memory_snapshots_and_the_good_trainer_bounded() {
         start_rss >> 20
     );
     assert!(biggest <= 1 << 20, "snapshot of {biggest} bytes");
+    // The bounds, met by the debug build too (18 ms and 5.5 ms seen on 2 loaded cores).
     assert!(
-        slowest <= Duration::from_millis(250),
+        slowest <= Duration::from_millis(50),
         "snapshot took {slowest:?}"
     );
-    assert!(p99 <= Duration::from_millis(50), "good trainer p99 {p99:?}");
+    assert!(p99 <= Duration::from_millis(20), "good trainer p99 {p99:?}");
 
     let after = rss(pid);
     eprintln!("after the flood, findings held: rss {} MB", after >> 20);

@@ -1,8 +1,9 @@
 //! Lossless restarts (capability `ack`): 64 real Python clients at 100 samples/s each push to a
 //! recording daemon that is stopped with SIGTERM, killed with SIGKILL, and frozen with SIGSTOP
 //! then killed, and restarted each time on the same socket and record directory. Counted from
-//! the trace files: every line each client numbered is in some trace (resends after a restart
-//! may put one in two), or the client reported it as given up.
+//! the trace files: every step's sample of every client is in some trace (resends after a
+//! restart may put one in two), or the client reported it as given up, and the same for every
+//! line it numbered.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -65,11 +66,19 @@ impl Daemon {
     }
 }
 
-/// Per client instance, the `seq` numbers found in the traces, and how many lines were found
-/// twice (a resend after a restart, of a line the killed daemon had written but not yet
-/// acknowledged).
-fn traced(dir: &Path) -> (HashMap<String, BTreeSet<u64>>, usize) {
-    let mut seqs: HashMap<String, BTreeSet<u64>> = HashMap::new();
+/// What the traces hold of each client instance.
+#[derive(Default)]
+struct Traced {
+    /// The `seq` numbers found.
+    seqs: BTreeSet<u64>,
+    /// The steps of the samples found.
+    steps: BTreeSet<u64>,
+}
+
+/// Per client instance, what the traces hold, and how many lines were found twice (a resend
+/// after a restart, of a line the killed daemon had written but not yet acknowledged).
+fn traced(dir: &Path) -> (HashMap<String, Traced>, usize) {
+    let mut seqs: HashMap<String, Traced> = HashMap::new();
     let mut twice = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -87,9 +96,13 @@ fn traced(dir: &Path) -> (HashMap<String, BTreeSet<u64>>, usize) {
                 continue;
             };
             if let Some(seq) = v["seq"].as_u64() {
-                if !set.insert(seq) {
+                if !set.seqs.insert(seq) {
                     twice += 1;
                 }
+            }
+            if v["type"] == "sample" {
+                set.steps
+                    .insert(v["step"].as_u64().expect("a sample with its step"));
             }
         }
     }
@@ -147,17 +160,38 @@ fn sigterm_sigkill_and_sigstop_lose_no_sample() {
     assert_eq!(report.len(), TRAINERS);
     let (seqs, twice) = traced(&record);
     let (mut lost, mut given_up, mut resent, mut lines) = (0, 0, 0, 0);
+    let (mut samples, mut samples_lost) = (0, 0);
     for r in &report {
         let last = r["last_seq"].as_u64().unwrap();
         let have = seqs.get(r["instance"].as_str().unwrap());
         let missing = (1..=last)
-            .filter(|s| !have.is_some_and(|h| h.contains(s)))
+            .filter(|s| !have.is_some_and(|h| h.seqs.contains(s)))
             .count() as u64;
         let reported = r["dropped"].as_u64().unwrap() + r["unconfirmed"].as_u64().unwrap();
         assert!(
             missing <= reported,
             "{r}: {missing} numbered line(s) are in no trace, {reported} reported given up"
         );
+        // Samples, whether or not they were ever numbered: one per step, each in a trace or
+        // counted by the client (dropped from its queue, forgotten unacknowledged, or held back
+        // under the daemon's rate limit).
+        let steps = r["steps"].as_u64().unwrap();
+        let gone = (1..=steps)
+            .filter(|s| !have.is_some_and(|h| h.steps.contains(s)))
+            .count() as u64;
+        let counted = reported + r["rate_skipped"].as_u64().unwrap();
+        assert!(
+            gone <= counted,
+            "{r}: {gone} sample(s) are in no trace, {counted} counted by the client"
+        );
+        // The load really ran at 100 Hz (a slow machine would prove less than it says).
+        let rate = steps as f64 / r["seconds"].as_f64().unwrap();
+        assert!(
+            rate >= 0.9 * f64::from(HZ),
+            "{r}: {rate:.0} steps/s, not {HZ}"
+        );
+        samples += steps;
+        samples_lost += gone;
         assert!(
             r["connects"].as_u64().unwrap() >= 4,
             "{r}: one connection per daemon"
@@ -168,9 +202,10 @@ fn sigterm_sigkill_and_sigstop_lose_no_sample() {
         lines += last;
     }
     eprintln!(
-        "{TRAINERS} trainers, {lines} numbered lines: {lost} in no trace, {given_up} reported given up, {resent} resent, {twice} in two traces"
+        "{TRAINERS} trainers, {samples} samples ({samples_lost} in no trace), {lines} numbered lines: {lost} in no trace, {given_up} reported given up, {resent} resent, {twice} in two traces"
     );
     assert_eq!(lost, 0, "no line lost");
+    assert_eq!(samples_lost, 0, "no sample lost");
     assert!(
         resent > 0,
         "the restarts cost unacknowledged lines that had to go again"

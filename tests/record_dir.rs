@@ -237,3 +237,85 @@ fn hellos_with_ten_thousand_traces_in_the_directory_stall_no_scrape_and_no_train
         metric(&d, "gpumon_record_deleted_files_total").is_some_and(|n| n >= 9_000.0)
     });
 }
+
+/// A tmpfs of `kib` KiB mounted on a new directory, unmounted when dropped. None where mounting
+/// is not allowed (not root, or no CAP_SYS_ADMIN); scripts/check runs as root and requires it.
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(kib: u64) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok && std::env::var_os("GPUMON_REQUIRE_TOOLS").is_some() {
+            panic!("cannot mount a tmpfs (GPUMON_REQUIRE_TOOLS is set, so this test cannot be skipped)");
+        }
+        ok.then_some(Self(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_ends_the_trace_with_its_reason_and_analyze_reads_no_crash() {
+    let Some(disk) = SmallDisk::mount(64) else {
+        eprintln!("skipped: tmpfs cannot be mounted here");
+        return;
+    };
+    let dir = disk.0.path();
+    // Caps far above the disk: the disk fills first.
+    let d = Daemon::start(DaemonOpts {
+        args: vec![
+            "--interval".into(),
+            "100ms".into(),
+            "--record-dir".into(),
+            dir.to_str().unwrap().into(),
+        ],
+        config: "[record]\nmax_file_bytes = 1048576\nmax_total_bytes = 1048576\n".into(),
+        ..DaemonOpts::default()
+    });
+    let mut s = trainer(&d, "full-disk");
+    let mut step = 0;
+    while metric(
+        &d,
+        "gpumon_record_sessions_stopped_total{reason=\"disk_full\"}",
+    ) != Some(1.0)
+    {
+        assert!(step < 5_000, "the disk never filled");
+        samples(&mut s, step, 50);
+        step += 50;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    writeln!(s, r#"{{"type":"bye","ts":1763709999}}"#).unwrap();
+    drop(s);
+    std::thread::sleep(Duration::from_millis(300));
+    let trace = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
+        .expect("a trace");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        text.ends_with("\n") && text.lines().last().unwrap().contains("trace_truncated"),
+        "the trace ends with its reason: {:?}",
+        text.lines().last()
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["analyze", "--format", "json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["traces"][0];
+    assert_eq!(t["truncated"], "recording stopped: disk_full", "{t}");
+    assert_eq!(out.status.code(), Some(0), "no crash read into it: {t}");
+}

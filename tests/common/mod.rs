@@ -271,7 +271,7 @@ pub fn promtool_check(metrics: &str) {
 }
 
 /// A daemon's session id (`s-<start>-<n>`, optionally `/kind`) without its start-time part:
-/// `s-t627mo-1/leak` → `s-1/leak`, so tests can name the first session of a daemon.
+/// `s-mi8dfxmo-1/leak` → `s-1/leak`, so tests can name the first session of a daemon.
 pub fn plain_id(id: &str) -> String {
     match id.strip_prefix("s-").and_then(|rest| rest.split_once('-')) {
         Some((start, n)) if start.chars().all(|c| c.is_ascii_alphanumeric()) => format!("s-{n}"),

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Trainers for the lossless-restart proof: N real clients (the zero-dependency gpumon_client,
 each its own connection and instance) sending one sample per step at HZ steps a second until
-STOP exists, then bye. Writes what each client says it sent and gave up to OUT (JSON).
+STOP exists, then bye. Writes what each client says it sent and gave up to OUT (JSON): steps
+(one sample each, numbered 1..steps), lines numbered, and what the client dropped, forgot
+unacknowledged, or held back under the daemon's rate limit.
 
     load.py SOCKET N HZ STOP OUT
 """
@@ -33,6 +35,7 @@ def main() -> None:
         delay = start + step * period - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+    elapsed = time.monotonic() - start
     for c in clients:
         c.close(timeout=5.0)
     report = []
@@ -41,6 +44,8 @@ def main() -> None:
         report.append({
             "instance": c.transport.instance,
             "steps": step,
+            "seconds": elapsed,
+            "rate_skipped": st["rate_skipped"],
             "last_seq": c.transport._seq,
             "dropped": st["dropped"],
             "unconfirmed": st["unconfirmed"],

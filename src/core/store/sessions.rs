@@ -155,10 +155,12 @@ impl Sessions {
         }
     }
 
-    /// Session ids become `s-<started>-<n>`, `<started>` the Unix second `started` in base 36
-    /// (`s-t627mo-17`): unique across restarts unless two daemons start in the same second.
+    /// Session ids become `s-<started>-<n>`, `<started>` the Unix millisecond `started` in base
+    /// 36 (`s-mi8dfxmo-17`): unique across restarts, however fast a supervisor restarts the daemon
+    /// (seconds were not: a restart within the same second reused ids).
     pub fn with_id_epoch(mut self, started: Timestamp) -> Self {
-        self.id_prefix = format!("{}-", base36(started.max(0.0) as u64));
+        let millis = (started.max(0.0) * 1000.0).round() as u64;
+        self.id_prefix = format!("{}-", base36(millis));
         self
     }
 
@@ -345,7 +347,7 @@ impl Sessions {
         self.findings.tick(now, self.detect.crash_hold_seconds);
     }
 
-    /// A live or recently ended session by its id (`s-t627mo-17`; `s-17` in a replay).
+    /// A live or recently ended session by its id (`s-mi8dfxmo-17`; `s-17` in a replay).
     pub fn get(&self, id: &str) -> Option<&Session> {
         let key = id
             .strip_prefix("s-")?
@@ -425,11 +427,12 @@ mod tests {
     #[test]
     fn ids_carry_the_daemon_start_so_a_restart_does_not_reuse_them() {
         let mut before = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_000.0);
-        let mut after = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_001.0);
+        // A restart 1 ms later.
+        let mut after = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_000.001);
         let (_, a) = before.open(PEER, hello(), 0.0);
         let (_, b) = after.open(PEER, hello(), 0.0);
-        assert_eq!(a, "s-t627mo-1");
-        assert_eq!(b, "s-t627mp-1");
+        assert_eq!(a, "s-mi8dfxmo-1");
+        assert_eq!(b, "s-mi8dfxmp-1");
         assert!(before.get(&a).is_some(), "found by its id");
         assert!(before.get(&b).is_none() && before.get("s-1").is_none());
         assert_eq!(base36(0), "0");

@@ -204,3 +204,26 @@ fn a_relative_or_empty_dir_and_an_unwritable_one_are_refused() {
     assert!(Recorder::with_stats(Path::new("/proc/gpumon-no-such-dir"), 4096, 8192, st).is_err());
     assert!(!st.enabled.load(Ordering::Relaxed));
 }
+
+#[test]
+fn a_full_disk_gives_up_whole_lines_for_the_stop_line_but_never_the_hello() {
+    use std::io::Write;
+    let mut f = tempfile::tempfile().unwrap();
+    let hello = b"{\"type\":\"hello\",\"v\":1}\n";
+    f.write_all(hello).unwrap();
+    let line = format!("{{\"type\":\"sample\",\"pad\":\"{}\"}}\n", "p".repeat(80));
+    for _ in 0..200 {
+        f.write_all(line.as_bytes()).unwrap();
+    }
+    let len = hello.len() as u64 + 200 * line.len() as u64;
+    let cut = super::writer::cut_back(&mut f, len, 8192).unwrap();
+    // At least 8 KiB off, ending on a line boundary, and no more than one line beyond it.
+    assert!(len - cut >= 8192 && len - cut < 8192 + line.len() as u64);
+    assert_eq!((cut - hello.len() as u64) % line.len() as u64, 0);
+    // A file with little more than its hello: the hello stays whole.
+    assert_eq!(
+        super::writer::cut_back(&mut f, hello.len() as u64 + 8192, 8192),
+        Some(hello.len() as u64)
+    );
+    assert_eq!(super::writer::cut_back(&mut f, 100, 8192), None);
+}

@@ -244,7 +244,13 @@ impl Writer {
         let mut n = 1;
         let created = loop {
             let path = self.dir.join(names::part_name(&base, part, n));
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
+            // Readable too: a full disk has the tail read to find whole lines to give up.
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
                 other => break other.map(|f| (f, path)),
             }
@@ -380,16 +386,51 @@ impl Writer {
         tracing::warn!(trace = %base, reason = reason.as_str(), hint, "recording of this session stopped; the session itself goes on");
         if let Some((mut f, path, ident)) = file {
             // A failed write may have left part of a line: cut back to the last whole line.
-            let _ = f.set_len(written);
+            truncate_to(&mut f, written);
             let marker = stop_line(reason);
-            if f.write_all(&marker).is_ok() {
-                self.total += marker.len() as u64;
-            } else {
-                let _ = f.set_len(written);
+            let mut kept = written;
+            if f.write_all(&marker).is_err() {
+                // The disk is full: give up the last lines for room, so that the trace says it
+                // was cut rather than reading as a trainer that crashed. Shrinking frees whole
+                // blocks, so at least a block's worth of lines goes.
+                kept = cut_back(&mut f, written, FREED_FOR_MARKER).unwrap_or(written);
+                truncate_to(&mut f, kept);
+                if f.write_all(&marker).is_err() {
+                    truncate_to(&mut f, kept);
+                    tracing::warn!(trace = %base, "no room even for the line that says the trace was cut");
+                }
             }
+            let now = f.metadata().map(|m| m.len()).unwrap_or(kept);
+            self.total = (self.total + now).saturating_sub(written);
             self.finish_part(Some((f, path, ident)));
         }
     }
+}
+
+/// Bytes of lines given up, at least, when a full disk leaves no room for the stop line: more
+/// than a filesystem block, so that the cut frees one.
+const FREED_FOR_MARKER: u64 = 8192;
+
+/// Cuts `f` to `len` bytes and puts the write position there (the file is not in append mode).
+fn truncate_to(f: &mut File, len: u64) {
+    use std::io::{Seek, SeekFrom};
+    let _ = f.set_len(len);
+    let _ = f.seek(SeekFrom::Start(len));
+}
+
+/// Where to cut a file of `len` bytes so that at least `need` bytes of whole lines come off its
+/// end: just after the last newline at or before `len - need`, never into the first line (the
+/// hello). None when there is no such place. Reads only the file's tail.
+pub(super) fn cut_back(f: &mut File, len: u64, need: u64) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let limit = len.checked_sub(need)?;
+    let window = limit.min(1 << 16);
+    let from = limit - window;
+    let mut tail = vec![0u8; window as usize];
+    f.seek(SeekFrom::Start(from)).ok()?;
+    f.read_exact(&mut tail).ok()?;
+    let i = tail.iter().rposition(|c| *c == b'\n')?;
+    Some(from + i as u64 + 1)
 }
 
 /// The last line of a trace whose recording stopped before the session ended: not a protocol
