@@ -120,7 +120,10 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
 
 /// Raises the soft open-files limit to the hard one: the default soft limit (1024) is below
 /// `ingest.max_connections` plus HTTP, and the cap should be what refuses a client, not EMFILE.
-fn raise_fd_limit() {
+///
+/// Then says so when the two caps together do not fit under it: HTTP clients could then take the
+/// fds a trainer's connection needs (the caps are what should refuse, and HTTP's first).
+fn raise_fd_limit(config: &gpumon::config::Config) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let lim = getrlimit(Resource::Nofile);
     // None is unlimited: nothing to raise then.
@@ -133,6 +136,22 @@ fn raise_fd_limit() {
             if setrlimit(Resource::Nofile, raised).is_err() {
                 tracing::warn!("could not raise the open-files limit; connections may fail with EMFILE before ingest.max_connections");
             }
+        }
+    }
+    // Trace files, NVML's device nodes, /proc reads and the listeners, with room to spare.
+    const OWN_FDS: u64 = 256;
+    let (http, ingest) = (
+        config.http.connection_limit as u64,
+        config.ingest.max_connections as u64,
+    );
+    if let Some(limit) = getrlimit(Resource::Nofile).current {
+        if http + ingest + OWN_FDS > limit {
+            tracing::warn!(
+                limit,
+                http.connection_limit = http,
+                ingest.max_connections = ingest,
+                "http.connection_limit + ingest.max_connections + {OWN_FDS} is over the open-files limit: clients may be refused by EMFILE instead of the caps; lower them or raise LimitNOFILE"
+            );
         }
     }
 }
@@ -164,7 +183,7 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
         Ok(Some(warning)) => tracing::warn!(procfs = %config.procfs.display(), "{warning}"),
         Ok(None) => {}
     }
-    raise_fd_limit();
+    raise_fd_limit(&config);
     gpumon::malloc::return_large_buffers();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
