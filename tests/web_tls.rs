@@ -204,14 +204,22 @@ fn sample(metrics: &str, series: &str) -> f64 {
     common::sample(metrics, series).unwrap_or_else(|| panic!("no {series}"))
 }
 
-#[test]
-fn tls_and_basic_auth_refuse_cleanly_count_and_keep_serving() {
+/// A daemon serving TLS from fresh certificates with basic auth for one user: (its directory,
+/// the web config file, the daemon).
+fn tls_daemon(user: &str, password: &str) -> (tempfile::TempDir, PathBuf, Daemon) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("gpumon.toml"), "").unwrap();
     certificates(d);
-    let web = web_yml(d, "", "alice", "correct horse");
+    let web = web_yml(d, "", user, password);
     let daemon = Daemon::start(d, &web);
+    (dir, web, daemon)
+}
+
+#[test]
+fn tls_and_basic_auth_refuse_cleanly_count_and_keep_serving() {
+    let (dir, web, daemon) = tls_daemon("alice", "correct horse");
+    let d = dir.path();
     let alice = ["--cacert", "ca.pem", "-u", "alice:correct horse"];
     until_code(&daemon, &alice, 200, "no TLS answer");
     let body = daemon.metrics("alice", "correct horse");
@@ -412,12 +420,8 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
     let Some(prometheus) = tools::find("prometheus", "prometheus") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, _, daemon) = tls_daemon("prometheus", "scrape-secret");
     let d = dir.path();
-    std::fs::write(d.join("gpumon.toml"), "").unwrap();
-    certificates(d);
-    let web = web_yml(d, "", "prometheus", "scrape-secret");
-    let daemon = Daemon::start(d, &web);
     std::fs::write(d.join("password"), "scrape-secret").unwrap();
     let cfg = d.join("prometheus.yml");
     std::fs::write(
@@ -478,12 +482,8 @@ fn until_code(daemon: &Daemon, args: &[&str], code: u16, what: &str) {
 
 #[test]
 fn a_rotated_certificate_applies_without_a_signal_and_sighup_rereads_the_file() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, web, daemon) = tls_daemon("alice", "correct horse");
     let d = dir.path();
-    std::fs::write(d.join("gpumon.toml"), "").unwrap();
-    certificates(d);
-    let web = web_yml(d, "", "alice", "correct horse");
-    let daemon = Daemon::start(d, &web);
     let (old_ca, new_ca) = (
         ["--cacert", "ca.pem", "-u", "alice:correct horse"],
         ["--cacert", "new/ca.pem", "-u", "alice:correct horse"],

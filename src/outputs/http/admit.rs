@@ -68,15 +68,16 @@ impl Admission {
         (evict, Registered(self.clone(), id))
     }
 
-    /// Connections in the table (open and not told to close).
-    pub(super) fn len(&self) -> usize {
-        self.table().open.len()
-    }
-
-    /// Tells the connection that gives way most readily (the oldest of its kind) to close, and
-    /// forgets it so that it is not chosen twice. False when every connection is serving.
-    pub(super) fn evict_one(&self) -> bool {
+    /// Whether one more connection may come in under `cap`: yes while the table (connections
+    /// open and not told to close) holds fewer; else the one that gives way most readily (the
+    /// oldest of its kind) is told to close and forgotten, so it is not chosen twice. False when
+    /// every connection is serving a request. An evicted connection counts as open until its
+    /// task has dropped it, a moment later: the open count overshoots by at most those.
+    pub(super) fn make_room(&self, cap: usize) -> bool {
         let mut t = self.table();
+        if t.open.len() < cap {
+            return true;
+        }
         let mut best: Option<(Yield, u64)> = None;
         for (id, e) in &t.open {
             match e.who.yields() {
@@ -134,13 +135,13 @@ mod tests {
         let (unproven_new, _g4) = conn(&a, Some(Yield::Unproven));
         let order = [&unproven_old, &unproven_new, &idle_old, &idle_new];
         for (i, expected) in order.iter().enumerate() {
-            assert!(a.evict_one(), "eviction {i}");
+            assert!(a.make_room(0), "eviction {i}");
             assert!(expected.is_cancelled(), "eviction {i} chose another");
             assert!(order[i + 1..].iter().all(|t| !t.is_cancelled()));
             assert!(!busy.is_cancelled());
         }
         assert!(
-            !a.evict_one(),
+            !a.make_room(0),
             "a connection serving a request never gives way"
         );
         assert!(!busy.is_cancelled());
@@ -151,7 +152,7 @@ mod tests {
         let a = Arc::new(Admission::default());
         let (t, g) = conn(&a, Some(Yield::Unproven));
         drop(g);
-        assert!(!a.evict_one());
+        assert!(!a.make_room(0));
         assert!(!t.is_cancelled());
     }
 }

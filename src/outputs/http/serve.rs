@@ -108,12 +108,7 @@ pub async fn serve(
                 continue;
             }
         };
-        // An evicted connection counts as open until its task has dropped it, a moment later; so
-        // the table, not the open count, says who is still in (it overshoots by at most those).
-        if stats.open() >= limits.max_connections as u64
-            && admission.len() >= limits.max_connections
-            && !admission.evict_one()
-        {
+        if !admission.make_room(limits.max_connections) {
             // Every slot is serving a request. Closed before anything is read: the cheapest
             // refusal, and one the client sees at once.
             drop(stream);
