@@ -61,14 +61,7 @@ pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
 }
 
 fn bench(c: &mut Criterion) {
-    let mut store = Store::new(
-        HistoryLimits {
-            gpu_points: 3600,
-            process_points: 300,
-        },
-        1.0,
-        "lib".into(),
-    );
+    let mut store = Store::new(HistoryLimits { gpu_points: 3600 }, 1.0, "lib".into());
     store.apply(node(8, 128), 0.001);
     // What the first scrape after each collection pays (once per poll interval).
     c.bench_function("encode_after_collection_8gpu_x_128proc", |b| {

@@ -247,8 +247,10 @@ impl Default for HttpConfig {
 pub struct HistoryConfig {
     /// Points kept per GPU (one per poll): 3600 is an hour at 1 s.
     pub gpu_points: usize,
-    /// Points kept per GPU process: 300 is five minutes at 1 s.
-    pub process_points: usize,
+    /// No longer used: nothing read per-process history, so none is kept. Accepted so that
+    /// older config files still load; the daemon warns when it is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_points: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -284,7 +286,7 @@ impl Default for HistoryConfig {
     fn default() -> Self {
         Self {
             gpu_points: 3600,
-            process_points: 300,
+            process_points: None,
         }
     }
 }
@@ -379,7 +381,6 @@ impl Config {
         }
         for (key, n) in [
             ("history.gpu_points", self.history.gpu_points),
-            ("history.process_points", self.history.process_points),
             ("ingest.max_connections", self.ingest.max_connections),
             (
                 "ingest.max_lines_per_second",
@@ -697,8 +698,6 @@ log_level = "{log_level}"
 [history]
 # Points kept per GPU, one per poll ({gpu_points} = an hour at 1s).
 gpu_points = {gpu_points}
-# Points kept per GPU process ({process_points} = five minutes at 1s).
-process_points = {process_points}
 
 [ingest]
 # Open trainer connections at most; past it a connection gets `too_many_connections`.
@@ -807,7 +806,6 @@ insecure_skip_verify = {insecure_skip_verify}
         },
         log_level = d.log_level,
         gpu_points = d.history.gpu_points,
-        process_points = d.history.process_points,
         max_connections = d.ingest.max_connections,
         max_lines_per_second = d.ingest.max_lines_per_second,
         hello_timeout_seconds = d.ingest.hello_timeout_seconds,

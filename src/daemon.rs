@@ -31,7 +31,6 @@ pub async fn run(
     let mut store = Store::new(
         HistoryLimits {
             gpu_points: config.history.gpu_points,
-            process_points: config.history.process_points,
         },
         config.interval.as_secs_f64(),
         config.nvml_lib.clone(),

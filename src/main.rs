@@ -183,6 +183,12 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
         Ok(Some(warning)) => tracing::warn!(procfs = %config.procfs.display(), "{warning}"),
         Ok(None) => {}
     }
+    if let Some(n) = config.history.process_points {
+        tracing::warn!(
+            value = n,
+            "history.process_points is ignored: gpumon keeps no per-process history (nothing read it); remove the key"
+        );
+    }
     raise_fd_limit(&config);
     gpumon::malloc::return_large_buffers();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,7 @@
-//! A trainer on a MIG instance: /metrics, the session and finding in the JSON API, and the
-//! webhook alert all name the same GPU (the MIG device's parent, by NVML index), because the
-//! join is made once, by the aggregator, with the MIG devices in view.
+//! A trainer on a MIG instance: /metrics, the session and finding in the JSON API, the TUI's
+//! row, the webhook, a real Alertmanager's labels and `gpumon analyze` of the recorded trace all
+//! name the same GPU (the MIG device's parent, by NVML index) and the same fragmentation,
+//! because the join is made once, in the core, with the MIG devices in view.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,6 +20,12 @@ const MIG: &str = "MIG-11111111-0000-4000-8000-000000000000";
 #[test]
 fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
     let (hook, bodies) = stack::webhook();
+    let Some(am_bin) = tools::find("prometheus-alertmanager", "prometheus-alertmanager") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_am, am_url) = stack::start_alertmanager(&am_bin, dir.path(), "http://127.0.0.1:9/");
+    let traces = dir.path().join("traces");
     let mig = scenario("mig");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&mig),
@@ -27,6 +34,10 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
             "100ms".into(),
             "--webhook-url".into(),
             hook,
+            "--alertmanager-url".into(),
+            am_url.clone(),
+            "--record-dir".into(),
+            traces.display().to_string(),
         ],
         ..DaemonOpts::default()
     });
@@ -71,6 +82,18 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
         .find_map(|l| l.strip_prefix(&format!("gpumon_fragmentation_ratio{labels}")))
         .and_then(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok());
     assert_eq!(metric, Some(frag), "{m}");
+    // The TUI's row, built from the same document as the TUI reads it.
+    let mut node = gpumon::frontends::tui::app::node::Node::new(
+        gpumon::frontends::tui::app::node::Origin::Daemon { url: d.url("") },
+    );
+    node.absorb(typed);
+    let rows = gpumon::frontends::tui::app::rows::build(std::slice::from_ref(&node));
+    let row = rows
+        .iter()
+        .find(|r| r.key.session.is_some())
+        .expect("the trainer's row");
+    assert_eq!(row.key.gpu, Some(0));
+    assert_eq!(row.frag, Some(frag));
     // The trainer vanishes without bye: a crash finding, about the same GPU everywhere.
     drop(s);
     d.wait_for(Duration::from_secs(10), "the crash finding", || {
@@ -102,8 +125,46 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
         .unwrap_or_else(|| panic!("{body}"))
         .clone();
     assert_eq!(sent["gpu"], "0", "{sent}");
+    d.wait_for(Duration::from_secs(20), "the alert in Alertmanager", || {
+        let (_, body) = get(&format!("{am_url}/api/v2/alerts"));
+        body.contains("GpumonTrainerCrash")
+    });
+    let (_, body) = get(&format!("{am_url}/api/v2/alerts"));
+    let alerts: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let labels = &alerts[0]["labels"];
+    assert_eq!(
+        (&labels["gpu"], &labels["uuid"]),
+        (&"0".into(), &MIG.into()),
+        "{body}"
+    );
     assert!(d
         .metrics()
         .lines()
         .any(|l| l == r#"gpumon_findings_firing{kind="crash"} 1"#),);
+    // Offline: the recorded trace, replayed, names the GPU the daemon did.
+    assert_eq!(d.stop().code(), Some(0));
+    let trace = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
+        .expect("a recorded trace");
+    let out = std::process::Command::new(BIN)
+        .args(["analyze", "--format", "json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &report["traces"][0];
+    assert_eq!(t["gpu"], "0", "{report}");
+    let found = t["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "crash")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(
+        (&found["gpu"], &found["gpu_uuid"]),
+        (&"0".into(), &MIG.into()),
+        "{report}"
+    );
 }

@@ -325,6 +325,13 @@ impl Aggregator {
             while let Some(input) = next.take() {
                 if matches!(input, Input::Stop) {
                     stop(&mut rx);
+                } else if unpublished && matches!(input, Input::Read(_)) {
+                    // What an API read shows is in /metrics from then on: a caller that saw a
+                    // finding in the API and then scrapes must not get the view before it.
+                    self.publish(&views);
+                    last_publish = Instant::now();
+                    unpublished = false;
+                    self.apply(input);
                 } else {
                     let (changed, collection) = self.apply(input);
                     unpublished |= changed;

@@ -128,6 +128,17 @@ pub struct NodeReading {
     pub processes: Vec<ProcessReading>,
 }
 
+impl NodeReading {
+    /// The NVML index of the GPU `uuid` names: the GPU itself, or for a MIG instance its
+    /// parent (the one join every output uses).
+    pub fn gpu_index_of(&self, uuid: &str) -> Option<u32> {
+        self.gpus
+            .iter()
+            .find(|g| g.identity.uuid == uuid || g.mig_devices.iter().any(|m| m.uuid == uuid))
+            .map(|g| g.identity.index)
+    }
+}
+
 pub fn now() -> Timestamp {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

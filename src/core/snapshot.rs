@@ -10,7 +10,6 @@ use crate::core::store::sessions::{Session, Sessions};
 use crate::core::store::{GpuPoint, NvmlStatus, Point, Store};
 use crate::core::trainer::Stats;
 use crate::core::trainer::{Ending, EventRecord, SessionPoint};
-use crate::sources::ingest::server::IngestStats;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -40,18 +39,6 @@ pub struct IngestView {
     pub rejected: u64,
     /// Replies not sent because the client was not reading.
     pub dropped: u64,
-}
-
-impl IngestView {
-    pub fn of(stats: &IngestStats) -> Self {
-        use std::sync::atomic::Ordering::Relaxed;
-        Self {
-            connections: stats.connections.load(Relaxed),
-            lines: stats.lines.load(Relaxed),
-            rejected: stats.rejected.iter().map(|c| c.load(Relaxed)).sum(),
-            dropped: stats.replies_dropped.load(Relaxed),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

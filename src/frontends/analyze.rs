@@ -17,11 +17,11 @@ use serde::Serialize;
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
 use crate::core::store::sessions::{SessionLimits, Sessions};
+use crate::core::trace::{self, RecorderLine, MAX_LINE};
 use crate::core::trainer::EventKind;
 use crate::core::trainer::Peer;
 use crate::outputs::attribution_text as words;
 use crate::sources::ingest::conn::{Conn, Outcome};
-use crate::sources::ingest::protocol::MAX_LINE;
 use crate::units::bytes;
 
 /// Bad lines listed per trace; the rest are only counted.
@@ -37,6 +37,10 @@ pub struct TraceReport {
     pub file: String,
     pub job: Option<String>,
     pub rank: Option<u64>,
+    /// The GPU the daemon resolved the trainer's `gpu_uuid` to when it recorded the trace (its
+    /// NVML index; a MIG instance's parent), as its live findings and metrics named it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
     pub samples: u64,
     pub findings: Vec<FoundFinding>,
     /// Lines that were rejected, as `line N: message` (the first `BAD_KEPT`).
@@ -53,6 +57,12 @@ pub struct TraceReport {
 #[derive(Debug, Serialize)]
 pub struct FoundFinding {
     pub kind: Kind,
+    /// As on the daemon's findings: the GPU index (from the trace's `trace_gpu` line) and the
+    /// device the trainer named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_uuid: Option<String>,
     pub first_step: Option<u64>,
     pub first_ts: f64,
     pub slope_bytes_per_step: Option<f64>,
@@ -113,6 +123,7 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         file: file.clone(),
         job: None,
         rank: None,
+        gpu: None,
         samples: 0,
         findings: Vec::new(),
         bad_lines: Vec::new(),
@@ -145,10 +156,17 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         if line.is_empty() {
             continue;
         }
-        if let Some(reason) = truncation(line) {
+        match trace::recorder_line(line) {
             // The recorder's own closing line, not the trainer's: it says why recording stopped.
-            report.truncated = Some(format!("recording stopped: {reason}"));
-            continue;
+            Some(RecorderLine::Truncated(reason)) => {
+                report.truncated = Some(format!("recording stopped: {reason}"));
+                continue;
+            }
+            Some(RecorderLine::Gpu(gpu)) => {
+                report.gpu = Some(gpu);
+                continue;
+            }
+            None => {}
         }
         if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
             // Over-long: skip to the end of the line, as the daemon does.
@@ -182,7 +200,12 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
             // Only a connection that acknowledges drops resends; a replay does not.
             Outcome::Duplicate => {}
         }
-        collect(&mut sessions, &mut seen, &mut report.findings);
+        collect(
+            &mut sessions,
+            &mut seen,
+            &mut report.findings,
+            report.gpu.as_deref(),
+        );
     }
     if let Some(s) = sessions.live().next() {
         report.samples = s.samples;
@@ -203,7 +226,12 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
     if let Some(s) = sessions.ended().last() {
         report.samples = s.samples;
     }
-    collect(&mut sessions, &mut seen, &mut report.findings);
+    collect(
+        &mut sessions,
+        &mut seen,
+        &mut report.findings,
+        report.gpu.as_deref(),
+    );
     // An answer that could not attribute stays on the session, not on the finding: it is
     // reported under the finding it answered when that has nothing better.
     if let Some(a) = sessions.ended().last().and_then(|s| s.attribution.as_ref()) {
@@ -228,6 +256,7 @@ fn collect(
     sessions: &mut Sessions,
     seen: &mut HashMap<String, usize>,
     out: &mut Vec<FoundFinding>,
+    gpu: Option<&str>,
 ) {
     for f in sessions.findings.drain() {
         if let Some(found) = seen.get(&f.id).and_then(|i| out.get_mut(*i)) {
@@ -240,14 +269,16 @@ fn collect(
             continue;
         }
         seen.insert(f.id.clone(), out.len());
-        out.push(found(f));
+        out.push(found(f, gpu));
     }
 }
 
-fn found(f: Finding) -> FoundFinding {
+fn found(f: Finding, gpu: Option<&str>) -> FoundFinding {
     let e = &f.evidence;
     FoundFinding {
         kind: f.kind,
+        gpu: gpu.map(str::to_owned),
+        gpu_uuid: f.subject.gpu_uuid.clone(),
         first_step: f.first_step,
         first_ts: f.first_ts,
         slope_bytes_per_step: e.slope_bytes_per_step,
@@ -260,19 +291,6 @@ fn found(f: Finding) -> FoundFinding {
         evidence: f.evidence,
         attribution: f.attribution,
     }
-}
-
-/// The reason on a recorder's `{"type":"trace_truncated","reason":...}` line; None for any other.
-fn truncation(line: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Marker {
-        #[serde(rename = "type")]
-        kind: String,
-        reason: Option<String>,
-    }
-    memchr::memmem::find(line, b"trace_truncated")?;
-    let m: Marker = serde_json::from_slice(line).ok()?;
-    (m.kind == "trace_truncated").then(|| m.reason.unwrap_or_else(|| "no reason given".into()))
 }
 
 fn strip_newline(b: &[u8]) -> &[u8] {

@@ -30,7 +30,6 @@ impl LocalNode {
     ) -> std::io::Result<Self> {
         let limits = HistoryLimits {
             gpu_points: points.max(1),
-            process_points: points.max(1),
         };
         let store = Store::new(limits, interval.as_secs_f64(), nvml_lib.clone());
         let (handle, agg) = aggregator::spawn(store, prometheus::trainer_text, None)?;

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 
 use super::prometheus::Exporter;
 use crate::core::aggregator::Handle;
-use crate::core::snapshot::{IngestView, SessionView, Snapshot};
+use crate::core::snapshot::{SessionView, Snapshot};
 use crate::sources::ingest::server::IngestStats;
 
 mod admit;
@@ -202,7 +202,7 @@ async fn snapshot(
     let Some(snap) = copied else {
         return unavailable();
     };
-    let ingest = IngestView::of(&s.ingest);
+    let ingest = s.ingest.view();
     let built = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         serde_json::to_vec(&Snapshot {

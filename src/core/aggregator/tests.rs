@@ -8,14 +8,7 @@ use crate::core::trainer::Peer;
 use crate::sources::ingest::conn::Conn;
 
 fn store() -> Store {
-    Store::new(
-        HistoryLimits {
-            gpu_points: 8,
-            process_points: 8,
-        },
-        1.0,
-        "lib".into(),
-    )
+    Store::new(HistoryLimits { gpu_points: 8 }, 1.0, "lib".into())
 }
 
 fn no_text(_: &Store) -> String {
@@ -176,4 +169,20 @@ fn stop_applies_what_is_queued_and_then_ends_whoever_holds_a_handle() {
     // `h` is still held, and yet the aggregator is gone: later inputs are refused.
     assert_eq!(h.read_blocking(|_| ()), None);
     assert!(!h.offer_collection(collection(9.0)));
+}
+
+fn clamped_text(s: &Store) -> String {
+    s.sessions.timestamps_clamped.to_string()
+}
+
+#[test]
+fn after_a_read_returns_the_published_view_has_every_change_before_it() {
+    let (h, _t) = spawn(store(), clamped_text, None).unwrap();
+    for n in 1..=20u64 {
+        h.update_blocking(Source::Other, move |s| s.sessions.timestamps_clamped = n)
+            .unwrap();
+        h.read_blocking(|_| ()).unwrap();
+        // No wait: the read itself published what came before it.
+        assert_eq!(&*h.view().trainer_text, n.to_string().as_str());
+    }
 }

@@ -6,7 +6,7 @@ pub mod ring;
 pub mod session_series;
 pub mod sessions;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,6 @@ pub use ring::{Point, Series};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryLimits {
     pub gpu_points: usize,
-    pub process_points: usize,
 }
 
 /// The GPU values worth charting.
@@ -89,7 +88,6 @@ pub struct Store {
     /// The latest collection's NVML families as exposition text.
     gpu_text: Arc<str>,
     gpu_series: HashMap<String, Series<GpuPoint>>,
-    process_series: HashMap<(u32, u32), Series<u64>>,
 }
 
 impl Store {
@@ -106,17 +104,13 @@ impl Store {
             latest: None,
             gpu_text: Arc::from(""),
             gpu_series: HashMap::new(),
-            process_series: HashMap::new(),
         }
     }
 
     /// NVML index of the GPU with this UUID, or of the parent of this MIG device, in the latest
     /// collection: the one GPU join every output uses.
     pub fn gpu_index_number(&self, uuid: &str) -> Option<u32> {
-        let gpus = &self.latest.as_ref()?.gpus;
-        gpus.iter()
-            .find(|g| g.identity.uuid == uuid || g.mig_devices.iter().any(|m| m.uuid == uuid))
-            .map(|g| g.identity.index)
+        self.latest.as_ref()?.gpu_index_of(uuid)
     }
 
     /// `gpu_index_number` as a label value.
@@ -166,12 +160,9 @@ impl Store {
         self.gpu_series.get(uuid)
     }
 
-    pub fn process_series(&self, gpu: u32, pid: u32) -> Option<&Series<u64>> {
-        self.process_series.get(&(gpu, pid))
-    }
-
-    pub fn series_counts(&self) -> (usize, usize) {
-        (self.gpu_series.len(), self.process_series.len())
+    /// GPUs with history (one series each).
+    pub fn gpu_series_count(&self) -> usize {
+        self.gpu_series.len()
     }
 
     /// Takes in what the poller collected, with NVML's health as the poller counted it.
@@ -203,6 +194,7 @@ impl Store {
     fn apply_reading(&mut self, reading: Arc<NodeReading>) {
         let ts = reading.ts;
         self.sessions.tick(ts);
+        self.sessions.devices = Some(reading.clone());
         self.generation += 1;
         self.gpu_series
             .retain(|uuid, _| reading.gpus.iter().any(|g| &g.identity.uuid == uuid));
@@ -222,25 +214,17 @@ impl Store {
                 .or_insert_with(|| Series::new(cap))
                 .push(ts, point, self.interval);
         }
-
-        let alive: HashSet<(u32, u32)> = reading.processes.iter().map(|p| (p.gpu, p.pid)).collect();
-        self.process_series.retain(|key, _| alive.contains(key));
-        for p in &reading.processes {
-            let cap = self.limits.process_points;
-            self.process_series
-                .entry((p.gpu, p.pid))
-                .or_insert_with(|| Series::new(cap))
-                .push(ts, p.used_memory_bytes, self.interval);
-        }
+        // Processes get no history of their own: nothing reads it (trainers have theirs, in
+        // their sessions), and at 16 GPUs x 512 processes it was most of the daemon's memory.
         self.latest = Some(reading);
     }
 
     /// The last reading is dropped: serving stale numbers as current would mislead.
     fn apply_missing(&mut self, ts: Timestamp) {
         self.sessions.tick(ts);
+        self.sessions.devices = None;
         self.generation += 1;
         self.latest = None;
-        self.process_series.clear();
         for series in self.gpu_series.values_mut() {
             series.push(ts, None, self.interval);
         }

@@ -138,6 +138,9 @@ pub struct Sessions {
     /// Samples whose `ts` was outside the sane window around their arrival and were taken at
     /// their arrival time instead (`sample`), since start.
     pub timestamps_clamped: u64,
+    /// The latest NVML reading (shared with the store), so a session's GPU is resolved when it
+    /// opens; None in a replay.
+    pub devices: Option<std::sync::Arc<crate::core::model::NodeReading>>,
 }
 
 impl Sessions {
@@ -152,6 +155,7 @@ impl Sessions {
             policy: None,
             findings: Findings::default(),
             timestamps_clamped: 0,
+            devices: None,
         }
     }
 

@@ -40,14 +40,7 @@ fn process(gpu: u32, pid: u32, used: Option<u64>) -> ProcessReading {
 }
 
 fn store() -> Store {
-    Store::new(
-        HistoryLimits {
-            gpu_points: 10,
-            process_points: 5,
-        },
-        1.0,
-        "lib".into(),
-    )
+    Store::new(HistoryLimits { gpu_points: 10 }, 1.0, "lib".into())
 }
 
 #[test]
@@ -68,7 +61,8 @@ fn process_churn_keeps_memory_bounded() {
             0.001,
         );
     }
-    assert_eq!(s.series_counts(), (1, 50));
+    assert_eq!(s.gpu_series_count(), 1);
+    assert_eq!(s.latest().map(|r| r.processes.len()), Some(50));
     assert_eq!(s.gpu_series("GPU-0").map(|g| g.len()), Some(10));
 }
 
@@ -85,9 +79,9 @@ fn ended_processes_and_gpus_disappear_at_next_collection() {
         mk(vec![gpu(0, 1), gpu(1, 1)], vec![process(0, 7, Some(3))]),
         0.0,
     );
-    assert!(s.process_series(0, 7).is_some());
+    assert_eq!(s.latest().map(|r| r.processes.len()), Some(1));
     s.apply(mk(vec![gpu(0, 1)], vec![]), 0.0);
-    assert!(s.process_series(0, 7).is_none());
+    assert_eq!(s.latest().map(|r| r.processes.len()), Some(0));
     assert!(s.gpu_series("GPU-1").is_none());
 }
 
@@ -103,8 +97,8 @@ fn not_available_memory_is_a_missing_value_not_zero() {
         },
         0.0,
     );
-    let last = s.process_series(0, 9).and_then(|p| p.last().copied());
-    assert_eq!(last.map(|p| p.value), Some(None));
+    let p = s.latest().map(|r| r.processes[0].used_memory_bytes);
+    assert_eq!(p, Some(None));
 }
 
 #[test]
@@ -122,6 +116,6 @@ fn failure_marks_nvml_down_and_drops_stale_reading() {
     s.apply_failure(2.0, "library missing".into(), 0.0);
     assert!(!s.nvml.up);
     assert!(s.latest().is_none());
-    assert_eq!(s.series_counts(), (1, 0));
+    assert_eq!(s.gpu_series_count(), 1);
     assert_eq!(s.nvml.poll_errors_total, 1);
 }

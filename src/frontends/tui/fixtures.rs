@@ -166,14 +166,7 @@ pub fn snapshot(
 ) -> Snapshot {
     // Built on an empty store's snapshot, so fields added to Snapshot later keep their defaults;
     // findings go through serde, so they fit whatever type the snapshot holds them as.
-    let empty = Store::new(
-        HistoryLimits {
-            gpu_points: 1,
-            process_points: 1,
-        },
-        1.0,
-        String::new(),
-    );
+    let empty = Store::new(HistoryLimits { gpu_points: 1 }, 1.0, String::new());
     let mut s = Snapshot::build(&empty, host, 0.0);
     s.version = "0.1.0".into();
     s.ts = NOW;

@@ -100,6 +100,7 @@ impl Queue {
         let mut batch: Vec<(u64, Finding)> = self.pending.values().cloned().collect();
         batch.sort_by_key(|(seq, _)| *seq);
         let batch: Vec<Finding> = batch.into_iter().map(|(_, f)| f).collect();
+        let started = Instant::now();
         let sent = catch_unwind(AssertUnwindSafe(|| self.sink.send(&batch))).unwrap_or_else(|_| {
             if let Some(s) = self.stats.sink(self.sink.name()) {
                 s.panics.fetch_add(1, Ordering::Relaxed);
@@ -111,6 +112,9 @@ impl Queue {
             Err("the sink panicked".into())
         });
         let stats = self.stats.sink(self.sink.name());
+        if let Some(s) = stats {
+            s.took(started.elapsed());
+        }
         match sent {
             Ok(()) => {
                 if let Some(s) = stats {

@@ -272,3 +272,46 @@ fn the_alert_thread_survives_a_panicking_sink_and_counts_it() {
     alerts.thread.join().unwrap();
     assert_eq!(got.lock().unwrap().len(), 2);
 }
+
+struct Slow;
+
+impl Sink for Slow {
+    fn name(&self) -> &'static str {
+        "slow"
+    }
+    fn wants_resend(&self) -> bool {
+        false
+    }
+    fn send(&self, _: &[Finding]) -> Result<(), String> {
+        std::thread::sleep(Duration::from_millis(40));
+        Err("timed out".into())
+    }
+}
+
+#[test]
+fn a_sinks_delivery_time_is_counted_failures_included() {
+    let stats = Arc::new(AlertStats::new(&["slow"]));
+    let mut q = Queue::new(Box::new(Slow), stats.clone());
+    q.push(&finding("s-1/leak", FindingState::Firing));
+    let t0 = Instant::now();
+    q.deliver(t0);
+    q.deliver(t0 + Duration::from_secs(2));
+    let s = stats.sink("slow").unwrap();
+    assert_eq!(s.failures.load(Ordering::Relaxed), 2);
+    let busy = s.busy_ns.load(Ordering::Relaxed);
+    let last = s.last_ns.load(Ordering::Relaxed);
+    assert!((80_000_000..2_000_000_000).contains(&busy), "{busy}");
+    assert!(last >= 40_000_000 && last <= busy - 40_000_000, "{last}");
+    let mut out = Vec::new();
+    stats.families(&mut out);
+    let text = crate::outputs::prometheus::encode(&out);
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{sink=\"slow\"}} ")))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let total = value("gpumon_alert_delivery_seconds_total").unwrap();
+    assert!((total - busy as f64 / 1e9).abs() < 1e-9, "{text}");
+    let last_s = value("gpumon_alert_last_delivery_duration_seconds").unwrap();
+    assert!((last_s - last as f64 / 1e9).abs() < 1e-9, "{text}");
+}

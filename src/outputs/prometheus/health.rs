@@ -1,5 +1,6 @@
 //! Health of the daemon's own parts, node_exporter style: the aggregator (inputs applied,
-//! dropped, waited for, time busy) and each alert sink (deliveries, failures, states dropped).
+//! dropped, waited for, time busy) and each alert sink (deliveries, failures, states dropped,
+//! time spent).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -83,6 +84,18 @@ pub struct SinkStats {
     /// Finding states dropped because the sink's queue was full (its receiver down for long).
     pub dropped: AtomicU64,
     pub panics: AtomicU64,
+    /// Time spent in deliveries, failed ones included, and in the last one, in nanoseconds.
+    pub busy_ns: AtomicU64,
+    pub last_ns: AtomicU64,
+}
+
+impl SinkStats {
+    /// Counts one delivery attempt's time.
+    pub fn took(&self, d: std::time::Duration) {
+        let ns = d.as_nanos() as u64;
+        self.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        self.last_ns.store(ns, Ordering::Relaxed);
+    }
 }
 
 /// Per-sink counters, in the order the sinks were configured.
@@ -118,13 +131,25 @@ impl AlertStats {
             "Deliveries that panicked in an alert sink, by sink; the alert thread went on.",
             &["sink"],
         );
+        let mut busy = counter(
+            "gpumon_alert_delivery_seconds_total",
+            "Time an alert sink spent delivering (failed attempts included), by sink; over gpumon_alert_deliveries_total it is the mean delivery time.",
+            &["sink"],
+        );
+        let mut last = Family::gauge(
+            "gpumon_alert_last_delivery_duration_seconds",
+            "How long an alert sink's last delivery attempt took, by sink (a receiver timing out shows here first).",
+            &["sink"],
+        );
         for (name, s) in &self.sinks {
             ok.add(&[name, "ok"], load(&s.deliveries));
             ok.add(&[name, "error"], load(&s.failures));
             dropped.add(&[name], load(&s.dropped));
             panics.add(&[name], load(&s.panics));
+            busy.add(&[name], load(&s.busy_ns) / 1e9);
+            last.add(&[name], load(&s.last_ns) / 1e9);
         }
-        for f in [ok, dropped, panics] {
+        for f in [ok, dropped, panics, busy, last] {
             f.finish(out);
         }
     }

@@ -67,6 +67,19 @@ pub fn record_families(s: &RecordStats, out: &mut Vec<MetricFamily>) {
         load(&s.deleted_files),
         out,
     );
+    counter(
+        "gpumon_record_busy_seconds_total",
+        "Time the recorder thread spent writing traces, starting parts and pruning the directory; its rate is the share of a core it uses.",
+        load(&s.busy_ns) / 1e9,
+        out,
+    );
+    let mut f = Family::gauge(
+        "gpumon_record_queued_bytes",
+        "Trace bytes handed to the recorder thread and not yet written (a session stops recording, counted as queue_full, past 32 MiB).",
+        &[],
+    );
+    f.add(&[], load(&s.queued_bytes));
+    f.finish(out);
     let mut f = Family::new(
         "gpumon_record_sessions_stopped_total",
         "Sessions whose recording stopped before they ended, by reason (over_cap, disk_full, write_error, queue_full).",

@@ -53,14 +53,7 @@ fn render(store: Store) -> String {
 }
 
 fn new_store() -> Store {
-    Store::new(
-        HistoryLimits {
-            gpu_points: 4,
-            process_points: 4,
-        },
-        1.0,
-        "lib".into(),
-    )
+    Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into())
 }
 
 #[test]

@@ -10,8 +10,7 @@ use super::Family;
 use crate::core::model::ProcessReading;
 use crate::core::store::sessions::Session;
 use crate::core::store::Store;
-use crate::sources::ingest::protocol::Code;
-use crate::sources::ingest::server::{Close, IngestStats};
+use crate::sources::ingest::server::IngestStats;
 
 pub const T: &[&str] = &[
     "gpu",
@@ -271,11 +270,8 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
         MetricType::COUNTER,
         &["code"],
     );
-    for (i, code) in Code::ALL.iter().enumerate() {
-        f.add(
-            &[code.as_str()],
-            stats.rejected[i].load(Ordering::Relaxed) as f64,
-        );
+    for (code, n) in stats.rejected_by_code() {
+        f.add(&[code], n as f64);
     }
     f.finish(out);
     let mut f = Family::new(
@@ -318,11 +314,8 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
         MetricType::COUNTER,
         &["reason"],
     );
-    for (i, why) in Close::ALL.iter().enumerate() {
-        f.add(
-            &[why.as_str()],
-            stats.closed[i].load(Ordering::Relaxed) as f64,
-        );
+    for (why, n) in stats.closed_by_reason() {
+        f.add(&[why], n as f64);
     }
     f.finish(out);
 }
@@ -358,14 +351,7 @@ mod tests {
 
     #[test]
     fn pods_label_processes_and_sessions_and_are_left_out_outside_kubernetes() {
-        let mut store = Store::new(
-            HistoryLimits {
-                gpu_points: 4,
-                process_points: 4,
-            },
-            1.0,
-            "lib".into(),
-        );
+        let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
         let reading = NodeReading {
             ts: 1.0,
             driver_version: None,

@@ -6,8 +6,8 @@
 //! `gpumon-*.trace.jsonl` that begin with a hello (names.rs), and keeps the bytes of those,
 //! files being written included, under `max_total_bytes` (writer.rs).
 //!
-//! Ingest only appends a line to the trace's buffer (under the store lock: a copy, nothing
-//! more) and hands full buffers to the recorder thread, which owns the files. Lines wait at most
+//! Ingest only appends a line to the trace's buffer (on the aggregator's thread: a copy,
+//! nothing more) and hands full buffers to the recorder thread, which owns the files. Lines wait at most
 //! a second (or until 64 KiB) in the buffer while the trainer is sending; the rest goes when
 //! the session ends. A recorder thread behind by more than `MAX_QUEUED` stops recording the
 //! session whose chunk does not fit, counted, rather than growing memory.
@@ -36,7 +36,6 @@ const MAX_QUEUED: u64 = 32 << 20;
 pub struct Recorder {
     dir: PathBuf,
     tx: Sender<Msg>,
-    queued: Arc<AtomicU64>,
     next_id: AtomicU64,
     stats: &'static RecordStats,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -89,8 +88,7 @@ impl Recorder {
         std::fs::create_dir_all(dir)?;
         // Proves the directory writable and says whose it is.
         std::fs::write(dir.join(names::MARKER), names::MARKER_TEXT)?;
-        let queued = Arc::new(AtomicU64::new(0));
-        let writer = Writer::new(dir, max_file_bytes, max_total_bytes, stats, queued.clone())?;
+        let writer = Writer::new(dir, max_file_bytes, max_total_bytes, stats)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("gpumon-record".into())
@@ -99,7 +97,6 @@ impl Recorder {
         Ok(Arc::new(Self {
             dir: dir.to_path_buf(),
             tx,
-            queued,
             next_id: AtomicU64::new(1),
             stats,
             thread: Mutex::new(Some(thread)),
@@ -196,7 +193,7 @@ impl Trace {
             return;
         }
         let len = self.buf.len() as u64;
-        let q = &self.rec.queued;
+        let q = &self.rec.stats.queued_bytes;
         if q.load(Ordering::Relaxed) + len > MAX_QUEUED {
             self.queue_full = true;
             self.dropped += self.lines;

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::sources::ingest::protocol::{self, Message, MAX_LINE};
+use crate::core::trace::{self, MAX_LINE};
 
 pub const PREFIX: &str = "gpumon-";
 pub const SUFFIX: &str = ".trace.jsonl";
@@ -77,7 +77,7 @@ pub fn ours(path: &Path) -> Option<(u64, std::time::SystemTime, Ident)> {
         .read_until(b'\n', &mut first)
         .ok()?;
     let line = first.strip_suffix(b"\n").unwrap_or(&first);
-    if !matches!(protocol::parse(line), Ok(Message::Hello(_))) {
+    if !trace::is_hello(line) {
         return None;
     }
     Some((m.len(), m.modified().ok()?, Ident::of(&m)))

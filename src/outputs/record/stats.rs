@@ -54,6 +54,10 @@ pub struct RecordStats {
     pub dropped_lines: AtomicU64,
     /// Finished traces deleted to stay under `max_total_bytes`.
     pub deleted_files: AtomicU64,
+    /// Time the recorder thread spent on messages (writes, new parts, pruning), in nanoseconds.
+    pub busy_ns: AtomicU64,
+    /// Chunks handed to the recorder thread and not yet written, in bytes.
+    pub queued_bytes: AtomicU64,
     stopped: [AtomicU64; 4],
 }
 
@@ -67,6 +71,8 @@ impl RecordStats {
             write_errors: AtomicU64::new(0),
             dropped_lines: AtomicU64::new(0),
             deleted_files: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            queued_bytes: AtomicU64::new(0),
             stopped: [
                 AtomicU64::new(0),
                 AtomicU64::new(0),

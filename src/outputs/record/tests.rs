@@ -227,3 +227,30 @@ fn a_full_disk_gives_up_whole_lines_for_the_stop_line_but_never_the_hello() {
     );
     assert_eq!(super::writer::cut_back(&mut f, 100, 8192), None);
 }
+
+#[test]
+fn a_two_line_header_begins_every_part_and_the_thread_counts_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = stats();
+    let rec = Recorder::with_stats(dir.path(), 200, 10_000, s).unwrap();
+    let gpu = crate::core::trace::gpu_line(0, "MIG-1", 1.0);
+    let header = [HELLO, b"\n", gpu.strip_suffix(b"\n").unwrap()].concat();
+    let mut t = rec.start("s-1", None, None, 1763700000.5, &header);
+    for i in 0..10 {
+        t.write(format!(r#"{{"type":"sample","step":{i}}}"#).as_bytes(), 0);
+    }
+    drop(t);
+    rec.finish();
+    let parts = files(dir.path());
+    assert!(parts.len() >= 2, "{parts:?}");
+    for p in &parts {
+        let l = lines(p);
+        assert_eq!(l[0], r#"{"type":"hello","v":1}"#, "{p:?}");
+        assert!(
+            l[1].starts_with(r#"{"type":"trace_gpu","gpu":"0""#),
+            "{p:?}: {l:?}"
+        );
+    }
+    assert!(s.busy_ns.load(Ordering::Relaxed) > 0);
+    assert_eq!(s.queued_bytes.load(Ordering::Relaxed), 0);
+}

@@ -1,7 +1,7 @@
 //! The recorder thread: owns every trace file, rotates parts, and keeps gpumon's files (open ones
 //! included) under `max_total_bytes`: it deletes its own finished traces oldest first, and when
 //! none is left it stops recording the session that would cross the cap. Ingest only hands it
-//! chunks of lines, so neither disk I/O nor pruning ever runs under the store lock.
+//! chunks of lines, so neither disk I/O nor pruning ever runs on the aggregator's thread.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -67,7 +67,6 @@ pub struct Writer {
     max_file: u64,
     max_total: u64,
     stats: &'static RecordStats,
-    queued: Arc<AtomicU64>,
     open: HashMap<u64, Open>,
     /// Oldest first.
     finished: VecDeque<Owned>,
@@ -83,7 +82,6 @@ impl Writer {
         max_file: u64,
         max_total: u64,
         stats: &'static RecordStats,
-        queued: Arc<AtomicU64>,
     ) -> std::io::Result<Self> {
         let mut earlier = Vec::new();
         let mut foreign = Vec::new();
@@ -116,7 +114,6 @@ impl Writer {
             max_file,
             max_total,
             stats,
-            queued,
             open: HashMap::new(),
             finished,
             total,
@@ -130,6 +127,7 @@ impl Writer {
         self.make_room(0);
         self.publish();
         while let Ok(msg) = rx.recv() {
+            let started = std::time::Instant::now();
             match msg {
                 Msg::Open {
                     id,
@@ -144,7 +142,9 @@ impl Writer {
                     lines,
                     seq,
                 } => {
-                    self.queued.fetch_sub(bytes.len() as u64, Ordering::Relaxed);
+                    self.stats
+                        .queued_bytes
+                        .fetch_sub(bytes.len() as u64, Ordering::Relaxed);
                     self.data(id, &bytes, lines, seq);
                 }
                 Msg::Close { id, reason } => {
@@ -158,6 +158,8 @@ impl Writer {
                 Msg::Finish => break,
             }
             self.publish();
+            let ns = started.elapsed().as_nanos() as u64;
+            self.stats.busy_ns.fetch_add(ns, Ordering::Relaxed);
         }
         for (_, s) in std::mem::take(&mut self.open) {
             self.finish_part(s.file);
@@ -433,18 +435,9 @@ pub(super) fn cut_back(f: &mut File, len: u64, need: u64) -> Option<u64> {
     Some(from + i as u64 + 1)
 }
 
-/// The last line of a trace whose recording stopped before the session ended: not a protocol
-/// line, so `gpumon analyze` can tell a truncated trace from a trainer that crashed.
+/// The last line of a trace whose recording stopped before the session ended.
 pub fn stop_line(reason: Reason) -> Vec<u8> {
-    let ts = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    format!(
-        "{{\"type\":\"trace_truncated\",\"reason\":\"{}\",\"ts\":{ts:.3}}}\n",
-        reason.as_str()
-    )
-    .into_bytes()
+    crate::core::trace::truncated_line(reason.as_str(), crate::core::model::now())
 }
 
 /// Bytes of the whole lines at the start of `b` that fit in `room`, and how many lines.

@@ -8,7 +8,7 @@ use super::protocol::{self, Code, Message, Rejection, Reply, CAP_ACK};
 use super::resume::{Mark, Resume};
 use crate::core::model::Timestamp;
 use crate::core::store::sessions::Sessions;
-use crate::core::trainer::{Ending, Peer};
+use crate::core::trainer::{Ending, Hello, Peer};
 use crate::outputs::record::{Recorder, Trace};
 
 const SERVER: &str = concat!("gpumon/", env!("CARGO_PKG_VERSION"));
@@ -42,6 +42,22 @@ pub struct Conn {
     taken: u64,
     acked: u64,
     ack_sent: Option<Timestamp>,
+}
+
+/// What begins each part of a session's trace: the hello as received and, when the daemon
+/// knows the GPU its `gpu_uuid` names, a `trace_gpu` line, so `gpumon analyze` names it too.
+fn trace_header(raw: &[u8], h: &Hello, sessions: &Sessions, now: Timestamp) -> Vec<u8> {
+    let mut header = raw.to_vec();
+    let uuid = h.gpu_uuid.as_deref();
+    let gpu = uuid
+        .zip(sessions.devices.as_ref())
+        .and_then(|(u, d)| d.gpu_index_of(u));
+    if let (Some(uuid), Some(gpu)) = (uuid, gpu) {
+        header.push(b'\n');
+        let line = crate::core::trace::gpu_line(gpu, uuid, now);
+        header.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(&line));
+    }
+    header
 }
 
 /// What the caller should do after a line.
@@ -157,8 +173,8 @@ impl Conn {
         }
     }
 
-    /// A line already parsed from `raw` (the server parses a batch outside the store lock,
-    /// then applies it under one lock); counts as the connection's next line, like `handle`.
+    /// A line already parsed from `raw` (the server parses a batch on its own task, then
+    /// applies it as one aggregator input); counts as the connection's next line, like `handle`.
     pub fn apply(
         &mut self,
         msg: Message,
@@ -182,12 +198,14 @@ impl Conn {
                     _ => None,
                 };
                 let (job, rank) = (h.job.clone(), h.rank);
+                let header = self.recorder.as_ref().map(|_| trace_header(raw, &h, sessions, now));
                 let (key, id) = sessions.open(self.peer, h, now);
                 self.session = Some(key);
                 self.trace = self
                     .recorder
                     .as_ref()
-                    .map(|r| r.start(&id, job.as_deref(), rank, now, raw));
+                    .zip(header)
+                    .map(|(r, header)| r.start(&id, job.as_deref(), rank, now, &header));
                 let welcome = Reply::Welcome {
                     v: protocol::VERSION,
                     server: SERVER,

@@ -18,8 +18,8 @@ mod attribution;
 pub const VERSION: u64 = 1;
 /// The version of the `attribute` request (its own `v`).
 pub const ATTRIBUTE_VERSION: u64 = 1;
-/// Longest accepted line, newline excluded.
-pub const MAX_LINE: usize = 65_536;
+/// Longest accepted line, newline excluded (traces hold the same lines).
+pub use crate::core::trace::MAX_LINE;
 /// Longest accepted label-like string (job, phase, kind, ...).
 const MAX_LABEL: usize = 128;
 /// Longest accepted free text (event detail, paths).

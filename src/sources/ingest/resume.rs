@@ -23,8 +23,8 @@ pub struct Mark(AtomicU64);
 
 impl Mark {
     /// Whether `seq` is new (above the mark); if so the mark moves up to it. Callers apply a
-    /// client's lines one at a time under the store lock, so check-and-raise cannot interleave
-    /// between two connections of one instance.
+    /// client's lines one at a time on the aggregator's thread, so check-and-raise cannot
+    /// interleave between two connections of one instance.
     pub fn advance(&self, seq: u64) -> bool {
         self.0.fetch_max(seq, Ordering::Relaxed) < seq
     }

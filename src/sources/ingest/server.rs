@@ -24,6 +24,7 @@ use super::protocol::{Code, Rejection, MAX_LINE};
 use super::resume::Resume;
 use crate::core::aggregator::{Handle, Source};
 use crate::core::model::now;
+use crate::core::snapshot::IngestView;
 use crate::core::trainer::Peer;
 use crate::outputs::record::Recorder;
 
@@ -125,6 +126,32 @@ impl IngestStats {
     fn closed(&self, why: Close) {
         if let Some(i) = Close::ALL.iter().position(|c| *c == why) {
             self.closed[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lines and connections refused, by protocol error code (its wire name).
+    pub fn rejected_by_code(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Code::ALL
+            .iter()
+            .zip(&self.rejected)
+            .map(|(c, n)| (c.as_str(), n.load(Ordering::Relaxed)))
+    }
+
+    /// Connections the daemon closed, by reason.
+    pub fn closed_by_reason(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Close::ALL
+            .iter()
+            .zip(&self.closed)
+            .map(|(c, n)| (c.as_str(), n.load(Ordering::Relaxed)))
+    }
+
+    /// The counters readers of the JSON API get (the TUI header).
+    pub fn view(&self) -> IngestView {
+        IngestView {
+            connections: self.connections.load(Ordering::Relaxed),
+            lines: self.lines.load(Ordering::Relaxed),
+            rejected: self.rejected_by_code().map(|(_, n)| n).sum(),
+            dropped: self.replies_dropped.load(Ordering::Relaxed),
         }
     }
 }

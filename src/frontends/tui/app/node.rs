@@ -76,7 +76,8 @@ impl Node {
         }
     }
 
-    pub(super) fn absorb(&mut self, mut snap: Snapshot) {
+    /// Takes a snapshot the daemon served: what every view of this node draws from.
+    pub fn absorb(&mut self, mut snap: Snapshot) {
         for g in &mut snap.gpus {
             let h = self
                 .history

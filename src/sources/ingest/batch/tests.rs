@@ -97,14 +97,7 @@ fn summary(s: &Store, stats: &IngestStats, replies: Vec<String>) -> Run {
 }
 
 fn setup(input: Vec<u8>) -> (Store, LineReader<tokio::io::DuplexStream>) {
-    let store = Store::new(
-        HistoryLimits {
-            gpu_points: 10,
-            process_points: 10,
-        },
-        1.0,
-        "test".into(),
-    );
+    let store = Store::new(HistoryLimits { gpu_points: 10 }, 1.0, "test".into());
     // A small pipe, written in odd-sized pieces: reads split lines and batches anywhere.
     let (mut w, r) = tokio::io::duplex(1000);
     tokio::spawn(async move {

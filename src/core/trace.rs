@@ -1,0 +1,87 @@
+//! The trace file format (protocol.md, "Trace files"): a session's protocol lines as received,
+//! hello first, plus lines only the recorder writes. The recorder writes traces and `gpumon
+//! analyze` reads them; both take the format from here rather than from the wire parser.
+
+use serde::Deserialize;
+
+/// Longest line, newline excluded: the protocol's limit, so any accepted line fits.
+pub const MAX_LINE: usize = 65_536;
+
+#[derive(Deserialize)]
+struct Head {
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// Whether `line` is a JSON object whose `type` is `hello` (how every trace begins).
+pub fn is_hello(line: &[u8]) -> bool {
+    serde_json::from_slice::<Head>(line).is_ok_and(|h| h.kind == "hello")
+}
+
+/// The recorder's last line when recording stopped before the session ended, so a truncated
+/// trace is not read as a crash.
+pub fn truncated_line(reason: &str, ts: f64) -> Vec<u8> {
+    format!("{{\"type\":\"trace_truncated\",\"reason\":\"{reason}\",\"ts\":{ts:.3}}}\n")
+        .into_bytes()
+}
+
+/// The recorder's note of the GPU the daemon resolved the session's `gpu_uuid` to (its NVML
+/// index; for a MIG instance, its parent's), so offline reports name the GPU live ones did.
+pub fn gpu_line(gpu: u32, uuid: &str, ts: f64) -> Vec<u8> {
+    // `type` first, as in every other line; the UUID came from a client, so it is escaped.
+    let uuid = serde_json::Value::from(uuid);
+    format!("{{\"type\":\"trace_gpu\",\"gpu\":\"{gpu}\",\"gpu_uuid\":{uuid},\"ts\":{ts:.3}}}\n")
+        .into_bytes()
+}
+
+/// A line only the recorder writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecorderLine {
+    /// `trace_truncated`, with its reason.
+    Truncated(String),
+    /// `trace_gpu`: the GPU index as a label value.
+    Gpu(String),
+}
+
+/// The recorder line `line` is, if it is one (protocol lines are left to the protocol parser).
+pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
+    #[derive(Deserialize)]
+    struct Marker {
+        #[serde(rename = "type")]
+        kind: String,
+        reason: Option<String>,
+        gpu: Option<String>,
+    }
+    // A cheap look first: nearly every line is a sample.
+    memchr::memmem::find(line, b"\"trace_")?;
+    let m: Marker = serde_json::from_slice(line).ok()?;
+    match m.kind.as_str() {
+        "trace_truncated" => Some(RecorderLine::Truncated(
+            m.reason.unwrap_or_else(|| "no reason given".into()),
+        )),
+        "trace_gpu" => Some(RecorderLine::Gpu(m.gpu?)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorder_lines_read_back_and_protocol_lines_are_left_alone() {
+        let t = truncated_line("disk_full", 1.0);
+        assert_eq!(
+            recorder_line(t.strip_suffix(b"\n").unwrap()),
+            Some(RecorderLine::Truncated("disk_full".into()))
+        );
+        let g = gpu_line(3, "MIG-1", 2.0);
+        assert_eq!(recorder_line(&g), Some(RecorderLine::Gpu("3".into())));
+        // A trainer's event whose detail mentions the marker is still a protocol line.
+        let e = br#"{"type":"event","ts":1,"kind":"x","detail":"\"trace_gpu\""}"#;
+        assert_eq!(recorder_line(e), None);
+        assert!(is_hello(br#"{"type":"hello","v":1}"#));
+        assert!(!is_hello(br#"{"type":"sample"}"#));
+        assert!(!is_hello(b"not json"));
+    }
+}
