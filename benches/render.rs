@@ -48,7 +48,8 @@ pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
                     container: Some("3f4e1b2c9d8a".into()),
                     cgroup: None,
                     ..ProcInfo::default()
-                },
+                }
+                .into(),
             })
         })
         .collect();

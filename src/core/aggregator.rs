@@ -40,6 +40,8 @@ enum Input {
     Collection(Box<Collection>),
     Update(Source, Job),
     Read(Job),
+    /// Publish what was applied, if anything waits, and say so.
+    Sync(oneshot::Sender<()>),
     /// Apply what is queued, then end (later sends fail).
     Stop,
 }
@@ -216,6 +218,16 @@ impl Handle {
         rx.await.ok()
     }
 
+    /// Waits until every input sent before this call is in the published view (/metrics calls
+    /// it before reading the view; API reads see the store itself). Returns at once when the
+    /// aggregator is gone.
+    pub async fn sync(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Input::Sync(tx)).await.is_some() {
+            let _ = rx.await;
+        }
+    }
+
     /// Makes the aggregator apply what is already queued and then end, whoever still holds a
     /// handle (the daemon's shutdown: a handle left in a lingering task cannot keep it alive).
     pub async fn stop(&self) {
@@ -325,13 +337,15 @@ impl Aggregator {
             while let Some(input) = next.take() {
                 if matches!(input, Input::Stop) {
                     stop(&mut rx);
-                } else if unpublished && matches!(input, Input::Read(_)) {
-                    // What an API read shows is in /metrics from then on: a caller that saw a
-                    // finding in the API and then scrapes must not get the view before it.
-                    self.publish(&views);
-                    last_publish = Instant::now();
-                    unpublished = false;
-                    self.apply(input);
+                } else if let Input::Sync(done) = input {
+                    // A scrape is about to read the view: what is applied goes out first, so
+                    // a scrape after an API read never shows less than that read did.
+                    if unpublished {
+                        self.publish(&views);
+                        last_publish = Instant::now();
+                        unpublished = false;
+                    }
+                    let _ = done.send(());
                 } else {
                     let (changed, collection) = self.apply(input);
                     unpublished |= changed;
@@ -375,7 +389,7 @@ impl Aggregator {
                 self.stats.reads.fetch_add(1, Ordering::Relaxed);
                 (job, false, false)
             }
-            Input::Stop => return (false, false),
+            Input::Stop | Input::Sync(_) => return (false, false),
         };
         let store = &mut self.store;
         if catch_unwind(AssertUnwindSafe(|| job(store))).is_err() {

@@ -116,7 +116,8 @@ pub struct ProcessReading {
     pub gpu_instance_id: Option<u32>,
     pub compute_instance_id: Option<u32>,
     #[serde(flatten)]
-    pub info: ProcInfo,
+    /// Shared with the source's cache: a poll allocates nothing per process for it.
+    pub info: std::sync::Arc<ProcInfo>,
 }
 
 /// Outcome of one NVML collection over the whole node.

@@ -128,6 +128,8 @@ const METRICS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The text, gzip-compressed when the scraper accepts it (Prometheus always does).
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    // What an API read showed before this scrape is in it (the view is published first).
+    s.aggregator.sync().await;
     let vary = (header::VARY, "Accept-Encoding");
     if gzip::accepts_gzip(headers.get_all(header::ACCEPT_ENCODING)) {
         match s.exporter.render_gzip() {

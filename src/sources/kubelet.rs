@@ -124,9 +124,11 @@ pub fn annotate(index: &PodIndex, reading: &mut NodeReading) {
         let Some(meta) = index.get(&ids.pod_uid) else {
             continue;
         };
-        p.info.pod = Some(meta.name.clone());
-        p.info.namespace = Some(meta.namespace.clone());
-        p.info.container_name = ids
+        // A copy for annotated processes only; the rest keep sharing the cache's info.
+        let info = std::sync::Arc::make_mut(&mut p.info);
+        info.pod = Some(meta.name.clone());
+        info.namespace = Some(meta.namespace.clone());
+        info.container_name = ids
             .container_id
             .and_then(|id| meta.containers.get(&id).cloned());
     }

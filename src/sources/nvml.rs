@@ -1,7 +1,7 @@
 //! The real source: NVML through nvml-wrapper, loaded at run time with `dlopen` (never linked, so
 //! the binary runs on machines without the driver and says why).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
@@ -25,6 +25,8 @@ pub struct NvmlSource {
     /// Identity by index, so a GPU that is lost keeps its name and UUID in reports.
     identities: HashMap<u32, GpuIdentity>,
     procs: ProcCache,
+    /// Pid to its row among one device's processes, reused from device to device.
+    rows: HashMap<u32, usize>,
 }
 
 impl NvmlSource {
@@ -36,6 +38,7 @@ impl NvmlSource {
             driver_version: None,
             identities: HashMap::new(),
             procs: ProcCache::with_root(procfs),
+            rows: HashMap::new(),
         }
     }
 
@@ -83,16 +86,17 @@ impl GpuSource for NvmlSource {
             gpus: Vec::with_capacity(count as usize),
             processes: Vec::new(),
         };
+        self.procs.begin();
         for index in 0..count {
             let mut gpu = GpuCollector {
                 nvml,
                 identities: &mut self.identities,
                 procs: &mut self.procs,
+                rows: &mut self.rows,
             };
             gpu.read(index, &mut reading);
         }
-        let alive: HashSet<u32> = reading.processes.iter().map(|p| p.pid).collect();
-        self.procs.retain(&alive);
+        self.procs.end();
         Ok(reading)
     }
 }
@@ -101,6 +105,7 @@ struct GpuCollector<'a> {
     nvml: &'a Nvml,
     identities: &'a mut HashMap<u32, GpuIdentity>,
     procs: &'a mut ProcCache,
+    rows: &'a mut HashMap<u32, usize>,
 }
 
 impl GpuCollector<'_> {
@@ -213,22 +218,25 @@ impl GpuCollector<'_> {
     ) -> Result<(), NvmlError> {
         let compute = list_or_empty(device.running_compute_processes())?;
         let graphics = list_or_empty(device.running_graphics_processes())?;
-        let start = out.processes.len();
+        self.rows.clear();
         for (info, kind) in compute
             .iter()
             .map(|p| (p, ProcessKind::Compute))
             .chain(graphics.iter().map(|p| (p, ProcessKind::Graphics)))
         {
             // A process with both contexts is listed twice with the same usage: keep one row.
-            if let Some(seen) = out.processes[start..]
-                .iter_mut()
-                .find(|p| p.pid == info.pid)
+            // (Found by map, not by scanning the rows: that was quadratic in processes per GPU.)
+            if let Some(seen) = self
+                .rows
+                .get(&info.pid)
+                .and_then(|i| out.processes.get_mut(*i))
             {
                 if seen.kind != kind {
                     seen.kind = ProcessKind::ComputeGraphics;
                 }
                 continue;
             }
+            self.rows.insert(info.pid, out.processes.len());
             let nvml = self.nvml;
             let pid = info.pid;
             let proc_info = self.procs.get(pid, || {

@@ -3,18 +3,23 @@
 //! Looked up once per pid and cached, failed look-ups included (a pid in another PID namespace
 //! fails every time; retrying each second would be wasted syscalls). The cache is pruned to the
 //! pids of the latest collection, so it stays bounded and a reused pid is looked up afresh once
-//! the old process has left NVML's list.
+//! the old process has left NVML's list. Readings share the cached info (`Arc`): a poll costs
+//! no allocation per process for it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::core::model::ProcInfo;
 
 pub struct ProcCache {
     root: PathBuf,
-    entries: HashMap<u32, ProcInfo>,
+    /// Info by pid, with the collection that last asked for it.
+    entries: HashMap<u32, (Arc<ProcInfo>, u64)>,
     users: Option<HashMap<u32, String>>,
+    /// The current collection (`begin`).
+    round: u64,
 }
 
 impl ProcCache {
@@ -28,26 +33,39 @@ impl ProcCache {
             root,
             entries: HashMap::new(),
             users: None,
+            round: 0,
         }
+    }
+
+    /// Starts a collection: pids not asked for from here to `end` are forgotten then.
+    pub fn begin(&mut self) {
+        self.round += 1;
+    }
+
+    /// Forgets pids no longer running on any GPU (not asked for since `begin`).
+    pub fn end(&mut self) {
+        let round = self.round;
+        self.entries.retain(|_, (_, seen)| *seen == round);
     }
 
     /// Info for `pid`; `fallback_name` (e.g. NVML's own idea of the name) is used when /proc
     /// has none.
-    pub fn get(&mut self, pid: u32, fallback_name: impl FnOnce() -> Option<String>) -> ProcInfo {
-        if let Some(info) = self.entries.get(&pid) {
+    pub fn get(
+        &mut self,
+        pid: u32,
+        fallback_name: impl FnOnce() -> Option<String>,
+    ) -> Arc<ProcInfo> {
+        if let Some((info, seen)) = self.entries.get_mut(&pid) {
+            *seen = self.round;
             return info.clone();
         }
         let mut info = self.lookup(pid);
         if info.name.is_none() {
             info.name = fallback_name();
         }
-        self.entries.insert(pid, info.clone());
+        let info = Arc::new(info);
+        self.entries.insert(pid, (info.clone(), self.round));
         info
-    }
-
-    /// Forgets pids that are no longer running on any GPU.
-    pub fn retain(&mut self, alive: &HashSet<u32>) {
-        self.entries.retain(|pid, _| alive.contains(pid));
     }
 
     pub fn len(&self) -> usize {
@@ -377,6 +395,7 @@ mod tests {
         fs::write(p.join("status"), "Name:\tpython\nUid:\t0\t0\t0\t0\n").unwrap();
         fs::write(p.join("cgroup"), format!("0::/docker/{ID}\n")).unwrap();
         let mut cache = ProcCache::with_root(dir.path().into());
+        cache.begin();
         let info = cache.get(77, || None);
         assert_eq!(info.name.as_deref(), Some("python"));
         assert_eq!(info.uid, Some(0));
@@ -388,7 +407,11 @@ mod tests {
         // Cached: the fallback is not consulted again.
         let again = cache.get(78, || panic!("looked up twice"));
         assert_eq!(again, missing);
-        cache.retain(&HashSet::from([77]));
+        cache.end();
+        // The next collection sees only 77: 78 is forgotten, 77 is not looked up again.
+        cache.begin();
+        assert!(Arc::ptr_eq(&cache.get(77, || None), &info));
+        cache.end();
         assert_eq!(cache.len(), 1);
     }
 }

@@ -176,13 +176,16 @@ fn clamped_text(s: &Store) -> String {
 }
 
 #[test]
-fn after_a_read_returns_the_published_view_has_every_change_before_it() {
+fn after_sync_the_published_view_has_every_change_sent_before_it() {
     let (h, _t) = spawn(store(), clamped_text, None).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     for n in 1..=20u64 {
         h.update_blocking(Source::Other, move |s| s.sessions.timestamps_clamped = n)
             .unwrap();
-        h.read_blocking(|_| ()).unwrap();
-        // No wait: the read itself published what came before it.
+        rt.block_on(h.sync());
+        // No wait beyond that: sync published what came before it.
         assert_eq!(&*h.view().trainer_text, n.to_string().as_str());
     }
 }

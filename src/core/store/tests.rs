@@ -35,7 +35,7 @@ fn process(gpu: u32, pid: u32, used: Option<u64>) -> ProcessReading {
         mig_uuid: None,
         gpu_instance_id: None,
         compute_instance_id: None,
-        info: ProcInfo::default(),
+        info: Default::default(),
     }
 }
 

@@ -87,7 +87,8 @@ pub fn process(gpu: u32, pid: u32, name: &str, user: &str, used: u64) -> Process
                 .then(|| format!("{:012x}", 0x3f4e_1b2c_9d8a_u64 + u64::from(pid))),
             cgroup: None,
             ..ProcInfo::default()
-        },
+        }
+        .into(),
     }
 }
 

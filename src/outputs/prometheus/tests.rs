@@ -36,7 +36,8 @@ fn reading() -> NodeReading {
         info: ProcInfo {
             name: Some("python".into()),
             ..ProcInfo::default()
-        },
+        }
+        .into(),
     };
     NodeReading {
         ts: 1.0,

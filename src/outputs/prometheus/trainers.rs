@@ -345,7 +345,8 @@ mod tests {
                 container: pod.map(|_| "4f1c2a9b8e3d".into()),
                 container_name: pod.map(|_| "trainer".into()),
                 ..ProcInfo::default()
-            },
+            }
+            .into(),
         }
     }
 
