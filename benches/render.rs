@@ -34,7 +34,7 @@ pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
         .flat_map(|g| {
             (0..procs_per_gpu).map(move |i| ProcessReading {
                 gpu: g,
-                uuid: format!("GPU-{g:08x}-1111-2222-3333-444444444444"),
+                uuid: format!("GPU-{g:08x}-1111-2222-3333-444444444444").into(),
                 pid: 100_000 + g * 1000 + i,
                 kind: ProcessKind::Compute,
                 used_memory_bytes: Some(300_000_000 + i as u64),

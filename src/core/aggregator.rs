@@ -28,7 +28,7 @@ pub const QUEUE: usize = 1024;
 /// Finding transitions waiting for the alert thread at most.
 pub const ALERT_QUEUE: usize = 4096;
 /// Shortest gap between two published views while inputs keep coming: readers see each change
-/// within this, and a flood of small batches does not re-encode the trainer series per batch.
+/// within this. (The trainer text is encoded only when a scrape syncs, never per publish.)
 const PUBLISH_GAP: Duration = Duration::from_millis(10);
 /// Inputs applied between two looks at the clock.
 const DRAIN: usize = 256;
@@ -121,7 +121,7 @@ pub fn spawn(
         view: Arc::new(View::default()),
         trainers_dirty: true,
     };
-    let first = agg.next_view();
+    let first = agg.next_view(true);
     let (view_tx, view_rx) = watch::channel(first.clone());
     agg.view = first;
     let handle = Handle {
@@ -340,8 +340,8 @@ impl Aggregator {
                 } else if let Input::Sync(done) = input {
                     // A scrape is about to read the view: what is applied goes out first, so
                     // a scrape after an API read never shows less than that read did.
-                    if unpublished {
-                        self.publish(&views);
+                    if unpublished || self.trainers_dirty {
+                        self.publish_encoded(&views);
                         last_publish = Instant::now();
                         unpublished = false;
                     }
@@ -425,17 +425,28 @@ impl Aggregator {
         }
     }
 
+    /// Publishes a view; the trainer text is the last one encoded (only scrapes read it, and
+    /// they sync first, which encodes it: 64 busy trainers no longer cost 100 encodes a second).
     fn publish(&mut self, views: &watch::Sender<Arc<View>>) {
-        let next = self.next_view();
+        self.send_view(views, false);
+    }
+
+    /// Publishes a view with the trainer text encoded now if anything changed.
+    fn publish_encoded(&mut self, views: &watch::Sender<Arc<View>>) {
+        self.send_view(views, true);
+    }
+
+    fn send_view(&mut self, views: &watch::Sender<Arc<View>>, encode: bool) {
+        let next = self.next_view(encode);
         self.view = next.clone();
         self.stats.views.fetch_add(1, Ordering::Relaxed);
         // No receiver left is not an error: the daemon is stopping.
         let _ = views.send(next);
     }
 
-    fn next_view(&mut self) -> Arc<View> {
+    fn next_view(&mut self, encode: bool) -> Arc<View> {
         let s = &self.store;
-        let trainer_text = if self.trainers_dirty {
+        let trainer_text = if encode && self.trainers_dirty {
             self.trainers_dirty = false;
             Arc::from((self.encode)(s))
         } else {

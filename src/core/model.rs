@@ -106,13 +106,14 @@ pub struct ProcInfo {
 pub struct ProcessReading {
     /// NVML index of the physical GPU (the parent, for MIG).
     pub gpu: u32,
-    pub uuid: String,
+    /// Shared by the rows of one device (a poll allocates no string per process).
+    pub uuid: std::sync::Arc<str>,
     pub pid: u32,
     pub kind: ProcessKind,
     /// None when NVML reports NVML_VALUE_NOT_AVAILABLE.
     pub used_memory_bytes: Option<u64>,
     /// UUID of the MIG device the process runs on, when MIG is on.
-    pub mig_uuid: Option<String>,
+    pub mig_uuid: Option<std::sync::Arc<str>>,
     pub gpu_instance_id: Option<u32>,
     pub compute_instance_id: Option<u32>,
     #[serde(flatten)]

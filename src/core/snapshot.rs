@@ -238,7 +238,7 @@ fn joins(s: &Session, p: &ProcessReading) -> bool {
         && s.hello
             .gpu_uuid
             .as_deref()
-            .is_some_and(|u| u == p.uuid || p.mig_uuid.as_deref() == Some(u))
+            .is_some_and(|u| u == &*p.uuid || p.mig_uuid.as_deref() == Some(u))
 }
 
 impl SessionView {

@@ -21,7 +21,8 @@ pub struct View {
     /// The latest collection's NVML families as exposition text (encoded by the poller, or
     /// when the view is made for a store that no poller fed).
     pub gpu_text: Arc<str>,
-    /// Trainer and finding families as exposition text, encoded at publish from the sessions.
+    /// Trainer and finding families as exposition text, encoded from the sessions when a scrape
+    /// last synced (`Handle::sync`) with changes waiting; stale in views published between.
     pub trainer_text: Arc<str>,
 }
 

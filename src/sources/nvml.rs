@@ -14,6 +14,7 @@ use nvml_wrapper::{Device, Nvml};
 use super::procinfo::ProcCache;
 use super::{GpuSource, SourceError};
 use crate::core::model::*;
+use crate::util::pid_map::PidMap;
 
 /// NVML's value for "MIG enabled" in `nvmlDeviceGetMigMode`.
 const MIG_ENABLED: u32 = 1;
@@ -26,7 +27,7 @@ pub struct NvmlSource {
     identities: HashMap<u32, GpuIdentity>,
     procs: ProcCache,
     /// Pid to its row among one device's processes, reused from device to device.
-    rows: HashMap<u32, usize>,
+    rows: PidMap<usize>,
 }
 
 impl NvmlSource {
@@ -38,7 +39,7 @@ impl NvmlSource {
             driver_version: None,
             identities: HashMap::new(),
             procs: ProcCache::with_root(procfs),
-            rows: HashMap::new(),
+            rows: PidMap::default(),
         }
     }
 
@@ -105,7 +106,7 @@ struct GpuCollector<'a> {
     nvml: &'a Nvml,
     identities: &'a mut HashMap<u32, GpuIdentity>,
     procs: &'a mut ProcCache,
-    rows: &'a mut HashMap<u32, usize>,
+    rows: &'a mut PidMap<usize>,
 }
 
 impl GpuCollector<'_> {
@@ -219,6 +220,9 @@ impl GpuCollector<'_> {
         let compute = list_or_empty(device.running_compute_processes())?;
         let graphics = list_or_empty(device.running_graphics_processes())?;
         self.rows.clear();
+        // One reference per device, shared by its processes' rows.
+        let uuid: std::sync::Arc<str> = gpu.uuid.as_str().into();
+        let mig_uuid: Option<std::sync::Arc<str>> = mig.map(|m| m.uuid.as_str().into());
         for (info, kind) in compute
             .iter()
             .map(|p| (p, ProcessKind::Compute))
@@ -246,11 +250,11 @@ impl GpuCollector<'_> {
             });
             out.processes.push(ProcessReading {
                 gpu: gpu.index,
-                uuid: gpu.uuid.clone(),
+                uuid: uuid.clone(),
                 pid,
                 kind,
                 used_memory_bytes: used_bytes(info),
-                mig_uuid: mig.map(|m| m.uuid.clone()),
+                mig_uuid: mig_uuid.clone(),
                 gpu_instance_id: info.gpu_instance_id.or(mig.and_then(|m| m.gpu_instance_id)),
                 compute_instance_id: info
                     .compute_instance_id

@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::core::model::ProcInfo;
+use crate::util::pid_map::PidMap;
 
 pub struct ProcCache {
     root: PathBuf,
     /// Info by pid, with the collection that last asked for it.
-    entries: HashMap<u32, (Arc<ProcInfo>, u64)>,
+    entries: PidMap<(Arc<ProcInfo>, u64)>,
     users: Option<HashMap<u32, String>>,
     /// The current collection (`begin`).
     round: u64,
@@ -31,7 +32,7 @@ impl ProcCache {
     pub fn with_root(root: PathBuf) -> Self {
         Self {
             root,
-            entries: HashMap::new(),
+            entries: PidMap::default(),
             users: None,
             round: 0,
         }

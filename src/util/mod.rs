@@ -3,3 +3,4 @@
 
 pub mod backoff;
 pub mod bounded;
+pub mod pid_map;

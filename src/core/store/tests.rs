@@ -28,7 +28,7 @@ fn gpu(index: u32, used: u64) -> GpuReading {
 fn process(gpu: u32, pid: u32, used: Option<u64>) -> ProcessReading {
     ProcessReading {
         gpu,
-        uuid: format!("GPU-{gpu}"),
+        uuid: format!("GPU-{gpu}").into(),
         pid,
         kind: ProcessKind::Compute,
         used_memory_bytes: used,

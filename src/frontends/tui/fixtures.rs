@@ -68,7 +68,7 @@ pub fn gpu(index: u32, used: u64) -> GpuView {
 pub fn process(gpu: u32, pid: u32, name: &str, user: &str, used: u64) -> ProcessReading {
     ProcessReading {
         gpu,
-        uuid: format!("GPU-{gpu:08x}-2222-3333-4444-555555555555"),
+        uuid: format!("GPU-{gpu:08x}-2222-3333-4444-555555555555").into(),
         pid,
         kind: if name == "Xorg" {
             ProcessKind::Graphics
