@@ -107,6 +107,7 @@ pub async fn run(
         http: http_stats.clone(),
     };
     let stopper = agg;
+    let compress = tokio::spawn(state.exporter.clone().compress_each_collection());
     tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
     let result = crate::outputs::http::serve(
         listener,
@@ -117,6 +118,8 @@ pub async fn run(
         shutdown.clone(),
     )
     .await;
+    // No scrape is left to serve: its Arc<Exporter> (with an aggregator handle) goes now.
+    compress.abort();
     // The HTTP server stops only on shutdown, so the ingest task is stopping too.
     if let Some(t) = ingest_task {
         t.await?;

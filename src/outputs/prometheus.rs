@@ -444,6 +444,25 @@ impl Exporter {
         out
     }
 
+    /// Deflates each collection's NVML text as it arrives, off the scrape's path, so the first
+    /// scrape after a poll only compresses its small tail. Ends when the views end.
+    pub async fn compress_each_collection(self: Arc<Self>) {
+        let mut views = self.views.clone();
+        while views.changed().await.is_ok() {
+            let view = views.borrow_and_update().clone();
+            let done = {
+                let cached = self.gzip.lock().unwrap_or_else(|p| p.into_inner());
+                cached.as_ref().is_some_and(|(c, _)| *c == view.collection)
+            };
+            if done {
+                continue;
+            }
+            let me = self.clone();
+            // A failure here is a bug the scrape would meet and log itself.
+            let _ = tokio::task::spawn_blocking(move || me.gpu_gzip(&view)).await;
+        }
+    }
+
     /// The NVML text deflated, made at the first call after each collection.
     fn gpu_gzip(&self, view: &View) -> std::io::Result<Arc<GzPrefix>> {
         let mut cache = self.gzip.lock().unwrap_or_else(|p| p.into_inner());
