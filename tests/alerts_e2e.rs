@@ -379,11 +379,7 @@ fn an_attributed_leak_names_its_site_everywhere_the_finding_goes() {
         d.snapshot()["sessions"][0]["ended"].is_array()
     });
     assert_eq!(d.stop().code(), Some(0));
-    let trace = std::fs::read_dir(traces.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
-        .expect("a recorded trace");
+    let trace = recorded_trace(traces.path());
     let out = std::process::Command::new(BIN)
         .arg("analyze")
         .arg(&trace)

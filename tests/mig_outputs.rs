@@ -143,17 +143,7 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
         .any(|l| l == r#"gpumon_findings_firing{kind="crash"} 1"#),);
     // Offline: the recorded trace, replayed, names the GPU the daemon did.
     assert_eq!(d.stop().code(), Some(0));
-    let trace = std::fs::read_dir(&traces)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
-        .expect("a recorded trace");
-    let out = std::process::Command::new(BIN)
-        .args(["analyze", "--format", "json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_, report) = analyze_json(&recorded_trace(&traces));
     let t = &report["traces"][0];
     assert_eq!(t["gpu"], "0", "{report}");
     let found = t["findings"]

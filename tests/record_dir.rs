@@ -298,24 +298,15 @@ fn a_full_disk_ends_the_trace_with_its_reason_and_analyze_reads_no_crash() {
     writeln!(s, r#"{{"type":"bye","ts":1763709999}}"#).unwrap();
     drop(s);
     std::thread::sleep(Duration::from_millis(300));
-    let trace = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
-        .expect("a trace");
+    let trace = recorded_trace(dir);
     let text = std::fs::read_to_string(&trace).unwrap();
     assert!(
         text.ends_with("\n") && text.lines().last().unwrap().contains("trace_truncated"),
         "the trace ends with its reason: {:?}",
         text.lines().last()
     );
-    let out = std::process::Command::new(BIN)
-        .args(["analyze", "--format", "json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, v) = analyze_json(&trace);
     let t = &v["traces"][0];
     assert_eq!(t["truncated"], "recording stopped: disk_full", "{t}");
-    assert_eq!(out.status.code(), Some(0), "no crash read into it: {t}");
+    assert_eq!(code, Some(0), "no crash read into it: {t}");
 }

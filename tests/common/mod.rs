@@ -278,3 +278,25 @@ pub fn plain_id(id: &str) -> String {
         _ => id.to_owned(),
     }
 }
+
+/// A trace file the daemon recorded in `dir` (the first one listed).
+pub fn recorded_trace(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
+        .expect("a recorded trace")
+}
+
+/// `gpumon analyze --format json TRACE`: its exit code and its report.
+pub fn analyze_json(trace: &Path) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(BIN)
+        .args(["analyze", "--format", "json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout).unwrap(),
+    )
+}
