@@ -415,3 +415,11 @@ fn kubernetes_section() {
         .to_string();
     assert!(err.contains("kubelet"), "{err}");
 }
+
+#[test]
+fn an_old_file_with_process_points_still_loads() {
+    // Per-process history is gone; a config written for an older daemon must not stop it.
+    let c = Config::parse("[history]\nprocess_points = 300\n", Path::new("old")).unwrap();
+    assert_eq!(c.history.process_points, Some(300));
+    assert_eq!(c.history.gpu_points, 3600);
+}
