@@ -353,3 +353,26 @@ fn a_truncated_trace_says_so_instead_of_reporting_a_crash() {
     assert_eq!(code, Some(0), "{t}");
     assert_eq!(t["findings"].as_array().map(Vec::len), Some(0), "{t}");
 }
+
+#[test]
+fn a_bad_line_is_numbered_as_in_the_file_past_recorder_and_blank_lines() {
+    let mut f = tempfile::Builder::new()
+        .suffix(".jsonl")
+        .tempfile()
+        .unwrap();
+    writeln!(f, r#"{{"type":"hello","v":1,"pid":1,"job":"ft","rank":0}}"#).unwrap();
+    writeln!(
+        f,
+        r#"{{"type":"trace_gpu","gpu":"3","gpu_uuid":"GPU-x","ts":1763700000.000}}"#
+    )
+    .unwrap();
+    writeln!(f).unwrap();
+    writeln!(f, "{{not json").unwrap();
+    writeln!(f, r#"{{"type":"bye","ts":1763700001}}"#).unwrap();
+    let out = analyze(&["--format", "json", f.path().to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["traces"][0];
+    assert_eq!(t["gpu"], "3", "{t}");
+    let bad = t["bad_lines"][0].as_str().unwrap();
+    assert!(bad.starts_with("line 4: "), "{bad}");
+}

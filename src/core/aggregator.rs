@@ -120,6 +120,7 @@ pub fn spawn(
         stats: Arc::new(AggregatorStats::default()),
         view: Arc::new(View::default()),
         trainers_dirty: true,
+        last_encode: None,
     };
     let first = agg.next_view(true);
     let (view_tx, view_rx) = watch::channel(first.clone());
@@ -287,6 +288,7 @@ struct Aggregator {
     view: Arc<View>,
     /// Sessions or findings changed since the trainer text was encoded.
     trainers_dirty: bool,
+    last_encode: Option<Instant>,
 }
 
 impl Aggregator {
@@ -313,6 +315,8 @@ impl Aggregator {
         };
         let mut last_publish = Instant::now();
         let mut unpublished = false;
+        // Syncs waiting for the next encode: scrapes faster than PUBLISH_GAP share one.
+        let mut held: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
             let first = if unpublished {
                 let left = PUBLISH_GAP.saturating_sub(last_publish.elapsed());
@@ -339,13 +343,20 @@ impl Aggregator {
                     stop(&mut rx);
                 } else if let Input::Sync(done) = input {
                     // A scrape is about to read the view: what is applied goes out first, so
-                    // a scrape after an API read never shows less than that read did.
-                    if unpublished || self.trainers_dirty {
+                    // a scrape after an API read never shows less than that read did. At most
+                    // one encode per PUBLISH_GAP, however fast /metrics is asked for.
+                    if !(unpublished || self.trainers_dirty) {
+                        let _ = done.send(());
+                    } else if self.encode_due() {
                         self.publish_encoded(&views);
                         last_publish = Instant::now();
                         unpublished = false;
+                        let _ = done.send(());
+                    } else {
+                        held.push(done);
+                        // So the loop wakes when the gap is over.
+                        unpublished = true;
                     }
-                    let _ = done.send(());
                 } else {
                     let (changed, collection) = self.apply(input);
                     unpublished |= changed;
@@ -357,10 +368,18 @@ impl Aggregator {
                 }
                 next = rx.try_recv().ok();
             }
-            if unpublished && (urgent || last_publish.elapsed() >= PUBLISH_GAP) {
-                self.publish(&views);
+            if !held.is_empty() && self.encode_due() {
+                self.publish_encoded(&views);
                 last_publish = Instant::now();
                 unpublished = false;
+                for done in held.drain(..) {
+                    let _ = done.send(());
+                }
+            } else if unpublished && (urgent || last_publish.elapsed() >= PUBLISH_GAP) {
+                self.publish(&views);
+                last_publish = Instant::now();
+                // Held syncs still need the loop to wake for their encode.
+                unpublished = !held.is_empty();
             }
             self.stats
                 .busy_ns
@@ -444,9 +463,15 @@ impl Aggregator {
         let _ = views.send(next);
     }
 
+    /// Whether the trainer text may be encoded again (PUBLISH_GAP since the last encode).
+    fn encode_due(&self) -> bool {
+        self.last_encode.is_none_or(|t| t.elapsed() >= PUBLISH_GAP)
+    }
+
     fn next_view(&mut self, encode: bool) -> Arc<View> {
         let s = &self.store;
         let trainer_text = if encode && self.trainers_dirty {
+            self.last_encode = Some(Instant::now());
             self.trainers_dirty = false;
             Arc::from((self.encode)(s))
         } else {

@@ -134,20 +134,18 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
     let mut clock = 0.0;
     let mut buf = Vec::new();
     let mut accepted = 0u64;
+    // Lines of the file, recorder lines and blank ones included: what an editor shows.
+    let mut file_line = 0u64;
     loop {
         buf.clear();
         let n = (&mut reader)
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut buf)
-            .map_err(|e| {
-                unreadable(format!(
-                    "read failed after line {}: {e}",
-                    conn.line_number()
-                ))
-            })?;
+            .map_err(|e| unreadable(format!("read failed after line {file_line}: {e}")))?;
         if n == 0 {
             break;
         }
+        file_line += 1;
         if !buf.ends_with(b"\n") && buf.len() <= MAX_LINE {
             // The last line has no newline: the writer stopped in the middle of it.
             report.truncated = Some("the trace ends mid-line".into());
@@ -183,10 +181,9 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
             } => {
                 report.bad_line_count += 1;
                 if report.bad_lines.len() < BAD_KEPT {
-                    let n = conn.line_number();
                     report
                         .bad_lines
-                        .push(format!("line {n}: {}", reply_message(&reply)));
+                        .push(format!("line {file_line}: {}", reply_message(&reply)));
                 }
             }
             Outcome::Reply { .. } => {

@@ -5,6 +5,7 @@
 //! aggregator when it publishes a view; a scrape joins the two texts from the latest view and
 //! encodes only the daemon's own counters.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -31,6 +32,9 @@ pub use health::AlertStats;
 /// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
 /// Kubernetes is what it was before they existed.
 /// `container_name` (the kubelet's name for the container) is on `gpumon_process_info` only.
+/// Collections are deflated ahead of the scrape while a gzip scrape came within this many
+/// seconds (Prometheus scrapes every 15-60 s); otherwise nobody would read the result.
+const GZIP_AHEAD_FOR: f64 = 300.0;
 const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod", "container_name"];
 
 /// Builds one metric family; label names are given once, values per series.
@@ -351,6 +355,9 @@ pub struct Exporter {
     aggregator: Option<Handle>,
     alerts: Option<Arc<AlertStats>>,
     gzip: Mutex<Option<(u64, Arc<GzPrefix>)>>,
+    /// When a scrape last asked for gzip (unix seconds): collections are compressed ahead only
+    /// while someone scrapes that way.
+    gzip_asked: std::sync::atomic::AtomicU64,
 }
 
 impl Exporter {
@@ -375,6 +382,7 @@ impl Exporter {
             aggregator: None,
             alerts: None,
             gzip: Mutex::new(None),
+            gzip_asked: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -418,6 +426,8 @@ impl Exporter {
 
     /// `render()`'s text as one gzip member; the NVML part is compressed once per collection.
     pub fn render_gzip(&self) -> std::io::Result<Vec<u8>> {
+        self.gzip_asked
+            .store(crate::core::model::now() as u64, Ordering::Relaxed);
         let view = self.views.borrow().clone();
         let prefix = self.gpu_gzip(&view)?;
         prefix.with_tail(self.live_text(&view).as_bytes())
@@ -450,6 +460,10 @@ impl Exporter {
         let mut views = self.views.clone();
         while views.changed().await.is_ok() {
             let view = views.borrow_and_update().clone();
+            let asked = self.gzip_asked.load(Ordering::Relaxed) as f64;
+            if crate::core::model::now() - asked > GZIP_AHEAD_FOR {
+                continue;
+            }
             let done = {
                 let cached = self.gzip.lock().unwrap_or_else(|p| p.into_inner());
                 cached.as_ref().is_some_and(|(c, _)| *c == view.collection)
@@ -472,7 +486,10 @@ impl Exporter {
             }
         }
         let gz = Arc::new(GzPrefix::new(view.gpu_text.as_bytes())?);
-        *cache = Some((view.collection, gz.clone()));
+        // A newer collection's prefix, made meanwhile by a scrape, is not replaced by an older.
+        if cache.as_ref().is_none_or(|(c, _)| *c < view.collection) {
+            *cache = Some((view.collection, gz.clone()));
+        }
         Ok(gz)
     }
 }

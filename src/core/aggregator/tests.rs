@@ -189,3 +189,30 @@ fn after_sync_the_published_view_has_every_change_sent_before_it() {
         assert_eq!(&*h.view().trainer_text, n.to_string().as_str());
     }
 }
+
+static ENCODES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn counted_text(s: &Store) -> String {
+    ENCODES.fetch_add(1, Ordering::Relaxed);
+    s.sessions.timestamps_clamped.to_string()
+}
+
+#[test]
+fn scrapes_in_a_tight_loop_cost_at_most_one_encode_per_publish_gap() {
+    let (h, _t) = spawn(store(), counted_text, None).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let before = ENCODES.load(Ordering::Relaxed);
+    for n in 1..=300u64 {
+        h.update_blocking(Source::Other, move |s| s.sessions.timestamps_clamped = n)
+            .unwrap();
+        rt.block_on(h.sync());
+        // Held or not, a sync returns only once the view has what came before it.
+        assert_eq!(&*h.view().trainer_text, n.to_string().as_str());
+    }
+    let encodes = ENCODES.load(Ordering::Relaxed) - before;
+    let gaps = (started.elapsed().as_secs_f64() / PUBLISH_GAP.as_secs_f64()).ceil() as usize;
+    assert!(encodes <= gaps + 1, "{encodes} encodes in {gaps} gaps");
+}

@@ -44,7 +44,7 @@ fn store() -> Store {
 }
 
 #[test]
-fn process_churn_keeps_memory_bounded() {
+fn process_churn_keeps_only_the_gpus_series_and_the_latest_processes() {
     let mut s = store();
     // 10,000 collections, each with 50 fresh pids: only the live ones may remain.
     for round in 0..10_000u32 {
@@ -86,7 +86,7 @@ fn ended_processes_and_gpus_disappear_at_next_collection() {
 }
 
 #[test]
-fn not_available_memory_is_a_missing_value_not_zero() {
+fn not_available_memory_stays_missing_in_the_stored_reading() {
     let mut s = store();
     s.apply(
         NodeReading {

@@ -158,3 +158,40 @@ fn two_live_sessions_with_one_label_set_export_the_newest_once() {
         "{text}"
     );
 }
+
+#[test]
+fn each_collection_is_deflated_ahead_once_a_gzip_scrape_came() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let view = |collection: u64| {
+        Arc::new(View {
+            collection,
+            gpu_text: Arc::from(format!("# collection {collection}\n")),
+            ..View::default()
+        })
+    };
+    let (tx, rx) = watch::channel(view(1));
+    let exporter = Arc::new(Exporter::new(rx, Arc::default()).unwrap());
+    let cached = |e: &Exporter| e.gzip.lock().unwrap().as_ref().map(|(c, _)| *c);
+    rt.block_on(async {
+        let task = tokio::spawn(exporter.clone().compress_each_collection());
+        // No gzip scrape yet: nothing is compressed ahead.
+        tx.send(view(2)).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(cached(&exporter), None);
+        exporter.render_gzip().unwrap();
+        assert_eq!(cached(&exporter), Some(2));
+        // From then on each new collection is deflated as it arrives, before any scrape.
+        tx.send(view(3)).unwrap();
+        for _ in 0..100 {
+            if cached(&exporter) == Some(3) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(cached(&exporter), Some(3));
+        task.abort();
+    });
+}
