@@ -171,25 +171,6 @@ fn stop_applies_what_is_queued_and_then_ends_whoever_holds_a_handle() {
     assert!(!h.offer_collection(collection(9.0)));
 }
 
-fn clamped_text(s: &Store) -> String {
-    s.sessions.timestamps_clamped.to_string()
-}
-
-#[test]
-fn after_sync_the_published_view_has_every_change_sent_before_it() {
-    let (h, _t) = spawn(store(), clamped_text, None).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    for n in 1..=20u64 {
-        h.update_blocking(Source::Other, move |s| s.sessions.timestamps_clamped = n)
-            .unwrap();
-        rt.block_on(h.sync());
-        // No wait beyond that: sync published what came before it.
-        assert_eq!(&*h.view().trainer_text, n.to_string().as_str());
-    }
-}
-
 static ENCODES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn counted_text(s: &Store) -> String {
