@@ -323,7 +323,7 @@ impl Aggregator {
                 match tokio::time::timeout(left, rx.recv()).await {
                     Ok(Some(i)) => Some(i),
                     Ok(None) => {
-                        self.publish(&views);
+                        self.publish(&views, false);
                         return;
                     }
                     Err(_) => None,
@@ -348,7 +348,7 @@ impl Aggregator {
                     if !(unpublished || self.trainers_dirty) {
                         let _ = done.send(());
                     } else if self.encode_due() {
-                        self.publish_encoded(&views);
+                        self.publish(&views, true);
                         last_publish = Instant::now();
                         unpublished = false;
                         let _ = done.send(());
@@ -369,14 +369,14 @@ impl Aggregator {
                 next = rx.try_recv().ok();
             }
             if !held.is_empty() && self.encode_due() {
-                self.publish_encoded(&views);
+                self.publish(&views, true);
                 last_publish = Instant::now();
                 unpublished = false;
                 for done in held.drain(..) {
                     let _ = done.send(());
                 }
             } else if unpublished && (urgent || last_publish.elapsed() >= PUBLISH_GAP) {
-                self.publish(&views);
+                self.publish(&views, false);
                 last_publish = Instant::now();
                 // Held syncs still need the loop to wake for their encode.
                 unpublished = !held.is_empty();
@@ -444,18 +444,10 @@ impl Aggregator {
         }
     }
 
-    /// Publishes a view; the trainer text is the last one encoded (only scrapes read it, and
-    /// they sync first, which encodes it: 64 busy trainers no longer cost 100 encodes a second).
-    fn publish(&mut self, views: &watch::Sender<Arc<View>>) {
-        self.send_view(views, false);
-    }
-
-    /// Publishes a view with the trainer text encoded now if anything changed.
-    fn publish_encoded(&mut self, views: &watch::Sender<Arc<View>>) {
-        self.send_view(views, true);
-    }
-
-    fn send_view(&mut self, views: &watch::Sender<Arc<View>>, encode: bool) {
+    /// Publishes a view. Without `encode` the trainer text is the last one encoded: only
+    /// scrapes read it, and they sync first, which encodes it (64 busy trainers would otherwise
+    /// cost 100 encodes a second).
+    fn publish(&mut self, views: &watch::Sender<Arc<View>>, encode: bool) {
         let next = self.next_view(encode);
         self.view = next.clone();
         self.stats.views.fetch_add(1, Ordering::Relaxed);

@@ -27,10 +27,11 @@ pub fn truncated_line(reason: &str, ts: f64) -> Vec<u8> {
 
 /// The recorder's note of the GPU the daemon resolved the session's `gpu_uuid` to (its NVML
 /// index; for a MIG instance, its parent's), so offline reports name the GPU live ones did.
+/// No newline: it joins the hello in the header every part of a trace begins with.
 pub fn gpu_line(gpu: u32, uuid: &str, ts: f64) -> Vec<u8> {
     // `type` first, as in every other line; the UUID came from a client, so it is escaped.
     let uuid = serde_json::Value::from(uuid);
-    format!("{{\"type\":\"trace_gpu\",\"gpu\":\"{gpu}\",\"gpu_uuid\":{uuid},\"ts\":{ts:.3}}}\n")
+    format!("{{\"type\":\"trace_gpu\",\"gpu\":\"{gpu}\",\"gpu_uuid\":{uuid},\"ts\":{ts:.3}}}")
         .into_bytes()
 }
 

@@ -234,7 +234,7 @@ fn a_two_line_header_begins_every_part_and_the_thread_counts_its_time() {
     let s = stats();
     let rec = Recorder::with_stats(dir.path(), 200, 10_000, s).unwrap();
     let gpu = crate::core::trace::gpu_line(0, "MIG-1", 1.0);
-    let header = [HELLO, b"\n", gpu.strip_suffix(b"\n").unwrap()].concat();
+    let header = [HELLO, b"\n", &gpu].concat();
     let mut t = rec.start("s-1", None, None, 1763700000.5, &header);
     for i in 0..10 {
         t.write(format!(r#"{{"type":"sample","step":{i}}}"#).as_bytes(), 0);

@@ -54,8 +54,7 @@ fn trace_header(raw: &[u8], h: &Hello, sessions: &Sessions, now: Timestamp) -> V
         .and_then(|(u, d)| d.gpu_index_of(u));
     if let (Some(uuid), Some(gpu)) = (uuid, gpu) {
         header.push(b'\n');
-        let line = crate::core::trace::gpu_line(gpu, uuid, now);
-        header.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(&line));
+        header.extend_from_slice(&crate::core::trace::gpu_line(gpu, uuid, now));
     }
     header
 }
