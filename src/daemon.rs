@@ -108,6 +108,7 @@ pub async fn run(
     };
     let stopper = agg;
     let compress = tokio::spawn(state.exporter.clone().compress_each_collection());
+    let trim = tokio::spawn(crate::malloc::give_back_free_pages());
     tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
     let result = crate::outputs::http::serve(
         listener,
@@ -120,6 +121,7 @@ pub async fn run(
     .await;
     // No scrape is left to serve: its Arc<Exporter> (with an aggregator handle) goes now.
     compress.abort();
+    trim.abort();
     // The HTTP server stops only on shutdown, so the ingest task is stopping too.
     if let Some(t) = ingest_task {
         t.await?;

@@ -73,7 +73,7 @@ impl Snapshot {
                         reading: g.clone(),
                         history: match store.gpu_series(&g.identity.uuid) {
                             Some(s) if history_seconds > 0.0 => {
-                                s.since(now - history_seconds).copied().collect()
+                                s.since(now - history_seconds).collect()
                             }
                             _ => Vec::new(),
                         },
@@ -260,7 +260,6 @@ impl SessionView {
                 namespace: p.info.namespace.clone(),
             });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
-        let skip = s.series.len().saturating_sub(SESSION_POINTS);
         Self {
             session: s.id.clone(),
             pid: s.peer.pid,
@@ -292,7 +291,7 @@ impl SessionView {
             ooms_total: s.ooms.total,
             ended: s.ended,
             events: s.events.iter().cloned().collect(),
-            series: s.series.iter().skip(skip).collect(),
+            series: s.series.newest(SESSION_POINTS).collect(),
             attribution: s.attribution.clone(),
         }
     }

@@ -2,7 +2,8 @@
 //! Everything is keyed by what is alive in the latest collection, so processes that end are
 //! dropped at the next collection and memory stays bounded however many pids come and go.
 
-pub mod ring;
+pub mod chunks;
+pub mod series;
 pub mod session_series;
 pub mod sessions;
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::core::model::{GpuState, NodeReading, Timestamp};
-pub use ring::{Point, Series};
+pub use series::{Point, Series};
 
 /// How much history to keep. Sizes are in points, one point per collection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +88,7 @@ pub struct Store {
     latest: Option<Arc<NodeReading>>,
     /// The latest collection's NVML families as exposition text.
     gpu_text: Arc<str>,
-    gpu_series: HashMap<String, Series<GpuPoint>>,
+    gpu_series: HashMap<String, Series>,
 }
 
 impl Store {
@@ -156,7 +157,7 @@ impl Store {
         &self.gpu_text
     }
 
-    pub fn gpu_series(&self, uuid: &str) -> Option<&Series<GpuPoint>> {
+    pub fn gpu_series(&self, uuid: &str) -> Option<&Series> {
         self.gpu_series.get(uuid)
     }
 

@@ -23,6 +23,11 @@ const MAX_LINES: usize = 256;
 /// Longest line over the rate limit still parsed to see whether it is exempt: hello, bye and
 /// oom lines are far shorter, and a flood of long lines then costs no parsing.
 const MAX_EXEMPT_LINE: usize = 4096;
+/// A batch of at most this many lines is small: a trainer keeping up sends one or two a read.
+const SMALL: usize = 4;
+/// After this many small batches in a row the vectors a burst grew (the hour of history a
+/// trainer resends at connect fills them to 256 lines, about 50 KiB) are given back.
+const SMALL_RUN: u32 = 16;
 
 // Nearly every item is a Msg and the Vec is reused across batches: boxing the big variant would
 // only add an allocation per line.
@@ -54,6 +59,8 @@ pub struct Batch {
     client_dropped: u64,
     /// The connection ends after this batch (EOF).
     pub closing: bool,
+    /// Small batches in a row, up to `SMALL_RUN`.
+    small: u32,
 }
 
 /// Lines the rate limit never drops: a session's start and end (a bye dropped would turn a clean
@@ -124,6 +131,7 @@ impl Batch {
     ) {
         let ts = now();
         let mut touched = false;
+        self.note_size();
         for item in self.items.drain(..) {
             let outcome = match item {
                 Item::Msg(msg, raw, seq) => {
@@ -162,6 +170,21 @@ impl Batch {
             self.request = conn.request(sessions, ts);
         }
         self.ack = conn.ack_due(ts);
+    }
+
+    /// Counts small batches, and after a run of them shrinks what a burst grew, so 64 quiet
+    /// trainers do not each hold the vectors their history once needed.
+    fn note_size(&mut self) {
+        if self.items.len() > SMALL {
+            self.small = 0;
+            return;
+        }
+        self.small += 1;
+        if self.small == SMALL_RUN {
+            self.items.shrink_to(SMALL);
+            self.outcomes.shrink_to(SMALL);
+            self.raw.shrink_to(SMALL * 1024);
+        }
     }
 
     /// Whether a line of the batch changes the sessions (else it needs no aggregator).

@@ -18,8 +18,12 @@ pub enum Frame<'a> {
     Eof { partial: usize },
 }
 
-/// Read size while lines are short: a few dozen sample lines per read.
+/// Read size while lines come in bursts: a few dozen sample lines per read.
 const CHUNK: usize = 16 * 1024;
+/// Read size while a trainer keeps up (a line or two a read): what 64 quiet connections hold.
+const QUIET: usize = 4 * 1024;
+/// Reads that did not fill the buffer, in a row, before it goes back to `QUIET`.
+const QUIET_RUN: u32 = 16;
 
 pub struct LineReader<R> {
     inner: R,
@@ -37,6 +41,8 @@ pub struct LineReader<R> {
     eof_reported: bool,
     /// The last read filled the buffer: the socket likely holds more.
     full_read: bool,
+    /// Reads in a row that did not fill the buffer, up to `QUIET_RUN`.
+    quiet: u32,
     /// Where the last `Frame::Line` lies in `buf`.
     last_line: Range<usize>,
 }
@@ -46,7 +52,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         Self {
             inner,
             max,
-            buf: vec![0; CHUNK.min(max + 1)],
+            buf: vec![0; QUIET.min(max + 1)],
             start: 0,
             end: 0,
             scanned: 0,
@@ -54,6 +60,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             eof: false,
             eof_reported: false,
             full_read: false,
+            quiet: 0,
             last_line: 0..0,
         }
     }
@@ -147,10 +154,21 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
         self.start = 0;
         self.scanned = self.end;
-        if self.end == 0 && self.buf.len() > CHUNK {
-            // A long line has gone; give its memory back.
-            self.buf.truncate(CHUNK);
+        let size = if self.quiet >= QUIET_RUN {
+            QUIET
+        } else if self.full_read {
+            // A burst: read in big pieces while it lasts.
+            CHUNK
+        } else {
+            self.buf.len().min(CHUNK)
+        }
+        .min(self.max + 1);
+        if self.end == 0 && self.buf.len() > size {
+            // A long line or a burst has gone; give its memory back.
+            self.buf.truncate(size);
             self.buf.shrink_to_fit();
+        } else if self.buf.len() < size {
+            self.buf.resize(size, 0);
         }
         if self.end == self.buf.len() {
             // A line longer than the buffer but within the cap (plus its newline).
@@ -162,6 +180,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             self.eof = true;
         }
         self.full_read = self.end + n == self.buf.len();
+        self.quiet = if self.full_read {
+            0
+        } else {
+            (self.quiet + 1).min(QUIET_RUN)
+        };
         self.end += n;
         Ok(())
     }
@@ -295,5 +318,37 @@ mod tests {
         drop(w);
         assert_eq!(reader.next().await.unwrap(), Frame::Line(b"half"));
         assert_eq!(reader.next().await.unwrap(), Frame::Eof { partial: 0 });
+    }
+
+    /// A burst (the history a trainer sends at connect) reads in 16 KiB pieces; a trainer that
+    /// then keeps up is read with 4 KiB again, and every line comes through either way.
+    #[tokio::test]
+    async fn the_read_buffer_grows_for_a_burst_and_shrinks_once_quiet() {
+        let (mut w, r) = tokio::io::duplex(1 << 20);
+        let mut reader = LineReader::new(r, 64 * 1024);
+        assert_eq!(reader.buf.len(), QUIET);
+        let line = format!("{}\n", "s".repeat(500));
+        w.write_all(line.repeat(200).as_bytes()).await.unwrap();
+        let mut lines = 0;
+        while lines < 200 {
+            reader.fill().await.unwrap();
+            while let Some(Frame::Line(l)) = reader.next_buffered() {
+                assert_eq!(l.len(), 500);
+                lines += 1;
+            }
+        }
+        assert_eq!(reader.buf.len(), CHUNK);
+        for k in 0..QUIET_RUN + 1 {
+            w.write_all(line.as_bytes()).await.unwrap();
+            assert_eq!(
+                reader.next().await.unwrap(),
+                Frame::Line(&line.as_bytes()[..500])
+            );
+            // The burst's own last read may have been short: one quiet read already.
+            if k + 2 < QUIET_RUN {
+                assert_eq!(reader.buf.len(), CHUNK, "after {k} quiet reads");
+            }
+        }
+        assert_eq!(reader.buf.len(), QUIET);
     }
 }

@@ -306,3 +306,34 @@ async fn an_oom_event_over_the_limit_still_lands() {
     assert_eq!(got.sessions[0].events, ["oom", "crash"]);
     assert_eq!(rejected(&got, Code::RateLimited), 2);
 }
+
+/// The hour of history a trainer sends at connect grows a batch to 256 lines; a trainer then
+/// sending a line a second keeps that memory only for a run of small batches.
+#[test]
+fn a_quiet_connection_gives_back_what_a_burst_grew() {
+    let mut b = Batch::default();
+    let burst = |b: &mut Batch| {
+        b.items.extend((0..MAX_LINES).map(|_| Item::Limited));
+        b.raw.extend_from_slice(&[b'x'; 150_000]);
+        b.note_size();
+        b.items.clear();
+        b.raw.clear();
+    };
+    let quiet = |b: &mut Batch| {
+        b.items.push(Item::Limited);
+        b.note_size();
+        b.items.clear();
+    };
+    burst(&mut b);
+    for _ in 0..SMALL_RUN - 1 {
+        quiet(&mut b);
+    }
+    // Not yet: a busy connection with the odd small read keeps its vectors.
+    assert!(b.items.capacity() >= MAX_LINES && b.raw.capacity() >= 150_000);
+    burst(&mut b);
+    for _ in 0..SMALL_RUN {
+        quiet(&mut b);
+    }
+    assert!(b.items.capacity() <= 2 * SMALL, "{}", b.items.capacity());
+    assert!(b.raw.capacity() <= SMALL * 1024, "{}", b.raw.capacity());
+}
