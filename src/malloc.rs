@@ -15,19 +15,30 @@ pub fn return_large_buffers() {
     }
 }
 
-/// How often free pages inside the heap are handed back.
+/// How often a due trim is done.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Set when a lot of memory was freed below the top of the heap.
+static TRIM_DUE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says that memory a burst needed was freed (a connection's buffers after its history came
+/// in), so the next trim is worth doing.
+pub fn burst_freed() {
+    TRIM_DUE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// glibc gives memory back to the system only from the top of each arena. What is freed below
-/// it (the buffers a connection's burst grew, history chunks that aged out, a scrape's text)
-/// stays resident, reused or not, until `malloc_trim`, which returns every whole free page.
-/// Called every 10 s: it walks the free lists of each arena, which takes well under a
-/// millisecond at the daemon's size, and between calls RSS is what the heap needed lately.
+/// it (the buffers 64 trainers' history bursts grew) stays resident until `malloc_trim`, which
+/// returns every whole free page. Done only after a burst, at most every 10 s: trimming the
+/// steady churn of polls and scrapes as well made RSS swing by up to 1 MiB as it grew back.
 pub async fn give_back_free_pages() {
     let mut every = tokio::time::interval(TRIM_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
+        if !TRIM_DUE.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            continue;
+        }
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: malloc_trim takes each arena's lock itself; it is safe from any thread.
         unsafe {

@@ -184,6 +184,7 @@ impl Batch {
             self.items.shrink_to(SMALL);
             self.outcomes.shrink_to(SMALL);
             self.raw.shrink_to(SMALL * 1024);
+            crate::malloc::burst_freed();
         }
     }
 
