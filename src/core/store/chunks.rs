@@ -130,10 +130,6 @@ impl<C: Codec> Chunks<C> {
         self.len == 0
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// Bytes held by the points, allocated ahead included.
     pub fn allocated_bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Chunk<C>>()

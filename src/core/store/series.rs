@@ -100,10 +100,6 @@ impl Series {
         self.0.is_empty()
     }
 
-    pub fn capacity(&self) -> usize {
-        self.0.capacity()
-    }
-
     /// Bytes held by the points, allocated ahead included.
     pub fn allocated_bytes(&self) -> usize {
         self.0.allocated_bytes()

@@ -119,10 +119,6 @@ impl SessionSeries {
         self.0.is_empty()
     }
 
-    pub fn capacity(&self) -> usize {
-        self.0.capacity()
-    }
-
     pub fn allocated_bytes(&self) -> usize {
         self.0.allocated_bytes()
     }
