@@ -74,7 +74,7 @@ impl Detector for NearLimit {
         } else {
             self.retries.forget(at);
         }
-        let recent: u64 = self.retries.values().sum();
+        let recent = self.retries.total();
         let st = &obs.sample.stats;
         let used = st.allocated_peak.max(st.allocated);
         let headroom = match (obs.limit(), used) {
@@ -85,7 +85,7 @@ impl Detector for NearLimit {
             let margin = i64::try_from(self.margin(obs)).unwrap_or(i64::MAX);
             self.tight.push(at, h < margin);
         }
-        let tight_count = self.tight.values().filter(|t| **t).count();
+        let tight_count = self.tight.total() as usize;
         let tight = tight_count >= TIGHT_MIN && 2 * tight_count >= self.tight.len();
         Some(Signal {
             active: recent >= RETRIES || tight,

@@ -18,25 +18,37 @@ pub struct Recent<T> {
     /// And the last `keep` entries stay whatever their age, so sparse samples still form a window.
     keep: usize,
     items: VecDeque<(Pos, T)>,
+    /// The entries' values added up, kept as they come and go: a window can hold 512 entries,
+    /// and summing them per sample was most of what a sample cost the detectors.
+    total: u64,
 }
 
-impl<T> Recent<T> {
+impl<T: Copy + Into<u64>> Recent<T> {
     pub fn new(steps: u64, secs: f64, keep: usize) -> Self {
         Self {
             steps,
             secs,
             keep,
             items: VecDeque::new(),
+            total: 0,
         }
     }
 
     /// Adds an entry at `at` and forgets those that fell out of the window.
     pub fn push(&mut self, at: Pos, v: T) {
         if self.items.len() == MAX_ENTRIES {
-            self.items.pop_front();
+            self.pop();
         }
         self.items.push_back((at, v));
+        // Wrapping both ways, so the total is exact whenever the true sum fits.
+        self.total = self.total.wrapping_add(v.into());
         self.forget(at);
+    }
+
+    fn pop(&mut self) {
+        if let Some((_, v)) = self.items.pop_front() {
+            self.total = self.total.wrapping_sub(v.into());
+        }
     }
 
     /// Forgets entries that are out of the window as seen from `now`.
@@ -46,14 +58,20 @@ impl<T> Recent<T> {
                 break;
             };
             if first.reached(&now, self.steps, self.secs) {
-                self.items.pop_front();
+                self.pop();
             } else {
                 break;
             }
         }
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &T> {
+    /// The values in the window added up (for `bool`, how many are true).
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    #[cfg(test)]
+    fn values(&self) -> impl Iterator<Item = &T> {
         self.items.iter().map(|(_, v)| v)
     }
 
@@ -108,13 +126,13 @@ mod tests {
     #[test]
     fn an_entry_stays_while_within_the_steps_or_the_seconds() {
         let mut w = Recent::new(100, 60.0, 0);
-        w.push(at(0, 0.0), 1);
+        w.push(at(0, 0.0), 1u64);
         // 150 steps later but only 30 s: still within the time bound.
         w.push(at(150, 30.0), 2);
         assert_eq!(w.len(), 2);
         // 50 steps but 90 s on from the first: within the step bound.
         let mut slow = Recent::new(100, 60.0, 0);
-        slow.push(at(0, 0.0), 1);
+        slow.push(at(0, 0.0), 1u64);
         slow.push(at(50, 90.0), 2);
         assert_eq!(slow.len(), 2);
         // Past both: gone.
@@ -139,7 +157,7 @@ mod tests {
                 step: None,
                 ts: 0.0,
             },
-            1,
+            1u64,
         );
         w.push(at(1, 30.0), 2);
         assert_eq!(w.len(), 2);
@@ -150,9 +168,33 @@ mod tests {
     #[test]
     fn a_step_count_that_starts_over_ages_by_time() {
         let mut w = Recent::new(100, 60.0, 0);
-        w.push(at(5_000, 0.0), 1);
+        w.push(at(5_000, 0.0), 1u64);
         w.push(at(3, 61.0), 2);
         assert_eq!(w.values().copied().collect::<Vec<_>>(), [2]);
+    }
+
+    /// The running total is the sum of what the window holds, through entries aging out, the
+    /// entry cap, and `forget` without a push.
+    #[test]
+    fn the_total_is_what_the_window_holds() {
+        let mut w = Recent::new(20, 10.0, 3);
+        let mut flags = Recent::new(20, 10.0, 0);
+        for i in 0..2_000u64 {
+            // Bursts of many samples at one step and time, then a jump: every way out is taken.
+            let (step, ts) = if i % 700 < 600 {
+                (i / 100, 1.0)
+            } else {
+                (i, i as f64)
+            };
+            w.push(at(step, ts), i % 7);
+            flags.push(at(step, ts), i % 3 == 0);
+            assert_eq!(w.total(), w.values().sum::<u64>(), "at {i}");
+            let trues = flags.values().filter(|f| **f).count() as u64;
+            assert_eq!(flags.total(), trues, "at {i}");
+            assert!(w.len() <= MAX_ENTRIES);
+        }
+        flags.forget(at(1_000_000, 1e9));
+        assert_eq!((flags.total(), flags.len()), (0, 0));
     }
 
     #[test]
