@@ -37,27 +37,17 @@ struct Clock {
 }
 
 #[derive(Debug, Clone)]
-struct Chunk<C: Codec> {
+struct Chunk {
     len: u16,
     bytes: Vec<u8>,
-    /// Where the next point appends; only the newest chunk is appended to.
-    end: (Clock, C::State),
-}
-
-impl<C: Codec> Chunk<C> {
-    fn push(&mut self, ms: i64, v: &C::Value) {
-        let (clock, state) = &mut self.end;
-        let gap = ms.wrapping_sub(clock.ms);
-        put(&mut self.bytes, zigzag(gap.wrapping_sub(clock.gap)));
-        *clock = Clock { ms, gap };
-        C::encode(state, v, &mut self.bytes);
-        self.len += 1;
-    }
 }
 
 #[derive(Debug, Clone)]
 pub struct Chunks<C: Codec> {
-    chunks: VecDeque<Chunk<C>>,
+    chunks: VecDeque<Chunk>,
+    /// Where the next point appends: only the newest chunk is appended to, and a new one starts
+    /// from the default.
+    end: (Clock, C::State),
     /// Points of the oldest chunk that have been dropped.
     skip: usize,
     len: usize,
@@ -69,6 +59,7 @@ impl<C: Codec> Chunks<C> {
     pub fn new(capacity: usize) -> Self {
         Self {
             chunks: VecDeque::new(),
+            end: Default::default(),
             skip: 0,
             len: 0,
             capacity: capacity.max(1),
@@ -104,11 +95,16 @@ impl<C: Codec> Chunks<C> {
             self.chunks.push_back(Chunk {
                 len: 0,
                 bytes: Vec::with_capacity(size),
-                end: Default::default(),
             });
+            self.end = Default::default();
         }
         if let Some(c) = self.chunks.back_mut() {
-            c.push(ms, &v);
+            let (clock, state) = &mut self.end;
+            let gap = ms.wrapping_sub(clock.ms);
+            put(&mut c.bytes, zigzag(gap.wrapping_sub(clock.gap)));
+            *clock = Clock { ms, gap };
+            C::encode(state, &v, &mut c.bytes);
+            c.len += 1;
         }
         self.len += 1;
         self.last = Some((ms, v));
@@ -132,7 +128,7 @@ impl<C: Codec> Chunks<C> {
 
     /// Bytes held by the points, allocated ahead included.
     pub fn allocated_bytes(&self) -> usize {
-        self.chunks.capacity() * std::mem::size_of::<Chunk<C>>()
+        self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self
                 .chunks
                 .iter()
@@ -169,7 +165,7 @@ impl<C: Codec> Chunks<C> {
 }
 
 pub struct Iter<'a, C: Codec> {
-    chunks: &'a VecDeque<Chunk<C>>,
+    chunks: &'a VecDeque<Chunk>,
     next_chunk: usize,
     /// The chunk being decoded, where in it, and the state after the point before.
     bytes: &'a [u8],

@@ -10,7 +10,7 @@
 //! to 2^50, times within an hour) is 4 + 1 + 10 + 3 x 8 = 39 bytes.
 
 use super::chunks::varint::{get, get_change, put, put_change, unzigzag, zigzag};
-use super::chunks::{millis, seconds, Chunks, Codec, Iter};
+use super::chunks::{millis, seconds, Chunks, Codec};
 use super::series::Point;
 use crate::core::model::Timestamp;
 use crate::core::trainer::SessionPoint;
@@ -133,12 +133,10 @@ impl SessionSeries {
     }
 
     /// The newest `n` points, oldest first.
-    pub fn newest(&self, n: usize) -> std::iter::Map<Iter<'_, SessionCodec>, Decoded> {
+    pub fn newest(&self, n: usize) -> impl ExactSizeIterator<Item = Point<SessionPoint>> + '_ {
         self.0.newest(n).map(point)
     }
 }
-
-type Decoded = fn((i64, SessionPoint)) -> Point<SessionPoint>;
 
 fn point((ms, p): (i64, SessionPoint)) -> Point<SessionPoint> {
     Point {

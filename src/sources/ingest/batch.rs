@@ -179,8 +179,11 @@ impl Batch {
             self.small = 0;
             return;
         }
-        self.small += 1;
         if self.small == SMALL_RUN {
+            return;
+        }
+        self.small += 1;
+        if self.small == SMALL_RUN && self.raw.capacity() > SMALL * 1024 {
             self.items.shrink_to(SMALL);
             self.outcomes.shrink_to(SMALL);
             self.raw.shrink_to(SMALL * 1024);
