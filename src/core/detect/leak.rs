@@ -40,7 +40,7 @@
 
 use std::collections::VecDeque;
 
-use super::stats::{lower_envelope_slope, mann_kendall, median, theil_sen};
+use super::stats::{lower_envelope_slope, median, theil_sen, RunningMk};
 use super::{Detector, Evidence, Kind, Obs, Signal};
 
 /// Samples in a level-0 segment, at most...
@@ -124,6 +124,8 @@ struct Level {
     cur: Option<Seg>,
     parts: u32,
     done: VecDeque<Seg>,
+    /// Mann–Kendall over `done`'s minima, kept as segments come and go.
+    trend: RunningMk,
     streak: u32,
     last: Option<Verdict>,
 }
@@ -211,11 +213,14 @@ impl Leak {
         };
         lvl.parts = 0;
         if lvl.done.len() == KEEP {
-            lvl.done.pop_front();
+            if let Some(old) = lvl.done.pop_front() {
+                lvl.trend.remove(lvl.done.iter().map(|s| s.min), old.min);
+            }
         }
+        lvl.trend.add(lvl.done.iter().map(|s| s.min), done.min);
         lvl.done.push_back(done);
         let material = self.material();
-        let verdict = judge(&self.levels[j].done, material);
+        let verdict = judge(&self.levels[j].done, self.levels[j].trend, material);
         let lvl = &mut self.levels[j];
         match verdict {
             Some(v) => {
@@ -340,16 +345,16 @@ fn envelope_slope(done: &VecDeque<Seg>) -> Option<f64> {
 }
 
 /// Judges one level's window; `Some` when it shows a material, sustained rise.
-fn judge(done: &VecDeque<Seg>, material: f64) -> Option<Verdict> {
+fn judge(done: &VecDeque<Seg>, trend: RunningMk, material: f64) -> Option<Verdict> {
     let n = done.len();
     if n < MIN_WINDOW {
         return None;
     }
-    let y: Vec<f64> = done.iter().map(|s| s.min).collect();
-    let (_, p) = mann_kendall(&y);
+    let p = trend.p(n);
     if p > P_MAX {
         return None;
     }
+    let y: Vec<f64> = done.iter().map(|s| s.min).collect();
     let k = n / 3;
     let third = |r: std::ops::Range<usize>| median(&mut y[r].to_vec());
     let (a, b, c) = (third(0..k)?, third(k..n - k)?, third(n - k..n)?);
