@@ -6,13 +6,15 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::core::detect::attribution::Attribution;
 use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 
 mod attribution;
+mod stats;
+
+use stats::RawStats;
 
 /// The protocol version this daemon speaks.
 pub const VERSION: u64 = 1;
@@ -179,73 +181,6 @@ struct Raw<'a> {
     error: Option<Cow<'a, str>>,
 }
 
-/// `stats` with the known keys picked out; a known key with a bad value is remembered so the
-/// error can name it.
-#[derive(Default)]
-struct RawStats {
-    stats: Stats,
-    bad: Option<String>,
-}
-
-impl<'de> Deserialize<'de> for RawStats {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(StatsVisitor)
-    }
-}
-
-struct StatsVisitor;
-
-impl<'de> Visitor<'de> for StatsVisitor {
-    type Value = RawStats;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object of torch.cuda.memory_stats() keys")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawStats, A::Error> {
-        let mut out = RawStats::default();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let s = &mut out.stats;
-            let slot = match key.as_ref() {
-                "allocated_bytes.all.current" => &mut s.allocated,
-                "allocated_bytes.all.peak" => &mut s.allocated_peak,
-                "reserved_bytes.all.current" => &mut s.reserved,
-                "active_bytes.all.current" => &mut s.active,
-                "inactive_split_bytes.all.current" => &mut s.inactive_split,
-                "requested_bytes.all.current" => &mut s.requested,
-                "num_alloc_retries" => &mut s.alloc_retries,
-                "num_ooms" => &mut s.ooms,
-                "num_sync_all_streams" => &mut s.sync_all_streams,
-                "num_device_alloc" => &mut s.device_alloc,
-                "num_device_free" => &mut s.device_free,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            match map.next_value::<serde_json::Value>()? {
-                serde_json::Value::Number(n) => match n.as_u64().filter(|v| *v <= MAX_BYTES) {
-                    Some(v) => *slot = Some(v),
-                    None => {
-                        out.bad
-                            .get_or_insert_with(|| format!("stats[{key:?}] = {n}"));
-                    }
-                },
-                serde_json::Value::Null => {}
-                other => {
-                    out.bad.get_or_insert_with(|| {
-                        format!(
-                            "stats[{key:?}] = {}",
-                            shorten(&other.to_string(), MAX_QUOTE)
-                        )
-                    });
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// Parses one line (without its newline).
 pub fn parse(line: &[u8]) -> Result<Message, Rejection> {
     parse_numbered(line).map(|(m, _)| m)
@@ -390,7 +325,7 @@ fn sample(r: Raw) -> Result<Sample, Rejection> {
     Ok(Sample {
         ts: ts("ts", required("sample", "ts", r.ts)?)?,
         step: r.step,
-        phase: label("phase", r.phase)?.map_or(Phase::Train, |p| Phase::parse(&p)),
+        phase: word("phase", r.phase.as_deref())?.map_or(Phase::Train, Phase::parse),
         stats,
         device_free: bytes("device_free", r.device_free)?,
         device_total: bytes("device_total", r.device_total)?,
@@ -412,7 +347,7 @@ fn event(r: Raw) -> Result<Event, Rejection> {
         alloc_bytes: bytes("alloc_bytes", r.alloc_bytes)?,
         device_free: bytes("device_free", r.device_free)?,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
-        phase: label("phase", r.phase)?.map(|p| Phase::parse(&p)),
+        phase: word("phase", r.phase.as_deref())?.map(Phase::parse),
         detail: text("detail", r.detail)?,
         path: text("path", r.path)?,
         dropped: r.dropped,
@@ -470,14 +405,26 @@ fn text(field: &str, v: Option<Cow<str>>) -> Result<Option<String>, Rejection> {
     bounded(field, v, MAX_TEXT)
 }
 
+/// A label read in place, for what is parsed into a kind (every sample has a phase: no copy).
+fn word<'s>(field: &str, v: Option<&'s str>) -> Result<Option<&'s str>, Rejection> {
+    match v {
+        Some(s) if s.len() > MAX_LABEL => Err(too_long(field, s, MAX_LABEL)),
+        other => Ok(other),
+    }
+}
+
 fn bounded(field: &str, v: Option<Cow<str>>, max: usize) -> Result<Option<String>, Rejection> {
     match v {
-        Some(s) if s.len() > max => Err(Rejection::new(
-            Code::BadField,
-            format!("{field} is {} bytes long; keep it under {max}", s.len()),
-        )),
+        Some(s) if s.len() > max => Err(too_long(field, &s, max)),
         other => Ok(other.map(Cow::into_owned)),
     }
+}
+
+fn too_long(field: &str, s: &str, max: usize) -> Rejection {
+    Rejection::new(
+        Code::BadField,
+        format!("{field} is {} bytes long; keep it under {max}", s.len()),
+    )
 }
 
 /// Text quoting a client-supplied value, cut to at most `max` bytes: its start and its end

@@ -562,3 +562,31 @@ fn seq_is_read_from_every_line_but_hello() {
     assert_eq!(bad.code, Code::BadField);
     assert!(bad.message.contains("-1"), "{}", bad.message);
 }
+
+/// Keys are matched without copying them, but a key written with escapes is still the same key;
+/// null is "not reported"; a count past 2^50 and a nested value are named, as any bad value is.
+#[test]
+fn stats_keys_match_however_written_and_odd_values_are_named() {
+    let line = r#"{"type":"sample","ts":1763700000,"stats":{"allocated_bytes.all.curren\u0074":7,"num_ooms":null,"num_device_free":2}}"#;
+    let Message::Sample(s) = parse(line.as_bytes()).unwrap() else {
+        panic!("a sample")
+    };
+    assert_eq!(s.stats.allocated, Some(7));
+    assert_eq!(s.stats.ooms, None);
+    assert_eq!(s.stats.device_free, Some(2));
+    for (value, needle) in [
+        ("1125899906842625", "= 1125899906842625"),
+        (r#"{"a":1}"#, r#"= {"a":1}"#),
+        ("true", "= true"),
+    ] {
+        let line = format!(r#"{{"type":"sample","ts":1763700000,"stats":{{"num_ooms":{value}}}}}"#);
+        let err = parse(line.as_bytes()).unwrap_err();
+        assert_eq!(err.code, Code::BadField, "{value}");
+        assert!(
+            err.message
+                .contains(&format!("stats[\"num_ooms\"] {needle}")),
+            "{}",
+            err.message
+        );
+    }
+}
