@@ -66,6 +66,9 @@ pub struct Args {
     /// Fail when the daemon's RSS (with the history loaded, and after the run) is higher.
     #[arg(long, value_name = "MB")]
     max_rss_mb: Option<f64>,
+    /// Fail when the daemon used more CPU than this over the measured seconds, in cores.
+    #[arg(long, value_name = "CORES")]
+    max_cpu_cores: Option<f64>,
 }
 
 fn main() -> ExitCode {

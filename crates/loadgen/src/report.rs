@@ -107,6 +107,12 @@ impl Report {
                 out.push(format!("daemon RSS {:.1} MB > {max} MB", rss as f64 / 1e6));
             }
         }
+        if let Some(max) = a.max_cpu_cores.filter(|max| self.daemon_cpu > *max) {
+            out.push(format!(
+                "daemon CPU {:.2} cores > {max} cores",
+                self.daemon_cpu
+            ));
+        }
         if self.rejected > 0.0 || !self.closed.is_empty() {
             out.push(format!(
                 "the daemon rejected {} lines and closed {} connections",
@@ -188,5 +194,34 @@ impl fmt::Display for Report {
             writeln!(f, "closed:      {c}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// Each target is checked only when asked for, and a run over it fails naming the figure.
+    #[test]
+    fn targets_fail_only_when_asked_for_and_exceeded() {
+        let args = |extra: &[&str]| {
+            let base = ["gpumon-loadgen", "--socket", "/s", "--api", "http://a"];
+            Args::parse_from(base.iter().chain(extra))
+        };
+        let mut r = Report::new(&args(&[]), 1);
+        r.daemon_cpu = 0.62;
+        r.history_rss = Some(21_000_000);
+        assert!(r.failures(&args(&[])).is_empty());
+        assert_eq!(
+            r.failures(&args(&["--max-cpu-cores", "0.5"])),
+            ["daemon CPU 0.62 cores > 0.5 cores"]
+        );
+        assert!(r.failures(&args(&["--max-cpu-cores", "0.7"])).is_empty());
+        assert_eq!(
+            r.failures(&args(&["--max-rss-mb", "20"])),
+            ["daemon RSS 21.0 MB > 20 MB"]
+        );
     }
 }

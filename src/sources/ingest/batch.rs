@@ -23,11 +23,14 @@ const MAX_LINES: usize = 256;
 /// Longest line over the rate limit still parsed to see whether it is exempt: hello, bye and
 /// oom lines are far shorter, and a flood of long lines then costs no parsing.
 const MAX_EXEMPT_LINE: usize = 4096;
-/// A batch of at most this many lines is small: a trainer keeping up sends one or two a read.
+/// Lines the vectors keep room for at least: a trainer keeping up sends one or two a read.
 const SMALL: usize = 4;
-/// After this many small batches in a row the vectors a burst grew (the hour of history a
-/// trainer resends at connect fills them to 256 lines, about 50 KiB) are given back.
-const SMALL_RUN: u32 = 16;
+/// Batches per look at the room the vectors hold against what those batches needed.
+const RUN: u32 = 16;
+/// Room over this many times the largest batch of a run is given back: what a burst grew (the
+/// hour of history a trainer resends at connect fills them to 256 lines) is not kept by a
+/// connection that sends a line a second, nor by one that sends 16 a read.
+const SLACK: usize = 4;
 
 // Nearly every item is a Msg and the Vec is reused across batches: boxing the big variant would
 // only add an allocation per line.
@@ -46,8 +49,9 @@ enum Item {
 pub struct Batch {
     items: Vec<Item>,
     /// The parsed lines' bytes (a recorded session writes them as received), copied out of the
-    /// reader so the batch can travel to the aggregator.
+    /// reader so the batch can travel to the aggregator; only when `keep_raw`.
     raw: Vec<u8>,
+    keep_raw: bool,
     outcomes: Vec<Outcome>,
     /// A request for the trainer that came due with this batch, sent after its replies.
     request: Option<Vec<u8>>,
@@ -59,8 +63,10 @@ pub struct Batch {
     client_dropped: u64,
     /// The connection ends after this batch (EOF).
     pub closing: bool,
-    /// Small batches in a row, up to `SMALL_RUN`.
-    small: u32,
+    /// Batches in the current run, and the most lines and raw bytes one of them held.
+    run: u32,
+    run_lines: usize,
+    run_bytes: usize,
 }
 
 /// Lines the rate limit never drops: a session's start and end (a bye dropped would turn a clean
@@ -74,6 +80,13 @@ fn exempt(msg: &Message) -> bool {
 }
 
 impl Batch {
+    /// Keeps each parsed line's bytes for the aggregator (the connection's session is recorded);
+    /// otherwise they are not copied at all.
+    pub fn keeping_raw(mut self, keep: bool) -> Self {
+        self.keep_raw = keep;
+        self
+    }
+
     /// Takes the frames `reader` has buffered, in order. `admit` is asked once per frame (the
     /// rate limit); a frame it refuses is dropped unless `exempt`.
     pub fn take<R: AsyncRead + Unpin>(
@@ -106,7 +119,9 @@ impl Batch {
                         match protocol::parse_numbered(line) {
                             Ok((msg, seq)) if admitted || exempt(&msg) => {
                                 let start = self.raw.len();
-                                self.raw.extend_from_slice(line);
+                                if self.keep_raw {
+                                    self.raw.extend_from_slice(line);
+                                }
                                 Item::Msg(msg, start..self.raw.len(), seq)
                             }
                             Ok(_) => Item::Limited,
@@ -172,21 +187,22 @@ impl Batch {
         self.ack = conn.ack_due(ts);
     }
 
-    /// Counts small batches, and after a run of them shrinks what a burst grew, so 64 quiet
-    /// trainers do not each hold the vectors their history once needed.
+    /// Notes the batch's size, and at the end of each run of `RUN` batches gives back the room
+    /// that run did not need, so 64 trainers past their burst do not each hold what it grew.
     fn note_size(&mut self) {
-        if self.items.len() > SMALL {
-            self.small = 0;
+        self.run_lines = self.run_lines.max(self.items.len());
+        self.run_bytes = self.run_bytes.max(self.raw.len());
+        self.run += 1;
+        if self.run < RUN {
             return;
         }
-        if self.small == SMALL_RUN {
-            return;
-        }
-        self.small += 1;
-        if self.small == SMALL_RUN && self.raw.capacity() > SMALL * 1024 {
-            self.items.shrink_to(SMALL);
-            self.outcomes.shrink_to(SMALL);
-            self.raw.shrink_to(SMALL * 1024);
+        let lines = std::mem::take(&mut self.run_lines).max(SMALL);
+        let bytes = std::mem::take(&mut self.run_bytes).max(SMALL * 1024);
+        self.run = 0;
+        if self.items.capacity() > SLACK * lines || self.raw.capacity() > SLACK * bytes {
+            self.items.shrink_to(lines);
+            self.outcomes.shrink_to(lines);
+            self.raw.shrink_to(bytes);
             crate::malloc::burst_freed();
         }
     }

@@ -114,6 +114,11 @@ impl Conn {
         self
     }
 
+    /// Whether this connection's session is recorded (its lines' bytes are needed).
+    pub fn records(&self) -> bool {
+        self.recorder.is_some()
+    }
+
     pub fn line_number(&self) -> u64 {
         self.line
     }

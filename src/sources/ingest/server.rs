@@ -263,7 +263,7 @@ async fn handle(
     let (read, write) = stream.into_split();
     let mut reader = LineReader::new(read, MAX_LINE);
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
-    let mut batch = Batch::default();
+    let mut batch = Batch::default().keeping_raw(conn.records());
     let send = |line: &[u8]| {
         // Never wait on the client: a full socket buffer means the reply is dropped.
         if !matches!(write.try_write(line), Ok(n) if n == line.len()) {

@@ -308,32 +308,55 @@ async fn an_oom_event_over_the_limit_still_lands() {
 }
 
 /// The hour of history a trainer sends at connect grows a batch to 256 lines; a trainer then
-/// sending a line a second keeps that memory only for a run of small batches.
+/// sending a line a second, or 16 lines a read, keeps that memory only until a run of batches
+/// has shown it needs far less.
 #[test]
-fn a_quiet_connection_gives_back_what_a_burst_grew() {
+fn a_connection_past_its_burst_gives_back_what_it_grew() {
     let mut b = Batch::default();
-    let burst = |b: &mut Batch| {
-        b.items.extend((0..MAX_LINES).map(|_| Item::Limited));
-        b.raw.extend_from_slice(&[b'x'; 150_000]);
+    let batch = |b: &mut Batch, lines: usize, bytes: usize| {
+        b.items.extend((0..lines).map(|_| Item::Limited));
+        b.raw.extend(std::iter::repeat_n(b'x', bytes));
         b.note_size();
         b.items.clear();
         b.raw.clear();
     };
-    let quiet = |b: &mut Batch| {
-        b.items.push(Item::Limited);
-        b.note_size();
-        b.items.clear();
-    };
+    let burst = |b: &mut Batch| batch(b, MAX_LINES, 150_000);
     burst(&mut b);
-    for _ in 0..SMALL_RUN - 1 {
-        quiet(&mut b);
+    for _ in 0..RUN - 1 {
+        batch(&mut b, 1, 300);
     }
-    // Not yet: a busy connection with the odd small read keeps its vectors.
+    // Not yet: the run held the burst, and a connection with bursts in every run keeps them.
     assert!(b.items.capacity() >= MAX_LINES && b.raw.capacity() >= 150_000);
-    burst(&mut b);
-    for _ in 0..SMALL_RUN {
-        quiet(&mut b);
+    for _ in 0..RUN {
+        batch(&mut b, 1, 300);
     }
     assert!(b.items.capacity() <= 2 * SMALL, "{}", b.items.capacity());
     assert!(b.raw.capacity() <= SMALL * 1024, "{}", b.raw.capacity());
+    // A busy trainer: 16 lines a read keep room for 16, not for the burst.
+    burst(&mut b);
+    for _ in 0..2 * RUN {
+        batch(&mut b, 16, 8_000);
+    }
+    assert!(
+        (16..=32).contains(&b.items.capacity()),
+        "{}",
+        b.items.capacity()
+    );
+    assert!(b.raw.capacity() <= 16_000, "{}", b.raw.capacity());
+}
+
+/// Without a recorder the lines' bytes are not copied: what is parsed is all the batch keeps.
+#[tokio::test]
+async fn lines_are_copied_only_for_a_recorded_session() {
+    let input = [HELLO.as_bytes(), sample(1).as_bytes()].concat();
+    for keep in [false, true] {
+        let (_, mut reader) = setup(input.clone());
+        let mut b = Batch::default().keeping_raw(keep);
+        while b.items.len() < 2 {
+            reader.fill().await.unwrap();
+            b.take(&mut reader, || true);
+        }
+        let expected = if keep { input.len() - 2 } else { 0 };
+        assert_eq!(b.raw.len(), expected);
+    }
 }
