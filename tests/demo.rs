@@ -226,6 +226,33 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
         "{a}"
     );
 
+    // Ctrl-C on the demo's terminal reaches every trainer too: one stopped so says bye, and its
+    // session ends clean, not as a crash.
+    let healthy = sessions
+        .iter()
+        .find(|x| x["job"] == "demo-healthy")
+        .and_then(|x| x["pid"].as_u64())
+        .unwrap();
+    // SAFETY: kill(2) on the demo's own child, alive (checked above).
+    unsafe {
+        libc::kill(healthy as i32, libc::SIGINT);
+    }
+    // `until` counts from the demo's start: the leak above may take up to 120 s.
+    let s = demo.until(135, "the healthy trainer's session ended", |s| {
+        s["sessions"].as_array().is_some_and(|v| {
+            v.iter()
+                .any(|x| x["job"] == "demo-healthy" && !x["ended"].is_null())
+        })
+    });
+    let ended = s["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["job"] == "demo-healthy")
+        .unwrap();
+    assert_eq!(ended["ended"][1], "clean", "{}", ended["ended"]);
+    assert!(!findings(&s, "crash").any(|f| f["job"] == "demo-healthy"));
+
     demo.stop(&pids);
 }
 

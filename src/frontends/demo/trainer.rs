@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
@@ -15,9 +16,16 @@ use super::attribution::{self, Mark, Request, Window};
 use super::oom;
 use super::profile::{device_free, Profile, STEPS_PER_SECOND, TOTAL};
 
+/// Set by SIGTERM, SIGINT, SIGHUP or SIGQUIT: the demo stopping, Ctrl-C on its terminal (which
+/// reaches the whole process group, the daemon included), or the parent's death signal.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// How long a stopping trainer may take to say bye before it just exits.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
 pub fn run(profile: Profile, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::Result<()> {
     // The demo's children must not outlive it, even when it is killed.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+    stop_on_signals();
     loop {
         let mut s = connect(socket);
         let hello = json!({
@@ -41,8 +49,51 @@ pub fn run(profile: Profile, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::
     }
 }
 
+/// A trainer stopped on purpose ends its session with `bye`, as the real client does at exit,
+/// so stopping the demo does not read as three crashes. Signals are taken on a thread of their
+/// own (blocked everywhere else, before any thread starts); the loop says bye at its next turn.
+fn stop_on_signals() {
+    let Ok(set) = crate::frontends::tui::terminal::block_signals() else {
+        return;
+    };
+    let spawned = std::thread::Builder::new()
+        .name("demo-trainer-signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` holds the blocked signals and `sig` is a valid out-pointer.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                sig = libc::SIGTERM;
+            }
+            STOP.store(true, Ordering::SeqCst);
+            // A trainer stuck in a write never gets to its bye: it goes anyway.
+            std::thread::sleep(STOP_GRACE);
+            std::process::exit(128 + sig);
+        });
+    if spawned.is_err() {
+        // Nobody would take the signals: let them stop the process as they normally do.
+        // SAFETY: pthread_sigmask only reads the set.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Exits if a stop signal came, with a `bye` first when there is a connection to say it on.
+fn stop_if_asked(s: Option<&mut UnixStream>) {
+    if !STOP.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some(s) = s {
+        let bye = json!({"type": "bye", "ts": crate::core::model::now()});
+        let _ = writeln!(s, "{bye}");
+        let _ = s.flush();
+    }
+    std::process::exit(0);
+}
+
 fn connect(socket: &Path) -> UnixStream {
     loop {
+        stop_if_asked(None);
         if let Ok(s) = UnixStream::connect(socket) {
             return s;
         }
@@ -83,6 +134,7 @@ fn pump(
     let mut last_ts = 0.0f64;
     let mut window: Option<Window> = None;
     loop {
+        stop_if_asked(Some(s));
         let t = crate::core::model::now() - t0;
         if let Some(end) = end.filter(|e| t >= *e) {
             // The leak ran the GPU out of memory: the OOM, the open window cut short, and the
