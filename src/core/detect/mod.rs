@@ -4,6 +4,7 @@
 
 pub mod attribution;
 pub mod crash;
+pub mod explanation;
 pub mod findings;
 pub mod fragmentation;
 pub mod leak;
@@ -126,6 +127,12 @@ pub struct Evidence {
     pub step: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// oom: what the trainer read in its allocator at the OOM (pattern, lines, live sites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Box<explanation::Explanation>>,
+    /// oom: samples arrived after the OOM, so the trainer caught it and went on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survived: Option<bool>,
 }
 
 /// A detector's verdict after one observation.
