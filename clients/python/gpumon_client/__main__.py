@@ -1,9 +1,11 @@
 """python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F] (SCRIPT | -m MODULE) [ARGS...]
 python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]
+python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]
 
 `run` runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run
 it. `diff` names the lines that allocated the live memory that grew between two
-torch.cuda.memory snapshots (snapdiff.py).
+torch.cuda.memory snapshots (snapdiff.py). `explain` says why a CUDA OOM happened (pressure,
+fragmentation or leak), the line that asked and what held the memory (explain.py).
 """
 
 import os
@@ -15,6 +17,7 @@ USAGE = (
     "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
     " (SCRIPT | -m MODULE) [ARGS...]\n"
     "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]\n"
+    "       python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]\n"
     "  --every N      at least N training steps between samples (default 1)\n"
     "  --max-rate R   at most R samples per second; 0: no limit (default 10)\n"
     "  --budget F     share of step time the client may spend; 0: no limit (default 0.005)\n"
@@ -59,6 +62,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from . import snapdiff
 
         return snapdiff.main(args[1:])
+    if args and args[0] == "explain":
+        from . import explain
+
+        return explain.main(args[1:])
     try:
         opts = _parse(args)
     except ValueError as exc:

@@ -174,13 +174,22 @@ class Client:
         device_free: Optional[int] = None,
         device: Optional[int] = None,
         limit: Optional[int] = None,
+        explanation: Optional[Dict[str, Any]] = None,
     ) -> None:
-        """An `oom` event. `limit`: what the allocator was allowed (its cap, or the device total)."""
+        """An `oom` event. `limit`: what the allocator was allowed (its cap, or the device total);
+        `explanation`: oomreport.at_oom's, when the observer made one."""
         where = "" if device is None else " on device %d" % device
         detail = "CUDA out of memory%s. Tried to allocate %s" % (where, _human(alloc_bytes))
         if limit is not None:
             detail += " (%s allowed)" % _human(limit)
-        self.event("oom", alloc_bytes=int(alloc_bytes), device_free=device_free, alloc_limit=limit, detail=detail)
+        self.event(
+            "oom",
+            alloc_bytes=int(alloc_bytes),
+            device_free=device_free,
+            alloc_limit=limit,
+            detail=detail,
+            explanation=explanation,
+        )
 
     def close(self, timeout: float = 0.5) -> None:
         """Sends bye, waiting at most `timeout` seconds for queued lines to go out."""

@@ -11,7 +11,7 @@ import threading
 from time import perf_counter
 from typing import Any, Iterable, Optional, Set, Union
 
-from . import _env, dynamo, protocol
+from . import _env, dynamo, oomreport, protocol
 from .cadence import Cadence
 from .client import Client
 from .snapsource import SnapshotSource
@@ -38,6 +38,8 @@ class Attachment:
         self._hook_handle: Any = None
         self._torch: Any = None
         self._oom_pending = False
+        # Whether the OOM observer reads the allocator (a snapshot) to explain the OOM.
+        self.explain_ooms = True
 
     @property
     def active(self) -> bool:
@@ -225,8 +227,16 @@ def _oom_observer(device: int, alloc: int, limit: int, device_free: int) -> None
     state = _state
     if state is None or state.client is None:
         return
+    explanation = None
     try:
-        state.client.oom(alloc, device_free=int(device_free), device=int(device), limit=int(limit))
+        if state.explain_ooms:
+            explanation = oomreport.at_oom(int(device), int(alloc), int(limit))
+    except Exception:
+        pass  # the event goes without it
+    try:
+        state.client.oom(
+            alloc, device_free=int(device_free), device=int(device), limit=int(limit), explanation=explanation
+        )
     except Exception:
         pass
 

@@ -54,8 +54,9 @@ def _mib(n: int) -> str:
     return "%.1f MiB" % (n / (1 << 20))
 
 
-def loads(data: bytes, name: str = "<bytes>", *, max_bytes: int = MAX_FILE_BYTES) -> Dict[str, Any]:
-    """The snapshot pickled in `data`, checked (see `validate`); raises SnapshotError."""
+def loads(data: bytes, name: str = "<bytes>", *, max_bytes: int = MAX_FILE_BYTES, check: bool = True) -> Any:
+    """The snapshot pickled in `data`, checked (see `validate`) unless `check` is False (then any
+    plain data is returned); raises SnapshotError."""
     if len(data) > max_bytes:
         raise SnapshotError(name, "%s, more than the %s a snapshot may have here" % (_mib(len(data)), _mib(max_bytes)))
     if not data:
@@ -77,11 +78,12 @@ def loads(data: bytes, name: str = "<bytes>", *, max_bytes: int = MAX_FILE_BYTES
         raise SnapshotError(name, "out of memory while unpickling") from None
     except Exception as exc:  # a malformed stream raises many kinds (ValueError, KeyError, ...)
         raise SnapshotError(name, "not a readable pickle (%s: %s)" % (type(exc).__name__, exc)) from None
-    validate(obj, name)
+    if check:
+        validate(obj, name)
     return obj
 
 
-def load(path: str, *, max_bytes: int = MAX_FILE_BYTES) -> Dict[str, Any]:
+def load(path: str, *, max_bytes: int = MAX_FILE_BYTES, check: bool = True) -> Any:
     """The snapshot in the file at `path`, read with the plain-data unpickler; raises SnapshotError."""
     name = str(path)
     try:
@@ -92,7 +94,7 @@ def load(path: str, *, max_bytes: int = MAX_FILE_BYTES) -> Dict[str, Any]:
             data = _read_at_most(f, max_bytes + 1)
     except OSError as exc:
         raise SnapshotError(name, "cannot read: %s" % (exc.strerror or exc)) from None
-    return loads(data, name, max_bytes=max_bytes)
+    return loads(data, name, max_bytes=max_bytes, check=check)
 
 
 def _read_at_most(f: Any, limit: int) -> bytes:
