@@ -132,6 +132,7 @@ class _State:
         self.anonymous_live = 0  # live bytes in blocks without an address (malformed), counted
         self.free: List[Tuple[int, int]] = []  # (addr, size) of inactive blocks
         self.reserved = 0
+        self.segments = 0
         self.pending = 0  # active_pending_free: neither live nor yet free to reuse
 
 
@@ -141,6 +142,7 @@ def _segments(snapshot: Dict[str, Any], device: Optional[int]) -> _State:
         if device is not None and seg.get("device", device) != device:
             continue
         blocks = seg.get("blocks", [])
+        st.segments += 1
         total = _int(seg.get("total_size"))
         st.reserved += total if total is not None else sum(b["size"] for b in blocks)
         addr = _int(seg.get("address"))
@@ -366,13 +368,13 @@ def explain(snapshot: Any, *, request_bytes: Optional[int] = None, limit_bytes: 
     else:
         device_free = None
     context, ex.reasons = ex.reasons, []
-    _classify(ex, ranked, step_word, device_free)
+    _classify(ex, ranked, step_word, device_free, st.segments)
     ex.reasons += context  # the verdict's own reason first
     return _done(ex)
 
 
 def _classify(ex: Explanation, ranked: List[Tuple[Frame, _SiteTally]], step_word: str,
-              device_free: Optional[int]) -> None:
+              device_free: Optional[int], segments: int) -> None:
     req = ex.request_bytes
     live = ex.allocated_bytes or 0
     limit = ex.limit_bytes
@@ -411,6 +413,10 @@ def _classify(ex: Explanation, ranked: List[Tuple[Frame, _SiteTally]], step_word
             share, fmt_bytes(t.bytes), where, span, asked, " under the %s allowed" % _cap(limit) if limit else "")
         if largest < req <= free:
             ex.reasons.append("the cache was also fragmented: %s free, but no block of %s" % (fmt_bytes(free), fmt_bytes(req)))
+        return
+    if not segments:
+        ex.reasons.append("the snapshot holds no memory segments for this device, so what held the memory is unknown")
+        ex.remedies += REMEDIES["unknown"]
         return
     headroom = max(0, limit - (ex.reserved_bytes or 0)) if limit is not None else 0
     if free + headroom >= req > largest:

@@ -313,3 +313,11 @@ def test_parse_bytes(text, value):
 def test_cli_names_a_bad_limit():
     r = run_cli(pickle_path("pressure"), "--limit", "lots")
     assert r.returncode == 2 and "'lots' is not a byte count" in r.stderr
+
+
+def test_an_empty_snapshot_is_unknown_unless_the_request_alone_exceeds_the_limit():
+    # What torch.cuda.memory._snapshot() returns where CUDA never initialised.
+    empty = {"segments": [], "device_traces": [], "allocator_settings": {}, "external_annotations": []}
+    e = explain(empty, request_bytes=GIB, limit_bytes=4 * GIB)
+    assert e.pattern == "unknown" and "no memory segments" in e.reasons[0]
+    assert explain(empty, request_bytes=8 * GIB, limit_bytes=4 * GIB).pattern == "pressure"
