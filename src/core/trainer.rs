@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::detect::explanation::Explanation;
 use crate::core::model::Timestamp;
 
 pub use kinds::{EventKind, Phase};
@@ -120,6 +121,9 @@ pub struct Event {
     /// Lines the client dropped before this one because the daemon could not take them
     /// (unreachable, or reading too slowly); the reference client says so on a `mark`.
     pub dropped: Option<u64>,
+    /// On `oom`: what the trainer read in its allocator (pattern, lines, live sites). Boxed:
+    /// most events carry none, and it is large.
+    pub explanation: Option<Box<Explanation>>,
 }
 
 /// Who is on the other end, from SO_PEERCRED (the kernel), never from the payload.

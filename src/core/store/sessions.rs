@@ -478,6 +478,7 @@ mod tests {
                         detail: Some("x".into()),
                         path: None,
                         dropped: None,
+                        explanation: None,
                     },
                 );
             }
@@ -553,6 +554,7 @@ mod tests {
             detail: None,
             path: None,
             dropped: None,
+            explanation: None,
         };
         // An oom event without it is recorded with the session's; one with it updates it.
         s.event(key, oom(None));
@@ -579,6 +581,7 @@ mod tests {
             detail: None,
             path: None,
             dropped: None,
+            explanation: None,
         }
     }
 

@@ -327,6 +327,7 @@ impl Conn {
                 detail: Some(detail),
                 path: None,
                 dropped: None,
+                explanation: None,
             };
             sessions.event(key, e);
             sessions.close(key, Ending::Clean, now);

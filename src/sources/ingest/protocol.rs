@@ -12,6 +12,7 @@ use crate::core::detect::attribution::Attribution;
 use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 
 mod attribution;
+mod explanation;
 mod stats;
 
 use stats::RawStats;
@@ -179,6 +180,8 @@ struct Raw<'a> {
     sites: Option<serde_json::Value>,
     #[serde(borrow)]
     error: Option<Cow<'a, str>>,
+    /// event (oom): what the trainer's allocator showed at the OOM, checked field by field.
+    explanation: Option<serde_json::Value>,
 }
 
 /// Parses one line (without its newline).
@@ -334,16 +337,30 @@ fn sample(r: Raw) -> Result<Sample, Rejection> {
 }
 
 fn event(r: Raw) -> Result<Event, Rejection> {
+    let kind = label("kind", r.kind)?
+        .ok_or_else(|| {
+            Rejection::new(
+                Code::BadField,
+                "event needs \"kind\" (oom, phase, mark, snapshot)",
+            )
+        })
+        .map(|k| EventKind::parse(&k))?;
+    let explanation = match r.explanation {
+        None | Some(serde_json::Value::Null) => None,
+        Some(_) if kind != EventKind::Oom => {
+            return Err(Rejection::new(
+                Code::BadField,
+                format!(
+                    "explanation on a {} event; only an oom event carries one",
+                    shorten(&format!("{:?}", kind.as_str()), MAX_QUOTE)
+                ),
+            ))
+        }
+        Some(v) => Some(explanation::explanation(v)?),
+    };
     Ok(Event {
         ts: ts("ts", required("event", "ts", r.ts)?)?,
-        kind: label("kind", r.kind)?
-            .ok_or_else(|| {
-                Rejection::new(
-                    Code::BadField,
-                    "event needs \"kind\" (oom, phase, mark, snapshot)",
-                )
-            })
-            .map(|k| EventKind::parse(&k))?,
+        kind,
         alloc_bytes: bytes("alloc_bytes", r.alloc_bytes)?,
         device_free: bytes("device_free", r.device_free)?,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
@@ -351,6 +368,7 @@ fn event(r: Raw) -> Result<Event, Rejection> {
         detail: text("detail", r.detail)?,
         path: text("path", r.path)?,
         dropped: r.dropped,
+        explanation,
     })
 }
 

@@ -43,51 +43,53 @@ pub(super) fn attribution(r: Raw) -> Result<Attribution, Rejection> {
 }
 
 fn sites(v: Option<Value>) -> Result<Vec<Site>, Rejection> {
+    list_of(
+        "sites",
+        v,
+        MAX_SITES,
+        "a list of sites",
+        "(send the largest)",
+    )?
+    .into_iter()
+    .enumerate()
+    .map(|(i, s)| site(&format!("sites[{i}]"), s))
+    .collect()
+}
+
+/// A list field of at most `max` entries (absent or null: none); over the limit, or not a
+/// list, a `bad_field` naming `field` and the limit.
+pub(super) fn list_of(
+    field: &str,
+    v: Option<Value>,
+    max: usize,
+    what: &str,
+    advice: &str,
+) -> Result<Vec<Value>, Rejection> {
     let list = match v {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) => list,
-        Some(other) => return Err(not_a("sites", &other, "a list of sites")),
+        Some(other) => return Err(not_a(field, &other, what)),
     };
-    if list.len() > MAX_SITES {
+    if list.len() > max {
         return Err(Rejection::new(
             Code::BadField,
             format!(
-                "sites has {} entries; at most {MAX_SITES} are accepted (send the largest)",
+                "{field} has {} entries; at most {max} are accepted {advice}",
                 list.len()
             ),
         ));
     }
-    list.into_iter()
-        .enumerate()
-        .map(|(i, s)| site(&format!("sites[{i}]"), s))
-        .collect()
+    Ok(list)
 }
 
-fn site(at: &str, v: Value) -> Result<Site, Rejection> {
+pub(super) fn site(at: &str, v: Value) -> Result<Site, Rejection> {
     let mut m = object(at, v)?;
     let Frame {
         file,
         line,
         function,
     } = frame_fields(at, &mut m)?;
-    let stack = match m.remove("stack") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(frames)) if frames.len() > MAX_STACK => {
-            return Err(Rejection::new(
-                Code::BadField,
-                format!(
-                "{at}.stack has {} frames; at most {MAX_STACK} are accepted (keep the innermost)",
-                frames.len()
-            ),
-            ))
-        }
-        Some(Value::Array(frames)) => frames
-            .into_iter()
-            .enumerate()
-            .map(|(j, f)| frame(&format!("{at}.stack[{j}]"), f))
-            .collect::<Result<_, _>>()?,
-        Some(other) => return Err(not_a(&format!("{at}.stack"), &other, "a list of frames")),
-    };
+    let stack = stack(at, m.remove("stack"))?;
     Ok(Site {
         file,
         line,
@@ -99,12 +101,32 @@ fn site(at: &str, v: Value) -> Result<Site, Rejection> {
     })
 }
 
+/// `<at>.stack`: at most `MAX_STACK` frames, innermost first.
+pub(super) fn stack(at: &str, v: Option<Value>) -> Result<Vec<Frame>, Rejection> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(frames)) if frames.len() > MAX_STACK => Err(Rejection::new(
+            Code::BadField,
+            format!(
+                "{at}.stack has {} frames; at most {MAX_STACK} are accepted (keep the innermost)",
+                frames.len()
+            ),
+        )),
+        Some(Value::Array(frames)) => frames
+            .into_iter()
+            .enumerate()
+            .map(|(j, f)| frame(&format!("{at}.stack[{j}]"), f))
+            .collect(),
+        Some(other) => Err(not_a(&format!("{at}.stack"), &other, "a list of frames")),
+    }
+}
+
 fn frame(at: &str, v: Value) -> Result<Frame, Rejection> {
     frame_fields(at, &mut object(at, v)?)
 }
 
 /// `file` and `line` (required) and `function` (empty when absent) of a site or a frame.
-fn frame_fields(at: &str, m: &mut Map<String, Value>) -> Result<Frame, Rejection> {
+pub(super) fn frame_fields(at: &str, m: &mut Map<String, Value>) -> Result<Frame, Rejection> {
     let line = match m.remove("line") {
         None | Some(Value::Null) => return Err(missing(at, "line")),
         Some(v) => match v.as_u64().filter(|l| *l <= MAX_LINE_NO) {
@@ -125,14 +147,14 @@ fn frame_fields(at: &str, m: &mut Map<String, Value>) -> Result<Frame, Rejection
     })
 }
 
-fn object(at: &str, v: Value) -> Result<Map<String, Value>, Rejection> {
+pub(super) fn object(at: &str, v: Value) -> Result<Map<String, Value>, Rejection> {
     match v {
         Value::Object(m) => Ok(m),
         other => Err(not_a(at, &other, "an object")),
     }
 }
 
-fn string(at: &str, name: &str, v: Option<Value>) -> Result<Option<String>, Rejection> {
+pub(super) fn string(at: &str, name: &str, v: Option<Value>) -> Result<Option<String>, Rejection> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => bounded(&format!("{at}.{name}"), Some(Cow::Owned(s)), MAX_STR),

@@ -590,3 +590,5 @@ fn stats_keys_match_however_written_and_odd_values_are_named() {
         );
     }
 }
+
+mod explanation;
