@@ -137,3 +137,29 @@ def train_step(torch: Any, model: Any, opts: Sequence[Any], seed: int, set_to_no
     for opt in opts:
         opt.step()
     return loss
+
+
+def run_cuda_init_callbacks(torch: Any, start: int) -> None:
+    """Runs what torch.cuda._lazy_init runs right after CUDA initialises: the callbacks queued
+    since index `start`. (No GPU here, so CUDA never initialises by itself.)"""
+    for queued in list(torch.cuda._queued_calls[start:]):
+        queued[0]()
+
+
+def capture_oom_observers(torch: Any, monkeypatch: Any) -> "tuple[list, list]":
+    """The OOM observers the client hands torch, each also passed on to the real registration
+    (which raises without an NVIDIA driver; the client must cope): (handed, raised)."""
+    real = torch._C._cuda_attach_out_of_memory_observer
+    handed: list = []
+    raised: list = []
+
+    def spy(fn: Any) -> None:
+        handed.append(fn)
+        try:
+            real(fn)
+        except Exception as exc:
+            raised.append(exc)
+            raise
+
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", spy)
+    return handed, raised

@@ -20,27 +20,12 @@ pytestmark = pytest.mark.skipif(REAL_ATTACH is None, reason="this torch build ha
 
 
 def run_cuda_init_callbacks(start):
-    """Runs what torch.cuda._lazy_init runs right after CUDA initialises: the callbacks queued
-    since index `start`. (No GPU here, so CUDA never initialises by itself.)"""
-    for queued in list(torch.cuda._queued_calls[start:]):
-        queued[0]()
+    support.run_cuda_init_callbacks(torch, start)
 
 
 @pytest.fixture
 def registered(monkeypatch):
-    """The observers the client hands to torch; each is also passed on to the real function."""
-    handed, raised = [], []
-
-    def spy(fn):
-        handed.append(fn)
-        try:
-            REAL_ATTACH(fn)
-        except Exception as exc:  # torch raises without an NVIDIA driver; the client must cope
-            raised.append(exc)
-            raise
-
-    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", spy)
-    return handed, raised
+    return support.capture_oom_observers(torch, monkeypatch)
 
 
 def test_the_real_registration_does_not_raise_into_the_trainer(ingest, source, registered):
