@@ -2,6 +2,7 @@
 //! daemon's unknown kinds, states and severities read as `Unknown`), plus the few derived
 //! properties the screens sort and colour by.
 
+use crate::core::detect::explanation::{Explanation, Pattern};
 use crate::core::detect::findings::Severity;
 use crate::core::detect::{FindingState, Kind};
 use crate::core::model::Timestamp;
@@ -27,6 +28,13 @@ pub trait FindingView {
     fn sort_ts(&self) -> Timestamp;
     /// A short label for badges: "leak", "near", "frag", "oom", "crash".
     fn badge(&self) -> &'static str;
+    /// An OOM's explanation, when the trainer sent one.
+    fn explanation(&self) -> Option<&Explanation>;
+    /// The trainer caught this OOM and went on (samples came after it).
+    fn survived(&self) -> bool;
+    /// The kind as lists name it, with an explained OOM's pattern when it decided one:
+    /// "oom pressure", "oom frag", "oom leak"; at most 13 columns.
+    fn label(&self) -> String;
 }
 
 impl FindingView for Finding {
@@ -53,6 +61,28 @@ impl FindingView for Finding {
             Kind::Fragmentation => "frag",
             k => k.as_str(),
         }
+    }
+
+    fn explanation(&self) -> Option<&Explanation> {
+        (self.kind == Kind::Oom)
+            .then_some(self.evidence.explanation.as_deref())
+            .flatten()
+    }
+
+    fn survived(&self) -> bool {
+        self.kind == Kind::Oom && self.evidence.survived == Some(true)
+    }
+
+    fn label(&self) -> String {
+        // "frag" as the fragmentation finding's badge: "oom fragmentation" would not fit.
+        let pattern = match self.explanation().map(|e| e.pattern) {
+            Some(Pattern::Pressure) => "pressure",
+            Some(Pattern::Fragmentation) => "frag",
+            Some(Pattern::Leak) => "leak",
+            // Undecided: the explanation says why, the badge has no room to.
+            Some(Pattern::Unknown | Pattern::None) | None => return self.kind.as_str().into(),
+        };
+        format!("{} {pattern}", self.kind.as_str())
     }
 }
 
@@ -103,5 +133,38 @@ mod tests {
         assert_eq!(f.severity, Severity::Unknown);
         assert!(!f.firing() && !f.critical());
         assert_eq!(f.badge(), "unknown");
+        assert_eq!(f.label(), "unknown");
+    }
+
+    #[test]
+    fn an_explained_oom_names_its_pattern_and_whether_the_run_went_on() {
+        let oom = |explanation: serde_json::Value, survived: bool| -> Finding {
+            serde_json::from_value(json!({
+                "id":"s-4/oom","kind":"oom","state":"firing","severity":"warning",
+                "session":"s-4","pid":7,"first_ts":1.0,"updated_ts":2.0,"message":"m",
+                "evidence":{"alloc_bytes":1024,"explanation":explanation,"survived":survived}
+            }))
+            .unwrap()
+        };
+        for (pattern, label) in [
+            ("pressure", "oom pressure"),
+            ("fragmentation", "oom frag"),
+            ("leak", "oom leak"),
+            ("unknown", "oom"),
+            ("thrash", "oom"),
+        ] {
+            let f = oom(json!({"pattern": pattern}), false);
+            assert_eq!(f.label(), label, "{pattern}");
+            assert!(f.label().chars().count() <= 13);
+            assert!(f.explanation().is_some() && !f.survived());
+        }
+        let f = oom(json!(null), true);
+        assert!(f.explanation().is_none() && f.survived());
+        assert_eq!(f.label(), "oom");
+        // Only an OOM carries these: evidence on another kind is not read as one.
+        let mut leak = oom(json!({"pattern": "leak"}), true);
+        leak.kind = Kind::Leak;
+        assert!(leak.explanation().is_none() && !leak.survived());
+        assert_eq!(leak.label(), "leak");
     }
 }

@@ -4,8 +4,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod attribution;
+mod oom;
 
 pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
+pub use oom::{explained_fragmentation, explained_leak, survived_pressure};
 use serde_json::{json, Value};
 
 use crate::core::model::*;

@@ -10,6 +10,7 @@ use super::app::state::{Action, App, Screen};
 use super::fixtures;
 use super::ui;
 
+mod oom;
 mod sites;
 
 const SIZES: [(u16, u16); 2] = [(80, 24), (160, 48)];

@@ -126,11 +126,7 @@ fn status(app: &App, node: usize, f: &Finding, width: u16, t: Theme) -> Line<'st
             .map(|ts| format!("{} for {}", f.state.as_str(), duration(app.now - ts))),
     }
     .unwrap_or_else(|| f.state.as_str().to_string());
-    let head = format!(
-        " {mark} {:<13} {:<8} ",
-        f.kind.as_str(),
-        f.severity.as_str()
-    );
+    let head = format!(" {mark} {:<13} {:<8} ", f.label(), f.severity.as_str());
     let rest = format!("{when} · {}", who.join(" · "));
     let room = usize::from(width).saturating_sub(head.chars().count());
     Line::from(vec![
@@ -142,10 +138,23 @@ fn status(app: &App, node: usize, f: &Finding, width: u16, t: Theme) -> Line<'st
 fn detail(f: &mut Frame, area: Rect, app: &App, node: usize, fi: &Finding, t: Theme) {
     let mut lines = vec![status(app, node, fi, area.width, t)];
     lines.push(Line::from(fi.message.clone()));
-    if let Some(h) = &fi.hint {
+    if fi.survived() {
+        lines.push(Line::styled(
+            "survived: the run went on (samples came after the OOM)",
+            t.ok(),
+        ));
+    }
+    // An explained OOM's first remedy is for its pattern; the hint is for any OOM.
+    let remedy = fi.explanation().and_then(|e| e.remedies.first());
+    let tip = match (remedy, &fi.hint) {
+        (Some(r), _) => Some(("fix: ", r)),
+        (None, Some(h)) => Some(("hint: ", h)),
+        (None, None) => None,
+    };
+    if let Some((label, text)) = tip {
         lines.push(Line::from(vec![
-            Span::styled("hint: ", t.accent()),
-            Span::raw(h.clone()),
+            Span::styled(label, t.accent()),
+            Span::raw(text.clone()),
         ]));
     }
     if !fi.subject.session.is_empty() || fi.subject.pid != 0 {

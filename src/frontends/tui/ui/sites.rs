@@ -4,9 +4,9 @@
 
 use ratatui::text::{Line, Span};
 
-use super::fmt::ago;
+use super::fmt::{ago, plural, thousands};
 use super::theme::Theme;
-use crate::core::detect::attribution::Attribution;
+use crate::core::detect::attribution::{Attribution, Site};
 use crate::core::model::Timestamp;
 use crate::core::trainer::{EventKind, EventRecord};
 use crate::outputs::attribution_text as words;
@@ -47,43 +47,58 @@ pub fn lines(a: &Attribution, room: Room, t: Theme) -> Vec<Line<'static>> {
             t.dim(),
         ),
     ])];
-    let pad = " ".repeat(INDENT);
     for s in a.sites.iter().take(room.sites) {
-        let mut l = vec![
-            Span::styled(format!("{:>5}", words::percent(a.share(s))), t.warn()),
-            Span::raw(format!("  {:>9}  ", bytes(s.bytes))),
-            Span::styled(s.short(), t.accent()),
-        ];
-        if !s.function.is_empty() {
-            l.push(Span::raw(format!(" {}", s.function)));
-        }
-        if room.callers > 0 {
-            l.push(Span::styled(format!(" · {} blocks", s.blocks), t.dim()));
-        }
-        out.push(Line::from(l));
-        if room.callers == 0 {
-            continue;
-        }
-        for c in words::callers(s).iter().take(room.callers) {
-            out.push(Line::styled(
-                format!("{pad}← {}", words::frame_short(c)),
-                t.dim(),
-            ));
-        }
-        if let Some(n) = &s.note {
-            let w = usize::from(room.width).saturating_sub(INDENT).max(20);
-            for part in wrap(n, w) {
-                out.push(Line::from(vec![Span::raw(pad.clone()), Span::raw(part)]));
-            }
-        }
+        out.extend(site(s, a.share(s), room, t));
     }
     if a.sites.len() > room.sites {
-        out.push(Line::styled(
-            format!("{pad}… {} more sites", a.sites.len() - room.sites),
+        out.push(more(a.sites.len() - room.sites, t));
+    }
+    out
+}
+
+/// One site: its share, bytes, place and function (and blocks where callers fit), then who
+/// called it and the trainer's note when there is room. Shared with an OOM's live sites.
+pub fn site(s: &Site, share: f64, room: Room, t: Theme) -> Vec<Line<'static>> {
+    let mut l = vec![
+        Span::styled(format!("{:>5}", words::percent(share)), t.warn()),
+        Span::raw(format!("  {:>9}  ", bytes(s.bytes))),
+        Span::styled(s.short(), t.accent()),
+    ];
+    if !s.function.is_empty() {
+        l.push(Span::raw(format!(" {}", s.function)));
+    }
+    if room.callers > 0 {
+        l.push(Span::styled(
+            format!(" · {} blocks", thousands(s.blocks)),
             t.dim(),
         ));
     }
+    let mut out = vec![Line::from(l)];
+    if room.callers == 0 {
+        return out;
+    }
+    let pad = " ".repeat(INDENT);
+    for c in words::callers(s).iter().take(room.callers) {
+        out.push(Line::styled(
+            format!("{pad}← {}", words::frame_short(c)),
+            t.dim(),
+        ));
+    }
+    if let Some(n) = &s.note {
+        let w = usize::from(room.width).saturating_sub(INDENT).max(20);
+        for part in wrap(n, w) {
+            out.push(Line::from(vec![Span::raw(pad.clone()), Span::raw(part)]));
+        }
+    }
     out
+}
+
+/// "… 2 more sites", under the sites listed.
+pub fn more(n: usize, t: Theme) -> Line<'static> {
+    Line::styled(
+        format!("{}… {}", " ".repeat(INDENT), plural(n as u64, "more site")),
+        t.dim(),
+    )
 }
 
 /// "Asking the trainer…" while the session's latest attribution event is a request: the daemon
@@ -107,7 +122,7 @@ pub fn asking(events: &[EventRecord], now: Timestamp, t: Theme) -> Option<Line<'
 }
 
 /// Words of `text` in lines of at most `width` columns (a longer word gets a line of its own).
-fn wrap(text: &str, width: usize) -> Vec<String> {
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for w in text.split_whitespace() {

@@ -10,6 +10,7 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::fmt::{ago, duration, thousands};
+use super::oom;
 use super::sites::{self, Room};
 use super::theme::Theme;
 use super::{notice, process};
@@ -86,7 +87,18 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
     let need_f = wrapped_height(&finding_lines, text_w);
     let events = event_lines(s, app, t, if wide { 8 } else { 2 });
     // The leak finding's sites; else that the trainer is being asked; else the session's latest
-    // answer, which may say why no sites came.
+    // answer, which may say why no sites came. An explained OOM listed before the leak's
+    // finding (newer, or the leak's is over) takes their place: it names the same memory, at
+    // the moment it ran out.
+    let leak_at = findings
+        .iter()
+        .position(|f| f.kind == crate::core::detect::Kind::Leak && f.attribution.is_some());
+    let explained = findings
+        .iter()
+        .enumerate()
+        .find_map(|(i, f)| f.explanation().map(|e| (i, e)))
+        .filter(|(i, _)| leak_at.is_none_or(|l| *i < l))
+        .map(|(_, e)| e);
     let on_finding = findings
         .iter()
         .filter(|f| f.kind == crate::core::detect::Kind::Leak)
@@ -109,10 +121,11 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
             width: inner.width,
         }
     };
-    let site_lines = match (attribution, asking) {
-        (Some(a), _) => sites::lines(a, room, t),
-        (None, Some(line)) => vec![line],
-        (None, None) => Vec::new(),
+    let site_lines = match (explained, attribution, asking) {
+        (Some(e), _, _) => oom::lines(e, room, t),
+        (None, Some(a), _) => sites::lines(a, room, t),
+        (None, None, Some(line)) => vec![line],
+        (None, None, None) => Vec::new(),
     };
     let most = inner.height.saturating_sub(7);
 
@@ -403,10 +416,14 @@ fn finding_text(findings: &[&Finding], app: &App, t: Theme) -> Vec<Line<'static>
                 .map(|ts| format!("{} since {}", f.state, ago(app.now, ts))),
         }
         .unwrap_or_else(|| f.state.to_string());
-        out.push(Line::from(vec![
-            Span::styled(format!("▲ {} ", f.kind), t.severity(f.critical())),
+        let mut head = vec![
+            Span::styled(format!("▲ {} ", f.label()), t.severity(f.critical())),
             Span::styled(format!("{} · {when}", f.severity), t.dim()),
-        ]));
+        ];
+        if f.survived() {
+            head.push(Span::styled(" · survived: the run went on", t.ok()));
+        }
+        out.push(Line::from(head));
         if !f.message.is_empty() {
             out.push(Line::from(f.message.clone()));
         }
@@ -429,7 +446,9 @@ fn finding_text(findings: &[&Finding], app: &App, t: Theme) -> Vec<Line<'static>
         if !facts.is_empty() {
             out.push(Line::styled(facts.join(" · "), t.warn()));
         }
-        if let Some(h) = &f.hint {
+        // An explained OOM's own remedy, beside its explanation, says what the generic hint would.
+        let remedy = f.explanation().is_some_and(|x| !x.remedies.is_empty());
+        if let Some(h) = f.hint.as_ref().filter(|_| !remedy) {
             out.push(Line::from(vec![
                 Span::styled("hint: ", t.accent()),
                 Span::raw(h.clone()),
