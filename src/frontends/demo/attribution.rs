@@ -152,13 +152,15 @@ pub fn answer(profile: Profile, req: &Request, from: Mark, to: Mark) -> Value {
     v
 }
 
-const TRAIN: &str = "/home/alice/proj/train.py";
+/// The demo trainers' script, as the frames name it.
+pub const TRAIN: &str = "/home/alice/proj/train.py";
 
 /// The leak: each step's output (the last ReLU of an `nn.Sequential`) appended to a list at
 /// train.py:27. Its stack is the one torch 2.11 recorded for that allocation on an H100
 /// (tests/fixtures/torch-snapshots) as the real client reports it: the site's frame first, then
-/// the user frames outward (torch's own frames inside it are dropped).
-fn leak_site(per_step: u64, steps: u64) -> Site {
+/// the user frames outward (torch's own frames inside it are dropped). The OOM's explanation
+/// names it too, as what holds the memory (oom.rs).
+pub fn leak_site(per_step: u64, steps: u64) -> Site {
     let user = |line, function: &str| Frame {
         file: TRAIN.into(),
         line,
