@@ -1,5 +1,7 @@
 //! Findings in words a person understands, and a short remedy from the usual PyTorch fixes.
 
+mod explained;
+
 use super::attribution::Attribution;
 use super::{Evidence, Kind};
 use crate::units::{bytes, bytes_fine, duration_coarse, thousands};
@@ -70,25 +72,15 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             }
         ),
         Kind::Oom => {
-            let mut m = "CUDA out of memory".to_string();
-            if let Some(a) = e.alloc_bytes {
-                m.push_str(&format!(": tried to allocate {}", bytes(a)));
-            }
-            // Under a cap, the device's free memory is beside the point: the cap was hit.
-            match (e.alloc_limit, e.reserved_bytes, e.device_free) {
-                (Some(cap), Some(r), _) => m.push_str(&format!(
-                    " with {} of the {} allowed already reserved",
-                    bytes_fine(r),
-                    bytes_fine(cap)
-                )),
-                (Some(cap), None, _) => {
-                    m.push_str(&format!(" with the process capped at {}", bytes_fine(cap)))
+            let mut m = match &e.explanation {
+                Some(x) => explained::describe(e, x),
+                None => plain_oom(e),
+            };
+            if e.survived == Some(true) {
+                m.push_str("; the run went on");
+                if let Some(s) = e.survived_step {
+                    m.push_str(&format!(" (step {})", thousands(s)));
                 }
-                (None, _, Some(f)) => m.push_str(&format!(" with {} free", bytes(f))),
-                (None, _, None) => {}
-            }
-            if let Some(s) = e.step {
-                m.push_str(&format!(" at step {}", thousands(s)));
             }
             m
         }
@@ -107,8 +99,13 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
     }
 }
 
-pub fn hint(kind: Kind, e: &Evidence) -> Option<&'static str> {
-    Some(match kind {
+pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
+    if let (Kind::Oom, Some(x)) = (kind, &e.explanation) {
+        if let Some(h) = explained::hint(e, x) {
+            return Some(h);
+        }
+    }
+    Some(String::from(match kind {
         Kind::Leak => "memory that survives each step keeps growing: look for tensors kept across steps, e.g. `losses.append(loss)` keeps each graph alive; store `loss.item()` or `loss.detach()` instead",
         Kind::NearLimit | Kind::Oom if e.alloc_limit.is_some() => "this process may use only part of the GPU (torch.cuda.set_per_process_memory_fraction): raise the fraction if the device has room, or lower the batch size or sequence length, or use gradient checkpointing",
         Kind::NearLimit if e.retries.is_some_and(|r| r > 0) => "the caching allocator is flushing to fit: lower the batch size or sequence length, use gradient checkpointing, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
@@ -116,7 +113,35 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<&'static str> {
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
         Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
         Kind::Crash | Kind::Unknown => return None,
-    })
+    }))
+}
+
+/// An OOM as the allocator's numbers tell it, without the trainer's explanation.
+fn plain_oom(e: &Evidence) -> String {
+    let mut m = "CUDA out of memory".to_string();
+    if let Some(a) = e.alloc_bytes {
+        m.push_str(&format!(": tried to allocate {}", bytes(a)));
+    }
+    m.push_str(&held(e.alloc_limit, e.reserved_bytes, e.device_free));
+    if let Some(s) = e.step {
+        m.push_str(&format!(" at step {}", thousands(s)));
+    }
+    m
+}
+
+/// " with 4.64 GiB of the 4.75 GiB allowed already reserved": under a cap, the device's free
+/// memory is beside the point (the cap was hit); without one, what the device had free.
+fn held(cap: Option<u64>, reserved: Option<u64>, device_free: Option<u64>) -> String {
+    match (cap, reserved, device_free) {
+        (Some(cap), Some(r), _) => format!(
+            " with {} of the {} allowed already reserved",
+            bytes_fine(r),
+            bytes_fine(cap)
+        ),
+        (Some(cap), None, _) => format!(" with the process capped at {}", bytes_fine(cap)),
+        (None, _, Some(f)) => format!(" with {} free", bytes(f)),
+        (None, _, None) => String::new(),
+    }
 }
 
 /// One clause naming where a leak's memory was allocated: "93% of the growth in steps 610–730
@@ -127,13 +152,7 @@ pub fn attributed(a: &Attribution) -> Option<String> {
         return None;
     }
     let top = a.top()?;
-    let pct = a.share(top) * 100.0;
-    // A share that rounds to 0 still was measured: say so rather than "0%".
-    let share = if pct > 0.0 && pct < 0.5 {
-        "<1%".to_string()
-    } else {
-        format!("{:.0}%", pct)
-    };
+    let share = share(a.share(top));
     let of = match (a.step_from, a.step_to, a.seconds) {
         (Some(from), Some(to), _) if to > from => format!(
             "of the growth in steps {}\u{2013}{}",
@@ -152,6 +171,16 @@ pub fn attributed(a: &Attribution) -> Option<String> {
         f => m.push_str(&format!(" in {f}")),
     }
     Some(m)
+}
+
+/// A share 0..=1 as "93%"; one that rounds to 0 still was measured: "<1%" rather than "0%".
+fn share(s: f64) -> String {
+    let pct = s * 100.0;
+    if pct > 0.0 && pct < 0.5 {
+        "<1%".to_string()
+    } else {
+        format!("{:.0}%", pct)
+    }
 }
 
 /// "61 s", "4 min", "2h05m": a recorded window, shown to the second while it is short.

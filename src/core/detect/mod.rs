@@ -133,6 +133,9 @@ pub struct Evidence {
     /// oom: samples arrived after the OOM, so the trainer caught it and went on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survived: Option<bool>,
+    /// oom: the step of the first sample after the OOM, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survived_step: Option<u64>,
 }
 
 /// A detector's verdict after one observation.
@@ -246,7 +249,13 @@ pub trait Detector: Send + Sync {
     fn kind(&self) -> Kind;
     /// None: no opinion from this observation (e.g. not enough data yet).
     fn sample(&mut self, obs: &Obs) -> Option<Signal>;
-    fn event(&mut self, _e: &EventRecord) -> Option<Signal> {
+    /// An event, with the explanation an `oom` event carried (kept apart from the record: the
+    /// session's event ring keeps records, and only the finding keeps the explanation).
+    fn event(
+        &mut self,
+        _e: &EventRecord,
+        _explanation: Option<&explanation::Explanation>,
+    ) -> Option<Signal> {
         None
     }
 }

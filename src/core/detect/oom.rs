@@ -3,7 +3,13 @@
 //! (a smaller batch, a skipped step) is still visible. The evidence says how full the allocator
 //! was against its cap when `set_per_process_memory_fraction` set one: the device's free memory
 //! says nothing then (torch reports 74 GiB free to a process allowed 4.75 GiB).
+//!
+//! With the trainer's explanation (pattern, the line that asked, what held the memory) the
+//! evidence carries it whole. A sample after the OOM means the trainer caught it and went on
+//! (`survived`): batch-size search does this on purpose. Signals are sent only when something
+//! changed, so a held OOM's explanation is not copied at every sample.
 
+use super::explanation::Explanation;
 use super::{cap, Detector, Evidence, Kind, Obs, Pos, Signal};
 use crate::core::trainer::EventKind;
 use crate::core::trainer::EventRecord;
@@ -21,6 +27,9 @@ pub struct Oom {
     reserved: Option<u64>,
     device_total: Option<u64>,
     evidence: Evidence,
+    /// Whether the finding was told this evidence, and the activity it was told last.
+    told: bool,
+    told_active: bool,
 }
 
 impl Oom {
@@ -32,6 +41,8 @@ impl Oom {
             reserved: None,
             device_total: None,
             evidence: Evidence::default(),
+            told: true,
+            told_active: false,
         }
     }
 
@@ -67,19 +78,30 @@ impl Detector for Oom {
                 self.evidence.device_free = s.device_free;
                 self.evidence.reserved_bytes = s.stats.reserved;
                 self.evidence.alloc_limit = obs.cap();
+                self.told = false;
+            } else {
+                self.went_on(&now);
             }
+        } else {
+            // The sample that first shows an OOM in the counter was taken after it, but only a
+            // further one says the run goes on; after an event, any sample does.
+            self.went_on(&now);
         }
         let active = self.active(&now);
         if !active {
             self.evidence = Evidence::default();
         }
+        if active == self.told_active && self.told {
+            return None;
+        }
+        (self.told, self.told_active) = (true, active);
         Some(Signal {
             active,
             evidence: self.evidence.clone(),
         })
     }
 
-    fn event(&mut self, e: &EventRecord) -> Option<Signal> {
+    fn event(&mut self, e: &EventRecord, explanation: Option<&Explanation>) -> Option<Signal> {
         if e.kind != EventKind::Oom {
             return None;
         }
@@ -94,8 +116,10 @@ impl Detector for Oom {
             alloc_limit: cap(e.alloc_limit, self.device_total),
             detail: e.detail.clone(),
             step: self.last_step,
+            explanation: explanation.map(|x| Box::new(x.clone())),
             ..Evidence::default()
         };
+        (self.told, self.told_active) = (true, true);
         Some(Signal {
             active: true,
             evidence: self.evidence.clone(),
@@ -103,112 +127,16 @@ impl Detector for Oom {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::detect::message;
-    use crate::core::trainer::{Sample, Stats};
-
-    const GIB: u64 = 1 << 30;
-    const MIB: u64 = 1 << 20;
-    const TOTAL: u64 = 85_520_809_984;
-    const CAP: u64 = 4 * GIB + 768 * MIB;
-
-    fn sample(step: u64, ts: f64, ooms: u64) -> Sample {
-        Sample {
-            ts,
-            step: Some(step),
-            phase: "train".into(),
-            stats: Stats {
-                reserved: Some(4 * GIB + 655 * MIB),
-                ooms: Some(ooms),
-                ..Stats::default()
-            },
-            device_free: Some(74 * GIB),
-            device_total: Some(TOTAL),
-            alloc_limit: None,
+impl Oom {
+    /// A sample after the OOM: the trainer caught it and went on.
+    fn went_on(&mut self, now: &Pos) {
+        if self.evidence.survived.is_none() && self.active(now) {
+            self.evidence.survived = Some(true);
+            self.evidence.survived_step = now.step;
+            self.told = false;
         }
-    }
-
-    fn feed(d: &mut Oom, s: &Sample, cap: Option<u64>) -> Signal {
-        let obs = Obs {
-            sample: s,
-            retries_total: 0,
-            ooms_total: s.stats.ooms.unwrap_or(0),
-            alloc_limit: cap,
-        };
-        d.sample(&obs).unwrap()
-    }
-
-    fn oom_event(ts: f64, alloc_limit: Option<u64>) -> EventRecord {
-        EventRecord {
-            ts,
-            kind: "oom".into(),
-            detail: None,
-            alloc_bytes: Some(384 * MIB),
-            device_free: Some(74 * GIB),
-            alloc_limit,
-        }
-    }
-
-    #[test]
-    fn an_oom_under_a_cap_names_the_cap_not_the_free_device() {
-        let mut d = Oom::new();
-        feed(&mut d, &sample(1200, 100.0, 0), Some(CAP));
-        let sig = d.event(&oom_event(100.5, Some(CAP))).unwrap();
-        let m = message::describe(Kind::Oom, &sig.evidence);
-        assert_eq!(
-            m,
-            "CUDA out of memory: tried to allocate 384.0 MiB with 4.64 GiB of the 4.75 GiB allowed already reserved at step 1,200"
-        );
-        assert!(message::hint(Kind::Oom, &sig.evidence)
-            .unwrap()
-            .contains("set_per_process_memory_fraction"));
-    }
-
-    #[test]
-    fn without_a_cap_the_message_is_unchanged() {
-        let mut d = Oom::new();
-        feed(&mut d, &sample(1200, 100.0, 0), None);
-        // torch's observer reports the device total as the limit when no fraction is set.
-        let sig = d.event(&oom_event(100.5, Some(TOTAL))).unwrap();
-        assert_eq!(sig.evidence.alloc_limit, None);
-        assert_eq!(
-            message::describe(Kind::Oom, &sig.evidence),
-            "CUDA out of memory: tried to allocate 384.0 MiB with 74.0 GiB free at step 1,200"
-        );
-    }
-
-    #[test]
-    fn an_oom_seen_only_in_the_counter_names_the_cap_too() {
-        let mut d = Oom::new();
-        feed(&mut d, &sample(10, 100.0, 0), Some(CAP));
-        let sig = feed(&mut d, &sample(11, 101.0, 1), Some(CAP));
-        assert!(sig.active);
-        assert_eq!(
-            message::describe(Kind::Oom, &sig.evidence),
-            "CUDA out of memory with 4.64 GiB of the 4.75 GiB allowed already reserved at step 11"
-        );
-    }
-
-    /// Held for 100 steps and 5 minutes, however many samples that is.
-    #[test]
-    fn an_oom_is_held_in_steps_and_seconds() {
-        let mut d = Oom::new();
-        feed(&mut d, &sample(1, 0.0, 0), None);
-        d.event(&oom_event(0.5, None));
-        // Dense: 10 samples a second, 1,000 samples in 100 s: still held.
-        for i in 1..=1000u64 {
-            assert!(feed(&mut d, &sample(i, i as f64 / 10.0, 1), None).active);
-        }
-        assert!(!feed(&mut d, &sample(3000, 300.6, 1), None).active);
-        // Sparse: a sample every 50 steps of 6 s. The counter shows the OOM at step 51; two
-        // samples later (100 steps, 600 s) it is over.
-        let mut d = Oom::new();
-        feed(&mut d, &sample(1, 0.0, 0), None);
-        d.event(&oom_event(0.5, None));
-        assert!(feed(&mut d, &sample(51, 300.0, 1), None).active);
-        assert!(feed(&mut d, &sample(101, 600.0, 1), None).active);
-        assert!(!feed(&mut d, &sample(151, 900.0, 1), None).active);
     }
 }
+
+#[cfg(test)]
+mod tests;

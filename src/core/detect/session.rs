@@ -2,6 +2,7 @@
 //! lines arrive (live) or by `gpumon analyze` (offline): same calls, same verdicts.
 
 use super::attribution::Attribution;
+use super::explanation::Explanation;
 use super::findings::{Finding, FindingState, Findings, Severity, Subject};
 use super::lifecycle::{Change, Lifecycle, Span};
 use super::window::StepAxis;
@@ -107,9 +108,15 @@ impl SessionDetect {
         }
     }
 
-    pub fn event(&mut self, who: &Subject, e: &EventRecord, findings: &mut Findings) {
+    pub fn event(
+        &mut self,
+        who: &Subject,
+        e: &EventRecord,
+        explanation: Option<&Explanation>,
+        findings: &mut Findings,
+    ) {
         for t in &mut self.tracks {
-            if let Some(sig) = t.det.event(e) {
+            if let Some(sig) = t.det.event(e, explanation) {
                 let step = sig.evidence.step;
                 apply(t, who, sig, step, e.ts, findings);
             }
@@ -150,7 +157,7 @@ impl SessionDetect {
                 updated_ts: now,
                 resolved_ts: None,
                 message: message::describe(Kind::Crash, &evidence),
-                hint: message::hint(Kind::Crash, &evidence).map(String::from),
+                hint: message::hint(Kind::Crash, &evidence),
                 evidence,
                 attribution: None,
             });
@@ -237,7 +244,7 @@ fn apply(
                     },
                     kind,
                     state: FindingState::Pending,
-                    severity: severity(kind),
+                    severity: severity(kind, &sig.evidence),
                     subject: who.clone(),
                     gpu: None,
                     first_step: step,
@@ -252,9 +259,16 @@ fn apply(
                 }
             });
             f.message = describe(kind, &sig.evidence, f.attribution.as_ref());
-            f.hint = message::hint(kind, &sig.evidence).map(String::from);
+            f.hint = message::hint(kind, &sig.evidence);
+            let was = f.severity;
+            f.severity = severity(kind, &sig.evidence);
             f.evidence = sig.evidence;
             f.updated_ts = ts;
+            if f.state == FindingState::Firing && f.severity != was {
+                // An OOM the trainer went on from is no failure to page for (and a new one is
+                // again): the sinks hear of the change.
+                findings.updated(f);
+            }
             if firing && f.state != FindingState::Firing {
                 f.state = FindingState::Firing;
                 f.since = Some(ts);
@@ -275,8 +289,11 @@ fn apply(
     }
 }
 
-fn severity(kind: Kind) -> Severity {
+/// An OOM is critical until samples show the trainer caught it and went on (batch-size
+/// search runs out of memory on purpose); a crash always is.
+fn severity(kind: Kind, e: &Evidence) -> Severity {
     match kind {
+        Kind::Oom if e.survived == Some(true) => Severity::Warning,
         Kind::Oom | Kind::Crash => Severity::Critical,
         Kind::Leak | Kind::NearLimit | Kind::Fragmentation | Kind::Unknown => Severity::Warning,
     }

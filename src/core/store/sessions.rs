@@ -280,7 +280,12 @@ impl Sessions {
                 device_free: e.device_free,
                 alloc_limit: sess.alloc_limit,
             };
-            sess.detect.event(&sess.subject, &rec, &mut self.findings);
+            sess.detect.event(
+                &sess.subject,
+                &rec,
+                e.explanation.as_deref(),
+                &mut self.findings,
+            );
             push_event(sess, rec);
         }
     }
