@@ -1,17 +1,19 @@
 //! The JSON API's document: everything the daemon knows right now. `gpumon status` and the TUI
 //! read it back, so it is one owned type that both serialises and deserialises.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::Finding;
 use crate::core::model::{GpuReading, ProcessReading, Timestamp};
+pub use crate::core::store::sessions::ooms::{OomRecord, Ooms};
 use crate::core::store::sessions::{Session, Sessions};
 use crate::core::store::{GpuPoint, NvmlStatus, Point, Store};
 use crate::core::trainer::Stats;
 use crate::core::trainer::{Ending, EventRecord, SessionPoint};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Serialised through `SnapshotOut`, which puts each session's OOMs into its entry.
+#[derive(Debug, Clone, Deserialize)]
 pub struct Snapshot {
     pub version: String,
     pub hostname: String,
@@ -28,6 +30,89 @@ pub struct Snapshot {
     /// Health of the trainer socket; absent where there is no ingest (e.g. `status --direct`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingest: Option<IngestView>,
+    /// Each session's OOMs, in the order of `sessions`: written into that session's entry
+    /// (`ooms`, `ooms_omitted`). Not read back: the findings carry the newest explanation.
+    #[serde(skip)]
+    pub session_ooms: Vec<Ooms>,
+}
+
+/// The snapshot as the API writes it: the same fields, in the same order, each session's
+/// entry with its OOMs.
+#[derive(Serialize)]
+struct SnapshotOut<'a> {
+    version: &'a str,
+    hostname: &'a str,
+    ts: Timestamp,
+    nvml: &'a NvmlView,
+    gpus: &'a [GpuView],
+    processes: &'a [ProcessView],
+    sessions: Vec<SessionDoc<'a>>,
+    findings: &'a [Finding],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ingest: Option<&'a IngestView>,
+}
+
+impl Serialize for Snapshot {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let none = Ooms::default();
+        SnapshotOut {
+            version: &self.version,
+            hostname: &self.hostname,
+            ts: self.ts,
+            nvml: &self.nvml,
+            gpus: &self.gpus,
+            processes: &self.processes,
+            sessions: self
+                .sessions
+                .iter()
+                .enumerate()
+                .map(|(i, view)| SessionDoc {
+                    view,
+                    ooms: self.session_ooms.get(i).unwrap_or(&none),
+                })
+                .collect(),
+            findings: &self.findings,
+            ingest: self.ingest.as_ref(),
+        }
+        .serialize(s)
+    }
+}
+
+/// A session's entry in the API (the snapshot's `sessions`, `/api/v1/sessions/{id}`): its view
+/// and its OOMs, newest first (`ooms`), with the count of older ones (`ooms_omitted`).
+#[derive(Serialize)]
+pub struct SessionDoc<'a> {
+    #[serde(flatten)]
+    pub view: &'a SessionView,
+    #[serde(flatten)]
+    pub ooms: &'a Ooms,
+}
+
+/// One session's entry, owned: what `/api/v1/sessions/{id}` copies out of the aggregator.
+#[derive(Debug, Clone)]
+pub struct SessionEntry {
+    pub view: SessionView,
+    pub ooms: Ooms,
+}
+
+impl SessionEntry {
+    /// A live or recently ended session, as in the snapshot's `sessions`.
+    pub fn lookup(store: &Store, id: &str) -> Option<Self> {
+        store.sessions.get(id).map(|s| Self {
+            view: SessionView::of(s, store),
+            ooms: s.oom_log.clone(),
+        })
+    }
+}
+
+impl Serialize for SessionEntry {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        SessionDoc {
+            view: &self.view,
+            ooms: &self.ooms,
+        }
+        .serialize(s)
+    }
 }
 
 /// The gpumon_ingest_* counters, for readers of the JSON API (the TUI header).
@@ -118,6 +203,12 @@ impl Snapshot {
                 .collect(),
             findings: findings(store),
             ingest: None,
+            session_ooms: store
+                .sessions
+                .live()
+                .chain(store.sessions.ended())
+                .map(|sess| sess.oom_log.clone())
+                .collect(),
         }
     }
 }

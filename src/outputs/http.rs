@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 
 use super::prometheus::Exporter;
 use crate::core::aggregator::Handle;
-use crate::core::snapshot::{SessionView, Snapshot};
+use crate::core::snapshot::{SessionEntry, Snapshot};
 use crate::sources::ingest::server::IngestStats;
 
 mod admit;
@@ -234,7 +234,7 @@ async fn session(State(s): State<AppState>, Path(id): Path<String>) -> Response 
     let wanted = id.clone();
     let Some(view) = s
         .aggregator
-        .read(move |store| SessionView::lookup(store, &wanted))
+        .read(move |store| SessionEntry::lookup(store, &wanted))
         .await
     else {
         return unavailable();

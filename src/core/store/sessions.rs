@@ -3,6 +3,7 @@
 //! short while (for the API and the crash record) and then dropped.
 
 mod attribute;
+pub mod ooms;
 
 use std::collections::BTreeMap;
 
@@ -75,6 +76,8 @@ pub struct Session {
     pub samples: u64,
     pub retries: Counter,
     pub ooms: OomCount,
+    /// Its `oom` events, newest first, bounded (the API's `ooms` and `ooms_omitted`).
+    pub oom_log: ooms::Ooms,
     /// The caching allocator's cap, as last reported (hello, then any sample or event that
     /// carries `alloc_limit`); None when the trainer never said.
     pub alloc_limit: Option<u64>,
@@ -202,6 +205,7 @@ impl Sessions {
                 samples: 0,
                 retries: Counter::default(),
                 ooms: OomCount::default(),
+                oom_log: ooms::Ooms::default(),
                 alloc_limit,
                 series: SessionSeries::new(self.limits.points),
                 events: Bounded::new(self.limits.events),
@@ -248,6 +252,7 @@ impl Sessions {
         }
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
+        sess.oom_log.went_on(s.step);
         sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);
         let obs = Obs {
             sample: &s,
@@ -268,6 +273,9 @@ impl Sessions {
             sess.alloc_limit = e.alloc_limit.or(sess.alloc_limit);
             if e.kind == EventKind::Oom {
                 sess.ooms.event();
+                let step = sess.last_sample.as_ref().and_then(|(_, s)| s.step);
+                sess.oom_log
+                    .push(e.ts, step, e.alloc_bytes, e.explanation.as_deref());
             }
             let rec = EventRecord {
                 ts: e.ts,
@@ -694,3 +702,6 @@ mod tests {
         assert_eq!(s.findings.recent().count(), before);
     }
 }
+
+#[cfg(test)]
+mod survived_tests;

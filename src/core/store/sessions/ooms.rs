@@ -1,0 +1,144 @@
+//! A session's OOMs, newest first: every `oom` event counts, and what is kept of them is bounded
+//! whatever a client sends. The newest keeps the trainer's whole explanation; older ones a
+//! summary of a few hundred bytes; past `KEPT`, only a count.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::detect::explanation::{Explanation, Pattern};
+use crate::core::model::Timestamp;
+
+/// OOMs kept per session: batch-size search runs out of memory a handful of times on purpose;
+/// the newest few say what the search went through, and the count says the rest.
+pub const KEPT: usize = 4;
+
+/// One OOM, as the API shows it in a session's `ooms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomRecord {
+    pub ts: Timestamp,
+    /// The session's step at the OOM (its latest sample's).
+    pub step: Option<u64>,
+    /// What the allocator was asked for: the explanation's, else the event's `alloc_bytes`.
+    pub request_bytes: Option<u64>,
+    /// The trainer's verdict; null when it sent no explanation.
+    pub pattern: Option<Pattern>,
+    /// `oomlib.py:37`: the line that asked, when the trainer knew it.
+    pub failing_site: Option<String>,
+    /// The largest live site (`oomlib.py:32`) and what was live there.
+    pub top_live_site: Option<String>,
+    pub top_live_bytes: Option<u64>,
+    /// A sample came after it: the trainer caught it and went on.
+    pub survived: bool,
+    /// The step of that sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survived_step: Option<u64>,
+    /// The whole explanation, on the newest OOM only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Box<Explanation>>,
+}
+
+/// A session's `ooms` (newest first) and `ooms_omitted` (older ones no longer listed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ooms {
+    pub ooms: VecDeque<OomRecord>,
+    pub ooms_omitted: u64,
+}
+
+impl Ooms {
+    pub fn push(
+        &mut self,
+        ts: Timestamp,
+        step: Option<u64>,
+        alloc_bytes: Option<u64>,
+        explanation: Option<&Explanation>,
+    ) {
+        // Only the newest keeps its explanation: the one before becomes a summary.
+        if let Some(prev) = self.ooms.front_mut() {
+            prev.explanation = None;
+        }
+        let top = explanation.and_then(Explanation::top_live);
+        self.ooms.push_front(OomRecord {
+            ts,
+            step,
+            request_bytes: explanation.and_then(|x| x.request_bytes).or(alloc_bytes),
+            pattern: explanation.map(|x| x.pattern),
+            failing_site: explanation
+                .and_then(|x| x.failing_site.as_ref())
+                .map(|f| f.short()),
+            top_live_site: top.map(|s| s.short()),
+            top_live_bytes: top.map(|s| s.bytes),
+            survived: false,
+            survived_step: None,
+            explanation: explanation.map(|x| Box::new(x.clone())),
+        });
+        if self.ooms.len() > KEPT {
+            self.ooms.pop_back();
+            self.ooms_omitted += 1;
+        }
+    }
+
+    /// A sample arrived: every OOM before it was caught, and the run went on.
+    pub fn went_on(&mut self, step: Option<u64>) {
+        for o in self.ooms.iter_mut().take_while(|o| !o.survived) {
+            o.survived = true;
+            o.survived_step = step;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn explanation(pattern: Pattern, file: &str) -> Explanation {
+        let mut x: Explanation = serde_json::from_str(include_str!(
+            "../../../../tests/fixtures/oom/fragmentation.json"
+        ))
+        .unwrap();
+        x.pattern = pattern;
+        x.live_sites[0].file = file.into();
+        x
+    }
+
+    #[test]
+    fn newest_first_bounded_and_only_the_newest_keeps_its_explanation() {
+        let mut o = Ooms::default();
+        o.push(1.0, Some(10), Some(7), None);
+        o.went_on(Some(11));
+        for i in 0..6u64 {
+            let x = explanation(Pattern::Pressure, &format!("/p/f{i}.py"));
+            o.push(2.0 + i as f64, Some(20 + i), None, Some(&x));
+        }
+        assert_eq!(o.ooms.len(), KEPT);
+        assert_eq!(o.ooms_omitted, 3);
+        let steps: Vec<_> = o.ooms.iter().map(|r| r.step).collect();
+        assert_eq!(steps, [Some(25), Some(24), Some(23), Some(22)]);
+        assert!(o.ooms[0].explanation.is_some());
+        assert!(o.ooms.iter().skip(1).all(|r| r.explanation.is_none()));
+        let newest = &o.ooms[0];
+        assert_eq!(newest.pattern, Some(Pattern::Pressure));
+        assert_eq!(newest.failing_site.as_deref(), Some("oomlib.py:37"));
+        assert_eq!(newest.top_live_site.as_deref(), Some("f5.py:32"));
+        assert_eq!(newest.top_live_bytes, Some(1_321_205_760));
+        assert_eq!(newest.request_bytes, Some(1_610_612_736));
+        assert!(o.ooms.iter().all(|r| !r.survived));
+        // One sample after all of them: all went on.
+        o.went_on(Some(30));
+        assert!(o
+            .ooms
+            .iter()
+            .all(|r| r.survived && r.survived_step == Some(30)));
+        // Without an explanation: the event's size, no pattern.
+        o.push(9.0, Some(31), Some(384 << 20), None);
+        assert_eq!(
+            (o.ooms[0].pattern, o.ooms[0].request_bytes),
+            (None, Some(384 << 20))
+        );
+        assert!(o.ooms.iter().all(|r| r.explanation.is_none()));
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["ooms_omitted"], 4);
+        assert_eq!(v["ooms"][1]["pattern"], "pressure");
+        assert_eq!(v["ooms"][0]["pattern"], serde_json::Value::Null);
+    }
+}
