@@ -78,6 +78,9 @@ pub struct Session {
     pub ooms: OomCount,
     /// Its `oom` events, newest first, bounded (the API's `ooms` and `ooms_omitted`).
     pub oom_log: ooms::Ooms,
+    /// `ooms.total` at the latest sample: every OOM before a sample was survived (the sample
+    /// that shows a rise in the counter was itself taken after the OOM).
+    pub ooms_survived: u64,
     /// The caching allocator's cap, as last reported (hello, then any sample or event that
     /// carries `alloc_limit`); None when the trainer never said.
     pub alloc_limit: Option<u64>,
@@ -141,6 +144,8 @@ pub struct Sessions {
     /// Samples whose `ts` was outside the sane window around their arrival and were taken at
     /// their arrival time instead (`sample`), since start.
     pub timestamps_clamped: u64,
+    /// OOMs of every session since start, by pattern, and those the trainer went on from.
+    pub oom_counts: ooms::OomCounts,
     /// The latest NVML reading (shared with the store), so a session's GPU is resolved when it
     /// opens; None in a replay.
     pub devices: Option<std::sync::Arc<crate::core::model::NodeReading>>,
@@ -158,6 +163,7 @@ impl Sessions {
             policy: None,
             findings: Findings::default(),
             timestamps_clamped: 0,
+            oom_counts: ooms::OomCounts::default(),
             devices: None,
         }
     }
@@ -206,6 +212,7 @@ impl Sessions {
                 retries: Counter::default(),
                 ooms: OomCount::default(),
                 oom_log: ooms::Ooms::default(),
+                ooms_survived: 0,
                 alloc_limit,
                 series: SessionSeries::new(self.limits.points),
                 events: Bounded::new(self.limits.events),
@@ -253,6 +260,8 @@ impl Sessions {
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
         sess.oom_log.went_on(s.step);
+        self.oom_counts.survived += sess.ooms.total.saturating_sub(sess.ooms_survived);
+        sess.ooms_survived = sess.ooms.total;
         sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);
         let obs = Obs {
             sample: &s,
@@ -276,6 +285,7 @@ impl Sessions {
                 let step = sess.last_sample.as_ref().and_then(|(_, s)| s.step);
                 sess.oom_log
                     .push(e.ts, step, e.alloc_bytes, e.explanation.as_deref());
+                self.oom_counts.event(e.explanation.as_deref());
             }
             let rec = EventRecord {
                 ts: e.ts,

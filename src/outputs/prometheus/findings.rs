@@ -81,7 +81,26 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         &[],
     );
     suppressed.add(&[], store.sessions.findings.log_suppressed() as f64);
-    for f in [leak, slope, eta, near, firing, total, suppressed] {
+    let counts = &store.sessions.oom_counts;
+    let mut ooms = Family::new(
+        "gpumon_ooms_total",
+        "oom events of every trainer since the daemon started, by the pattern the trainer's explanation gave (unknown without one).",
+        MetricType::COUNTER,
+        &["pattern"],
+    );
+    for (p, n) in counts.by_pattern() {
+        ooms.add(&[p.as_str()], n as f64);
+    }
+    let mut survived = Family::new(
+        "gpumon_ooms_survived_total",
+        "OOMs of every trainer since the daemon started that a sample came after: the trainer caught them and went on.",
+        MetricType::COUNTER,
+        &[],
+    );
+    survived.add(&[], counts.survived as f64);
+    for f in [
+        leak, slope, eta, near, firing, total, suppressed, ooms, survived,
+    ] {
         f.finish(out);
     }
 }

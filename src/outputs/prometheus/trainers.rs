@@ -95,6 +95,10 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         "gpumon_trainer_ooms_total",
         "Out-of-memory errors the allocator raised (num_ooms, resets handled).",
     );
+    let mut survived = c(
+        "gpumon_trainer_ooms_survived_total",
+        "Of gpumon_trainer_ooms_total, those a sample came after: the trainer caught them and went on (e.g. batch-size search).",
+    );
     let mut shadowed = Family::gauge(
         "gpumon_trainer_sessions_shadowed",
         "Live sessions whose per-session series are left out because a newer session carries the same gpu, uuid, pid, job and rank labels (e.g. a reconnect before the old connection closed); their gpumon_trainer_info is kept.",
@@ -118,6 +122,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         }
         retries.add(&l, s.retries.total as f64);
         ooms.add(&l, s.ooms.total as f64);
+        survived.add(&l, s.ooms_survived as f64);
         if let Some(cap) = s.alloc_limit {
             alloc_limit.add(&l, cap as f64);
         }
@@ -164,6 +169,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         alloc_limit,
         retries,
         ooms,
+        survived,
         step,
         last,
         frag,

@@ -87,6 +87,41 @@ impl Ooms {
     }
 }
 
+/// Node-wide OOM counts since start (`gpumon_ooms_total{pattern}`, `gpumon_ooms_survived_total`):
+/// two words per pattern kept by the aggregator, read when a scrape encodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OomCounts {
+    by_pattern: [u64; COUNTED.len()],
+    /// OOMs (events, or counter rises) with a sample after them.
+    pub survived: u64,
+}
+
+/// The patterns the counter has series for; an `oom` event without an explanation counts as
+/// `unknown`, as does a `none` no daemon should receive.
+pub const COUNTED: [Pattern; 4] = [
+    Pattern::Pressure,
+    Pattern::Fragmentation,
+    Pattern::Leak,
+    Pattern::Unknown,
+];
+
+impl OomCounts {
+    pub fn event(&mut self, explanation: Option<&Explanation>) {
+        let p = explanation.map_or(Pattern::Unknown, |x| x.pattern);
+        let i = COUNTED
+            .iter()
+            .position(|c| *c == p)
+            .unwrap_or(COUNTED.len() - 1);
+        self.by_pattern[i] += 1;
+    }
+
+    /// Every counted pattern with its count, zeros included (a series that appears at 1 hides
+    /// its first increase from Prometheus).
+    pub fn by_pattern(&self) -> impl Iterator<Item = (Pattern, u64)> + '_ {
+        COUNTED.iter().copied().zip(self.by_pattern.iter().copied())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +175,24 @@ mod tests {
         assert_eq!(v["ooms_omitted"], 4);
         assert_eq!(v["ooms"][1]["pattern"], "pressure");
         assert_eq!(v["ooms"][0]["pattern"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn counts_by_pattern_with_unexplained_ones_as_unknown() {
+        let mut c = OomCounts::default();
+        c.event(None);
+        c.event(Some(&explanation(Pattern::Fragmentation, "a.py")));
+        c.event(Some(&explanation(Pattern::Fragmentation, "a.py")));
+        c.event(Some(&explanation(Pattern::None, "a.py")));
+        let got: Vec<_> = c.by_pattern().map(|(p, n)| (p.as_str(), n)).collect();
+        assert_eq!(
+            got,
+            [
+                ("pressure", 0),
+                ("fragmentation", 2),
+                ("leak", 0),
+                ("unknown", 2)
+            ]
+        );
     }
 }
