@@ -5,14 +5,20 @@
 //! A leak the trainer attributed also carries `attribution` (the top site, its share and the
 //! window, or why the trainer could not say) and `attribution_stack` (that site's stack, one
 //! frame a line). Annotations are not labels: they change without making a new alert.
+//!
+//! An explained OOM carries `oom_pattern`, `oom_failing_site` (`file:line in function`),
+//! `oom_top_live_site` (the largest live site, its bytes and share of live memory) and
+//! `oom_survived`. An OOM the trainer went on from is a warning; `severity` is a label, so the
+//! same POST ends the critical alert the OOM first raised, and nothing is left to page.
 
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
 use super::{rfc3339, AlertSettings, Sink};
+use crate::core::detect::findings::Severity;
 use crate::core::detect::{Finding, FindingState, Kind};
-use crate::outputs::attribution_text;
+use crate::outputs::{attribution_text, explanation_text};
 
 /// Frames of the top site's stack in the `attribution_stack` annotation, at most.
 const STACK_FRAMES: usize = 8;
@@ -69,6 +75,9 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             annotations.insert("attribution_stack".into(), stack.into());
         }
     }
+    if f.kind == Kind::Oom {
+        oom_annotations(f, &mut annotations);
+    }
     json!({
         "labels": {
             "alertname": alertname(f.kind),
@@ -90,6 +99,45 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
     })
 }
 
+fn oom_annotations(f: &Finding, annotations: &mut Map<String, Value>) {
+    let e = &f.evidence;
+    let survived = if e.survived == Some(true) {
+        "true"
+    } else {
+        "false"
+    };
+    annotations.insert("oom_survived".into(), survived.into());
+    let Some(x) = e.explanation.as_deref() else {
+        return;
+    };
+    annotations.insert("oom_pattern".into(), x.pattern.as_str().into());
+    let failing = explanation_text::failing(x)
+        .or_else(|| explanation_text::lines_unknown(x).map(String::from));
+    if let Some(site) = failing {
+        annotations.insert("oom_failing_site".into(), site.into());
+    }
+    if let Some(top) = explanation_text::top_live(x) {
+        annotations.insert("oom_top_live_site".into(), top.into());
+    }
+}
+
+/// The alerts one finding posts: itself, and for an OOM the trainer went on from, the critical
+/// alert it raised first, ended now (a resolved alert Alertmanager never saw is a no-op).
+pub fn alerts(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Vec<Value> {
+    let mut out = vec![alert(f, hostname, api_url, ends_after)];
+    if f.kind == Kind::Oom && f.evidence.survived == Some(true) && f.severity != Severity::Critical
+    {
+        let mut was = f.clone();
+        was.severity = Severity::Critical;
+        if was.state != FindingState::Resolved {
+            was.state = FindingState::Resolved;
+            was.resolved_ts = Some(f.updated_ts);
+        }
+        out.push(alert(&was, hostname, api_url, ends_after));
+    }
+    out
+}
+
 impl Sink for Alertmanager {
     fn name(&self) -> &'static str {
         "alertmanager"
@@ -102,7 +150,7 @@ impl Sink for Alertmanager {
     fn send(&self, batch: &[Finding]) -> Result<(), String> {
         let body: Vec<Value> = batch
             .iter()
-            .map(|f| alert(f, &self.hostname, &self.api_url, self.ends_after))
+            .flat_map(|f| alerts(f, &self.hostname, &self.api_url, self.ends_after))
             .collect();
         self.agent
             .post(&self.url)

@@ -252,4 +252,6 @@ pub fn rfc3339(ts: f64) -> String {
 }
 
 #[cfg(test)]
+mod oom_tests;
+#[cfg(test)]
 mod tests;
