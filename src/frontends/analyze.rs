@@ -15,12 +15,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::core::detect::attribution::Attribution;
+use crate::core::detect::explanation::Explanation;
 use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
 use crate::core::store::sessions::{SessionLimits, Sessions};
 use crate::core::trace::{self, RecorderLine, MAX_LINE};
 use crate::core::trainer::EventKind;
 use crate::core::trainer::Peer;
 use crate::outputs::attribution_text as words;
+use crate::outputs::explanation_text;
 use crate::sources::ingest::conn::{Conn, Outcome};
 use crate::units::bytes;
 
@@ -77,6 +79,10 @@ pub struct FoundFinding {
     /// latest the finding carried before the trace ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
+    /// OOMs: what the trainer read in its allocator at the OOM (pattern, the line that asked,
+    /// live sites, remedies), as its `oom` event carried it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Box<Explanation>>,
 }
 
 /// A trace that could not be read at all.
@@ -257,7 +263,13 @@ fn collect(
 ) {
     for f in sessions.findings.drain() {
         if let Some(found) = seen.get(&f.id).and_then(|i| out.get_mut(*i)) {
-            if f.attribution.is_some() {
+            if f.kind == Kind::Oom && f.state == FindingState::Firing {
+                // The run went on from it: the message and evidence say so now.
+                found.message = f.message;
+                found.hint = f.hint;
+                found.explanation = f.evidence.explanation.clone();
+                found.evidence = f.evidence;
+            } else if f.attribution.is_some() {
                 found.attribution = f.attribution;
             }
             continue;
@@ -285,6 +297,7 @@ fn found(f: Finding, gpu: Option<&str>) -> FoundFinding {
         oom_eta_seconds: e.oom_eta_seconds,
         message: f.message,
         hint: f.hint,
+        explanation: f.evidence.explanation.clone(),
         evidence: f.evidence,
         attribution: f.attribution,
     }
@@ -357,9 +370,18 @@ pub fn text(report: &Report) -> String {
             if let Some(a) = &f.attribution {
                 attribution_lines(&mut out, a);
             }
+            for l in f
+                .explanation
+                .iter()
+                .flat_map(|x| explanation_text::report(x))
+            {
+                let _ = writeln!(out, "{INDENT}{l}");
+            }
         }
     }
-    out
+    // Job names, messages, paths and reasons come from trainers: no escape sequence of theirs
+    // reaches the terminal raw.
+    words::printable(&out).into_owned()
 }
 
 /// Lines under a finding start below its message.
