@@ -66,8 +66,14 @@ impl Tmux {
             line.push(' ');
             line.push_str(a);
         }
-        line.push_str("; echo \"[exit $?]\"; exec sleep 600");
+        self.run(name, (120, 40), env, &line);
+    }
+
+    /// Runs the shell command `line` in a new session named `name` of `size`, as `tui` does.
+    fn run(&self, name: &str, (w, h): (u16, u16), env: &[&str], line: &str) {
+        let line = format!("{line}; echo \"[exit $?]\"; exec sleep 600");
         let conf = self.conf.to_str().unwrap();
+        let (w, h) = (w.to_string(), h.to_string());
         let mut cmd = vec![
             "-f",
             conf,
@@ -76,9 +82,9 @@ impl Tmux {
             "-s",
             name,
             "-x",
-            "120",
+            w.as_str(),
             "-y",
-            "40",
+            h.as_str(),
         ];
         for e in env {
             cmd.extend(["-e", e]);
@@ -103,7 +109,17 @@ impl Tmux {
         self.cmd(&args);
     }
 
-    fn wait(&self, name: &str, what: &str, mut cond: impl FnMut(&str) -> bool) -> String {
+    fn wait(&self, name: &str, what: &str, cond: impl FnMut(&str) -> bool) -> String {
+        self.wait_for(name, what, 15, cond)
+    }
+
+    fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        secs: u64,
+        mut cond: impl FnMut(&str) -> bool,
+    ) -> String {
         let start = Instant::now();
         loop {
             let pane = self.pane(name);
@@ -111,7 +127,7 @@ impl Tmux {
                 return pane;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(15),
+                start.elapsed() < Duration::from_secs(secs),
                 "timed out waiting for {what}; the pane shows:\n{pane}"
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -365,4 +381,61 @@ fn sigterm_restores_the_terminal_and_no_daemon_means_in_process_nvml() {
     unsafe { libc::kill(pid, libc::SIGTERM) };
     assert_eq!(tmux.wait_exit("local"), 143, "128 + SIGTERM");
     tmux.assert_restored("local");
+}
+
+/// `gpumon demo`, started late in the leaking trainer's run (`--skip`) so that it runs out of
+/// memory 25 s in: the OOM is listed with its pattern, and its trainer's detail explains it (the
+/// line that asked, the line holding the memory, why and what to do), as the demo's trainer
+/// sent it. 160x48, where the detail has room for the whole explanation.
+#[test]
+fn the_demo_s_oom_reads_explained_in_the_tui() {
+    let Some(tmux) = Tmux::start() else { return };
+    let skip = gpumon::frontends::demo::profile::Profile::Leak
+        .period()
+        .unwrap()
+        - 25.0;
+    tmux.run(
+        "demo",
+        (160, 48),
+        &["GPUMON_CONFIG=/dev/null"],
+        &format!("{BIN} demo --listen 127.0.0.1:0 --skip {skip:.3}"),
+    );
+    tmux.wait_for("demo", "the demo's TUI", 30, |p| p.contains("demo-leak"));
+    tmux.keys("demo", &["3"]);
+    // Listed with its pattern; resolved once the trainer has restarted.
+    tmux.wait_for("demo", "the demo's OOM", 90, |p| p.contains(" oom leak "));
+    // Select the OOM: the pane below the list shows the selected finding.
+    let selected = |p: &str| {
+        p.split(" Selected ")
+            .nth(1)
+            .is_some_and(|s| s.contains("oom leak"))
+    };
+    for _ in 0..10 {
+        if selected(&tmux.pane("demo")) {
+            break;
+        }
+        tmux.keys("demo", &["Down"]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let pane = tmux.wait("demo", "the OOM selected", selected);
+    assert!(
+        pane.contains("fix: store loss.item() or loss.detach() at train.py:27"),
+        "{pane}"
+    );
+    tmux.keys("demo", &["Enter"]);
+    let pane = tmux.wait_text("demo", "OOM explained: leak");
+    for part in [
+        "demo-leak rank 0",
+        "▲ oom leak critical",
+        "OOM explained: leak",
+        "2.0 GiB asked at train.py:49 in run",
+        "train.py:27 kept_outputs · ",
+        "← train.py:48 in run",
+        "why: live memory is dominated by blocks allocated at train.py:27 across",
+        "fix: store loss.item() or loss.detach() at train.py:27 instead of the tensor",
+    ] {
+        assert!(pane.contains(part), "{part:?}:\n{pane}");
+    }
+    tmux.keys("demo", &["q"]);
+    assert_eq!(tmux.wait_exit("demo"), 0);
 }
