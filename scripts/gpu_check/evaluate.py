@@ -14,6 +14,7 @@ JOBS = {
     "leak": "gpu-check-leak",
     "near_limit": "gpu-check-near-limit",
     "oom": "gpu-check-oom",
+    "oom_patterns": "gpu-check-oom-patterns",
     "lightning": "gpu-check-lightning",
     "hf": "gpu-check-hf",
     "ddp": "gpu-check-ddp",
@@ -190,6 +191,45 @@ def check_oom(obs: Dict[str, Any]) -> Check:
         "bye" if a.ended_clean(s) else "no bye",
     )
     return Check(name, PASS if (ok and alloc_ok and a.ended_clean(s)) else FAIL, figure, "message: %s" % finding.get("message"))
+
+
+def oom_pattern_verdicts(session: Dict[str, Any], result: Dict[str, Any]) -> List[Tuple[str, bool, str]]:
+    """Per OOM the trainer caught: (pattern, whether the daemon's record matches it, what it said).
+    A record matches when its pattern is the trainer's and its failing line and top live site
+    are the lines the trainer marked (where it marked one)."""
+    records = session.get("ooms") or []
+    lines, file = result.get("lines") or {}, result.get("file") or "?"
+    out = []
+    for oom in result.get("ooms") or []:
+        pat = oom.get("pattern")
+        rec = next((r for r in records if r.get("pattern") == pat), None)
+        if rec is None:
+            seen = ", ".join(str(r.get("pattern")) for r in records) or "none"
+            out.append((pat, False, "no %s OOM in the session (its OOMs: %s)" % (pat, seen)))
+            continue
+        ok, said = True, []
+        for key, field in (("failing", "failing_site"), ("top", "top_live_site")):
+            want = lines.get("%s_%s" % (pat, key))
+            got = rec.get(field)
+            said.append("%s %s" % (field, got))
+            if want is not None and got != "%s:%d" % (file, want):
+                ok = False
+                said[-1] += " (expected %s:%d)" % (file, want)
+        out.append((pat, ok and bool(rec.get("survived")), "; ".join(said) + ("" if rec.get("survived") else "; not marked survived")))
+    return out
+
+
+def check_oom_patterns(obs: Dict[str, Any]) -> Check:
+    name = "real OOMs explained live: pattern, failing line, top live site"
+    early, s, result = _opening(obs, "oom_patterns", name)
+    if early is not None:
+        return early
+    verdicts = oom_pattern_verdicts(s, result)
+    if not verdicts:
+        return Check(name, FAIL, "the trainer caught no OOM")
+    figure = " | ".join("%s: %s" % (p, "ok" if ok else "MISMATCH") for p, ok, _ in verdicts)
+    detail = " | ".join("%s: %s" % (p, said) for p, _, said in verdicts)
+    return Check.verdict(name, all(ok for _, ok, _ in verdicts) and len(verdicts) == 3, figure, detail)
 
 
 def _framework(obs: Dict[str, Any], key: str, name: str) -> Check:
@@ -386,6 +426,7 @@ def evaluate(obs: Dict[str, Any]) -> List[Check]:
         check_leak,
         check_near_limit,
         check_oom,
+        check_oom_patterns,
         check_lightning,
         check_hf,
         check_ddp,

@@ -229,7 +229,7 @@ def test_the_driver_reports_attribution_right_after_the_leak_check():
     checks = driver.with_attribution(ev.evaluate(obs), obs, cpu=False)
     names = [c.name for c in checks]
     at = names.index("leak detected (step, growth)")
-    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 20
+    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 21
     check = checks[at + 1]
     assert check.status == report.PASS, check.figure
     assert check.detail == "printed live: train_leak.py:17 in step_output"
@@ -324,6 +324,7 @@ def bundle(**over):
         session("s-6", J["hf"], 106),
         session("s-7", J["ddp"], 107, rank=0, world_size=2, nvml={"used_memory_bytes": 1}),
         session("s-8", J["ddp"], 108, rank=1, world_size=2, nvml={"used_memory_bytes": 1}),
+        dict(session("s-9", J["oom_patterns"], 109), ooms=_patterns_session()["ooms"]),
     ]
     history = []
     for t in range(1, 31):
@@ -350,6 +351,7 @@ def bundle(**over):
             "leak": dict(ok, result={"onset_step": 700, "onset_ts": 12.0, "leak_bytes_per_step": 2 * MIB, "device_total": 80 * GIB}),
             "near_limit": dict(ok, result={"num_alloc_retries": 60}),
             "oom": dict(ok, result={"cap": int(1.5 * GIB), "chunk_bytes": 64 * MIB, "oom_step": 40}),
+            "oom_patterns": dict(ok, result=_patterns_result()),
             "lightning": dict(ok, result={"steps": 120}),
             "hf": dict(ok, result={"steps": 80}),
             "ddp": dict(ok, result={"backend": "gloo"}),
@@ -396,7 +398,7 @@ def test_a_good_run_passes_every_check():
     assert not bad
     assert report.exit_status(checks) == 0
     names = [c.name for c in checks]
-    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 19
+    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 20
 
 
 def test_each_broken_part_fails_its_own_check():
@@ -458,3 +460,32 @@ def test_skipped_and_failed_daemon():
     assert [(c.status, c.figure) for c in only] == [(report.FAIL, "daemon exited with status 2: ... bad flag")]
     only = ev.evaluate({"daemon": {"error": "daemon exited with status 1:\n"}})
     assert only[0].figure == "daemon exited with status 1: (no output)"
+
+
+def _patterns_result():
+    return {"file": "train_oom_patterns.py",
+            "lines": {"pressure_failing": 26, "fragmentation_top": 30, "fragmentation_failing": 34, "leak_top": 38},
+            "ooms": [{"pattern": "pressure"}, {"pattern": "fragmentation"}, {"pattern": "leak"}]}
+
+
+def _patterns_session(**change):
+    f = "train_oom_patterns.py:%d"
+    ooms = [  # newest first, as the daemon lists them
+        {"pattern": "leak", "failing_site": None, "top_live_site": f % 38, "survived": True},
+        {"pattern": "fragmentation", "failing_site": f % 34, "top_live_site": f % 30, "survived": True},
+        {"pattern": "pressure", "failing_site": f % 26, "top_live_site": "train_oom_patterns.py:60", "survived": True},
+    ]
+    for i, fields in change.items():
+        ooms[int(i[1:])].update(fields)
+    return {"session": "s-1", "ooms": ooms}
+
+
+def test_oom_patterns_match_on_pattern_failing_line_and_top_site():
+    verdicts = ev.oom_pattern_verdicts(_patterns_session(), _patterns_result())
+    assert [(p, ok) for p, ok, _ in verdicts] == [("pressure", True), ("fragmentation", True), ("leak", True)]
+    wrong_line = ev.oom_pattern_verdicts(_patterns_session(i1={"failing_site": "train_oom_patterns.py:35"}), _patterns_result())
+    assert [ok for _, ok, _ in wrong_line] == [True, False, True] and "expected train_oom_patterns.py:34" in wrong_line[1][2]
+    wrong_pattern = ev.oom_pattern_verdicts(_patterns_session(i0={"pattern": "pressure"}), _patterns_result())
+    assert not wrong_pattern[2][1] and "no leak OOM" in wrong_pattern[2][2]
+    not_survived = ev.oom_pattern_verdicts(_patterns_session(i2={"survived": False}), _patterns_result())
+    assert not not_survived[0][1] and "not marked survived" in not_survived[0][2]
