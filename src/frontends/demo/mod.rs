@@ -2,7 +2,8 @@
 //! (two H100s through the fake NVML library, the real nvml-wrapper path) while three simulated
 //! trainers, real child processes, push over the real socket: one healthy, one leaking (flagged
 //! after about 70 s, then named down to its line when the daemon asks it, and out of memory about
-//! 16 minutes in), one near the limit with rising retries. The simulated NVML lists those
+//! 16 minutes in, the OOM explained as the client explains it: oom.rs), one near the limit with
+//! rising retries. The simulated NVML lists those
 //! children's pids with the memory they report.
 
 pub mod attribution;
