@@ -181,11 +181,13 @@ class Attributor:
             self._answer(connection, req, "unavailable", reason)
             return
         with _lock:
-            if _recording is not None:
+            # An armed session's recording (arming.py) is shared: the window rides on it.
+            if _recording is not None and not getattr(_recording, "shares_recording", False):
                 busy = True
             else:
                 busy = False
-                _recording = self
+                if _recording is None:
+                    _recording = self
         if busy:
             self._answer(connection, req, "failed", "another session of this process is recording allocation history")
             return

@@ -8,10 +8,11 @@ import os
 import sys
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import _env, protocol
 from . import phases as _phase
+from .arming import Armer
 from .attribution import Attributor
 from .snapsource import SnapshotSource, TorchSnapshotSource, default_snapshots
 from .stats import StatsSource, TorchStatsSource, default_source
@@ -89,8 +90,11 @@ class Client:
         )
         # None when the client does not offer attribution: steps then test one attribute.
         self.attributor: Optional[Attributor] = None
+        self.armer: Optional[Armer] = None
         if snapshots is not None:
             self.attributor = Attributor(snapshots, self.transport, clock=clock)
+            if _env.flag("GPUMON_OOM_HISTORY") is not False:
+                self.armer = Armer(snapshots.fresh(), self.transport, self.attributor, clock=clock)
         self.closed = False
         if not self.disabled:
             _clients.add(self)
@@ -131,6 +135,8 @@ class Client:
             transport.send(msg)
             if transport.requests and self.attributor is not None:
                 self.attributor.take(step)
+            if transport.arm_requests and self.armer is not None:
+                self.armer.take(step)
         except Exception as exc:
             self.transport._internal_error(exc)
 
@@ -140,6 +146,9 @@ class Client:
         attributor = self.attributor
         if attributor is not None and attributor.window is not None:
             attributor.at_step(step)
+        armer = self.armer
+        if armer is not None and armer.armed is not None:
+            armer.at_step(step)
 
     def _refresh_device(self, source: StatsSource, now: float) -> None:
         # cudaMemGetInfo and the allocator's fraction change slowly; reading them once a second
@@ -203,6 +212,8 @@ class Client:
             # Recording off, and the daemon told the window ended early, before bye or the mark.
             why = "trainer died: %s" % _uncaught if _uncaught is not None else "the trainer stopped reporting"
             self.attributor.cut_short(why)
+        if self.armer is not None:
+            self.armer.stop(final=True)
         # A client that never sent anything leaves no session behind: no connection just for bye.
         touched = self.transport.connects or self.transport.stats()["buffered"]
         if touched and _uncaught is not None:
@@ -220,6 +231,8 @@ class Client:
         out = self.transport.stats()
         if self.attributor is not None:
             out["attribution"] = self.attributor.stats()
+        if self.armer is not None:
+            out["oom_history"] = self.armer.stats()
         return out
 
     def __enter__(self) -> "Client":
@@ -229,6 +242,12 @@ class Client:
         self.close()
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _caps(self) -> Optional[List[str]]:
+        caps = [protocol.CAP_ATTRIBUTION] if self.attributor is not None else []
+        if self.armer is not None:
+            caps.append(protocol.CAP_OOM_HISTORY)
+        return caps or None
 
     def _hello(self) -> Dict[str, Any]:
         # Built at the first connection, not at construction: by then the trainer has picked
@@ -247,7 +266,7 @@ class Client:
                 job=self.job,
                 rank=self.rank,
                 world_size=self.world_size,
-                caps=[protocol.CAP_ATTRIBUTION] if self.attributor is not None else None,
+                caps=self._caps(),
                 **fields,
             )
         # A reconnect's hello carries the cap as it is now, not as it was at the first hello.

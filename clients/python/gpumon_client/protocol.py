@@ -43,6 +43,7 @@ ERROR_CODES = (
 
 # What a client can do when asked (hello `caps`), and the limits of the `attribution` answer.
 CAP_ATTRIBUTION = "attribution"
+CAP_OOM_HISTORY = "oom_history"  # `arm`: keep allocation history recording while an OOM is coming
 CAP_ACK = "ack"  # lines carry `seq`; the daemon acknowledges them; unacknowledged ones are resent
 ATTRIBUTION_ERRORS = ("unavailable", "failed", "cut_short")
 MAX_STR = 512  # bytes in file, function, note and detail strings
@@ -345,6 +346,74 @@ def parse_request(obj: Mapping[str, Any]) -> Optional[AttributeRequest]:
         top=min(top or 10, MAX_SITES),
         problem=("bad request: " + "; ".join(problems)) if problems else None,
     )
+
+
+class ArmRequest(NamedTuple):
+    """An `arm` (or, with `disarm` set, a `disarm`) request. `problem` as for AttributeRequest:
+    the client answers `failed` with it."""
+
+    id: int
+    disarm: bool = False
+    finding: Optional[str] = None
+    seconds: float = 900.0
+    max_entries: int = 20000
+    peak_after_steps: int = 0
+    problem: Optional[str] = None
+
+
+def parse_arm(obj: Mapping[str, Any]) -> Optional[ArmRequest]:
+    """An `arm` or `disarm` request, or None when it has no usable `id`."""
+    rid = _typed(obj, "id", int)
+    if rid is None or rid < 0:
+        return None
+    v = _typed(obj, "v", int)
+    if "v" in obj and v != 1:
+        return ArmRequest(rid, problem="%s request version %r not supported (this client speaks 1)" % (obj.get("type"), obj.get("v")))
+    if obj.get("type") == "disarm":
+        return ArmRequest(rid, disarm=True)
+    problems = []
+    seconds = _typed(obj, "seconds", (int, float))
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        problems.append("seconds must be a positive number")
+    max_entries = _typed(obj, "max_entries", int)
+    if "max_entries" in obj and (max_entries is None or max_entries < 1):
+        problems.append("max_entries must be a positive integer")
+    peak = _typed(obj, "peak_after_steps", int)
+    if "peak_after_steps" in obj and (peak is None or peak < 0):
+        problems.append("peak_after_steps must be a whole number")
+    finding = _typed(obj, "finding", str)
+    return ArmRequest(
+        id=rid,
+        finding=clip(finding) if finding else None,
+        seconds=float(seconds) if seconds is not None and math.isfinite(seconds) and seconds > 0 else 900.0,
+        max_entries=min(max_entries or 20000, MAX_ENTRIES),
+        peak_after_steps=peak if peak is not None and peak > 0 else 0,
+        problem=("bad request: " + "; ".join(problems)) if problems else None,
+    )
+
+
+def armed(id: int, ts: float, error: Optional[str] = None, detail: Optional[str] = None) -> Dict[str, Any]:
+    """The answer to an `arm` request: recording, or why not (`unavailable`, `failed`)."""
+    msg: Dict[str, Any] = {"type": "armed", "id": int(id), "ts": ts}
+    if error is not None:
+        msg["error"] = error
+        msg["detail"] = clip(detail or "")
+    return msg
+
+
+def peak(id: int, ts: float, peak_bytes: Optional[int], sites: List[Dict[str, Any]], step_from: Optional[int] = None,
+         step_to: Optional[int] = None, error: Optional[str] = None, detail: Optional[str] = None) -> Dict[str, Any]:
+    """What was live at the step's peak while armed (docs/protocol.md, `arm`)."""
+    msg: Dict[str, Any] = {"type": "peak", "id": int(id), "ts": ts}
+    _put(msg, "step_from", step_from)
+    _put(msg, "step_to", step_to)
+    if error is not None:
+        msg["error"] = error
+        msg["detail"] = clip(detail or "")
+        return msg
+    msg["peak_bytes"] = int(peak_bytes or 0)
+    msg["sites"] = sites
+    return msg
 
 
 def format_gpu_uuid(uuid: Any) -> Optional[str]:

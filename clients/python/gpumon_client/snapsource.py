@@ -34,6 +34,11 @@ class SnapshotSource:
     def stop(self) -> None:
         """Stops recording (what start() switched on, and nothing else)."""
 
+    def fresh(self) -> "SnapshotSource":
+        """A source for a second user of the same recording (arming beside attribution windows),
+        whose start/stop are its own; sources without per-instance state return themselves."""
+        return self
+
 
 class TorchSnapshotSource(SnapshotSource):
     """torch.cuda.memory's allocation history, for one device.
@@ -94,6 +99,9 @@ class TorchSnapshotSource(SnapshotSource):
         snap = memory._snapshot()
         device = self._device() if callable(self._device) else self._device
         return _one_device(snap, device) if device is not None else snap
+
+    def fresh(self) -> "TorchSnapshotSource":
+        return TorchSnapshotSource(self._device)
 
     def stop(self) -> None:
         if not self._ours:

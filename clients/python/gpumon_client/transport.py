@@ -36,7 +36,8 @@ _READ_EVERY = 32  # sends between non-blocking reads of the daemon's replies
 _MAX_REQUESTS = 8  # requests queued for the client; the daemon sends one at a time
 _WATCH_EVERY = 0.25  # seconds between looks at the socket files while disconnected
 _SEQ_ROOM = 24  # bytes `,"seq":N` adds to a line
-_ANSWER = b'{"type":"attribution"'  # answers belong to their connection: never numbered or resent
+# Answers belong to their connection: never numbered or resent.
+_ANSWER = (b'{"type":"attribution"', b'{"type":"armed"', b'{"type":"peak"')
 
 
 def socket_candidates(env: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -112,6 +113,7 @@ class Transport:
         # Requests from the daemon, (connection number, request), for the client to take at step
         # time. A request belongs to its connection: its id means nothing on the next one.
         self.requests: Deque[Tuple[int, protocol.AttributeRequest]] = collections.deque()
+        self.arm_requests: Deque[Tuple[int, protocol.ArmRequest]] = collections.deque()
         self._closed = False
         # The daemon's line limit (welcome) and its rate_limited notices pace the samples.
         self.throttle = Throttle(self._monotonic)
@@ -295,6 +297,7 @@ class Transport:
                 pass
         self._rx = b""
         self.requests.clear()
+        self.arm_requests.clear()
         if retry:
             self._schedule_retry()
 
@@ -385,6 +388,9 @@ class Transport:
         if obj["type"] == "attribute":
             self._on_request(obj)
             return
+        if obj["type"] in ("arm", "disarm"):
+            self._on_arm(obj)
+            return
         if obj["type"] == "ack":
             self._on_ack(obj.get("seq"))
             return
@@ -423,6 +429,15 @@ class Transport:
             self.requests_dropped += 1
         else:
             self.requests.append((self.connects, request))
+
+    def _on_arm(self, obj: Dict[str, Any]) -> None:
+        request = protocol.parse_arm(obj)
+        if request is None:
+            self.bad_replies += 1
+        elif len(self.arm_requests) >= _MAX_REQUESTS:
+            self.requests_dropped += 1
+        else:
+            self.arm_requests.append((self.connects, request))
 
     def _drain(self, timeout: float) -> None:
         deadline = self._monotonic() + max(0.0, timeout)

@@ -19,12 +19,13 @@ from typing import Callable, Dict
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from gpumon_client import Client, StaticStatsSource, phase  # noqa: E402
+from gpumon_client import Client, StaticStatsSource, oomreport, phase, snapload  # noqa: E402
 from gpumon_client.snapsource import ReplaySnapshotSource  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
 
 FIXTURE_DIR = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "protocol")
 SNAPSHOTS = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "torch-snapshots")
+OOMS = os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "torch-oom")
 
 # The client's instance id is random per process; the fixtures pin one.
 FIXED_INSTANCE = "4242-5f1a2b3c4d5e"
@@ -154,6 +155,30 @@ def _attribution(path: str, daemon: FakeDaemon) -> None:
     c.close(timeout=2.0)
 
 
+def _oom_explained(path: str, daemon: FakeDaemon) -> None:
+    # A capped trainer that offers OOM history: the daemon arms it (near_limit), it records and
+    # sends the step peak after 2 recorded steps, then runs out of memory; its OOM observer
+    # explains the OOM from the snapshot (the H100 fragmentation OOM, replayed); it survives.
+    frag = os.path.join(OOMS, "fragmentation.pickle")
+    snapshots = ReplaySnapshotSource(frag, frag)
+    source = StaticStatsSource(STATS, MEM_INFO, dict(DEVICE, alloc_limit=4294967296))
+    c = Client("frag-ft", source=source, socket=path, clock=_clock(1763700400.0), pid=4444, jitter=False,
+               instance=FIXED_INSTANCE, attribution=snapshots)
+    c.sample(step=100)
+    daemon.wait_for(2)
+    daemon.send({"type": "arm", "v": 1, "id": 1, "finding": "s-1/near_limit", "seconds": 900,
+                 "max_entries": 20000, "peak_after_steps": 2})
+    _until_readable(c)
+    c.sample(step=101)  # takes the request: recording starts, `armed` answers
+    for step in range(102, 105):  # 102: the first recorded step; 104: the peak is sent
+        c.at_step(step)
+        c.sample(step=step)
+    explanation = oomreport.at_oom(0, 1610612736, 4294967296, snapshot=lambda: snapload.load(frag))
+    c.oom(1610612736, device_free=80386129920, device=0, limit=4294967296, explanation=explanation)
+    c.sample(step=105)  # the run went on
+    c.close(timeout=2.0)
+
+
 def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon: bool = False) -> bytes:
     tmp = tempfile.mkdtemp(prefix="gpm")
     path = os.path.join(tmp, "ingest.sock")
@@ -190,6 +215,7 @@ def generate() -> Dict[str, bytes]:
         "client_capped.jsonl": _capture(_capped),
         "client_reconnect.jsonl": _capture(_reconnect, late_daemon=True),
         "client_attribution.jsonl": _capture(_attribution, pass_daemon=True),
+        "client_oom_explained.jsonl": _capture(_oom_explained, pass_daemon=True),
     }
 
 

@@ -180,7 +180,7 @@ def test_hello_announces_attribution_only_when_offered(sock_path, daemon, monkey
     monkeypatch.delenv("GPUMON_ATTRIBUTION")
     c.sample(step=1)
     hello = daemon.wait_for(1, type="hello")[0]
-    assert hello["caps"] == ["attribution", "ack"]
+    assert hello["caps"] == ["attribution", "oom_history", "ack"]
     assert c.transport.read_every == 1 and Client(source=static, socket=sock_path).transport.read_every == 32
 
 
@@ -554,7 +554,7 @@ def test_the_attribution_fixture_is_what_the_client_sends():
         on_disk = f.read()
     assert on_disk == gen._capture(gen._attribution, pass_daemon=True)
     msgs = [json.loads(x) for x in on_disk.splitlines()]
-    assert msgs[0]["caps"] == ["attribution", "ack"]
+    assert msgs[0]["caps"] == ["attribution", "oom_history", "ack"]
     done, cut = [m for m in msgs if m["type"] == "attribution"]
     assert done["sites"][0]["line"] == 27 and done["total_growth_bytes"] == 120 * MIB
     assert cut["error"] == "cut_short"

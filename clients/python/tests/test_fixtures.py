@@ -48,6 +48,6 @@ def test_fixtures_cover_the_protocol():
         kinds.update(m["kind"] for m in msgs if m["type"] == "event")
         for m in msgs:
             keys.update(m.get("stats", {}))
-    assert types == {"hello", "sample", "event", "attribution", "bye"}
+    assert types == {"hello", "sample", "event", "attribution", "armed", "peak", "bye"}
     assert kinds == set(protocol.EVENT_KINDS)
     assert set(protocol.KNOWN_STATS_KEYS) <= keys
