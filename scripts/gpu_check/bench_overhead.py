@@ -5,7 +5,9 @@ GPU by choosing the number of layers. Also times torch.cuda.memory_stats() and
 torch.cuda.mem_get_info() bare, the two calls a sample makes.
 
 Modes timed per repeat: bare; attached with the default cadence; attached sampling every step
-(max_rate=None, budget=None), which shows a sample's full cost."""
+(max_rate=None, budget=None), which shows a sample's full cost; on CUDA, bare with allocation
+history recording as an armed trainer records it (docs/protocol.md, `arm`: max_entries 20000,
+Python stacks), which is what arming costs a step while an OOM is coming."""
 
 from __future__ import annotations
 
@@ -46,6 +48,15 @@ def per_step(torch, device, step, seconds, min_steps=20):
         n += 1
     tc.sync(torch, device)
     return (time.perf_counter() - t0) / n
+
+
+def recorded(torch, device, step, seconds):
+    """Seconds per step while allocation history records, as an armed trainer records it."""
+    torch.cuda.memory._record_memory_history(max_entries=20000, context="alloc", stacks="python")
+    try:
+        return per_step(torch, device, step, seconds)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
 
 
 def calibrate(torch, device, kind, target, max_layers):
@@ -96,6 +107,7 @@ def main() -> None:
         step = build(torch, device, kind, layers)
         per_step(torch, device, step, args.seconds)  # warm-up
         runs = {"bare": [], "default": [], "every": []}
+        recording = []  # seconds per step with allocation history on (CUDA only)
         samples = {"default": [], "every": []}
         for r in range(args.repeats):
             order = ["bare", "default", "every"] if r % 2 == 0 else ["every", "default", "bare"]
@@ -109,11 +121,14 @@ def main() -> None:
                 stats = att.client.stats() if att.client is not None else {}
                 samples[mode].append(stats.get("sent_lines"))
                 gpumon_client.detach()
+            if device.type == "cuda":
+                recording.append(recorded(torch, device, step, args.seconds))
         result["sizes"][kind] = {
             "layers": layers,
             "target_s": TARGETS[kind],
             "runs": runs,
             "lines_sent": samples,
+            "recording": recording,
             "median_step_s": statistics.median(runs["bare"]),
         }
     tc.write_result(args.result, result)

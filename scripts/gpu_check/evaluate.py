@@ -342,6 +342,11 @@ def check_client_cost(obs: Dict[str, Any], size: str) -> List[Check]:
     if not attached:
         ok, figure = False, figure + "; the client sent nothing (%s)" % (sent.get("default"),)
     out.append(Check(name, PASS if ok else FAIL, figure + "; %d layers" % entry.get("layers", 0)))
+    if entry.get("recording"):
+        rec = a.overhead(runs["bare"], entry["recording"])
+        out.append(Check("  allocation history recording, as armed (%s)" % label, INFO,
+                         "%s/step (%.1f%% of the step; pairs spread %s)" % (
+                             a.fmt_us(rec["cost"]), 100 * (rec["share"] or 0.0), a.fmt_us(rec["spread"]))))
     every = a.overhead(runs["bare"], runs["every"])
     out.append(
         Check(

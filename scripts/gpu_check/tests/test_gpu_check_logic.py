@@ -489,3 +489,12 @@ def test_oom_patterns_match_on_pattern_failing_line_and_top_site():
     assert not wrong_pattern[2][1] and "no leak OOM" in wrong_pattern[2][2]
     not_survived = ev.oom_pattern_verdicts(_patterns_session(i2={"survived": False}), _patterns_result())
     assert not not_survived[0][1] and "not marked survived" in not_survived[0][2]
+
+
+def test_armed_recording_cost_is_reported_when_measured():
+    obs = bundle()
+    obs["trainers"]["bench"]["result"]["sizes"]["small"]["recording"] = [0.0004 * 1.2] * 3
+    checks = ev.check_client_cost(obs, "small")
+    rec = [c for c in checks if "allocation history" in c.name]
+    assert len(rec) == 1 and rec[0].status == report.INFO and "20.0% of the step" in rec[0].figure
+    assert not [c for c in ev.check_client_cost(bundle(), "small") if "allocation history" in c.name]
