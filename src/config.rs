@@ -35,6 +35,7 @@ pub struct Config {
     pub record: RecordConfig,
     pub detect: DetectSection,
     pub attribution: AttributionSection,
+    pub oom: oom::OomSection,
     pub alerts: AlertsConfig,
     pub kubernetes: KubernetesConfig,
 }
@@ -276,6 +277,7 @@ impl Default for Config {
             record: RecordConfig::default(),
             detect: DetectSection::default(),
             attribution: AttributionSection::default(),
+            oom: oom::OomSection::default(),
             alerts: AlertsConfig::default(),
             kubernetes: KubernetesConfig::default(),
         }
@@ -339,6 +341,11 @@ impl Config {
             top: a.top,
             cooldown_seconds: a.cooldown_seconds,
         }
+    }
+
+    /// The `[oom]` settings: arming trainers before an OOM.
+    pub fn oom(&self) -> crate::core::store::sessions::OomPolicy {
+        self.oom.policy()
     }
 
     /// Loads the file at `path`, or the default path when it exists, or the defaults.
@@ -422,6 +429,7 @@ impl Config {
             });
         }
         self.validate_attribution()?;
+        self.oom.validate()?;
         self.validate_ingest()?;
         self.validate_http()?;
         self.validate_kubernetes()?;
@@ -771,6 +779,24 @@ top = {top}
 # Seconds between two requests to the same trainer, at least.
 cooldown_seconds = {cooldown_seconds:?}
 
+[oom]
+# When an OOM is likely (a near_limit finding fires, or a leak's forecast puts the OOM within
+# arm_eta_seconds), ask the trainer (only clients that announce the `oom_history` capability) to
+# keep allocation history recording, so the OOM, when it comes, is explained with its lines.
+# Recording slows each step (about a fifth on a short H100 step): it is capped in time.
+arm = {oom_arm}
+# Arm when a leak's OOM forecast is within this many seconds.
+arm_eta_seconds = {arm_eta_seconds:?}
+# One arming lasts at most this many seconds (ended sooner when the risk has passed).
+arm_seconds = {arm_seconds:?}
+# Allocation records torch keeps while armed (at most 100000; each holds a stack).
+max_entries = {oom_max_entries}
+# For near_limit, after this many steps recorded the trainer reports what was live at the step's
+# peak, by allocation site (0: not asked).
+peak_after_steps = {peak_after_steps}
+# Seconds between two armings of the same trainer, at least.
+rearm_seconds = {rearm_seconds:?}
+
 [alerts]
 # Firing and resolved findings always go to the log. They can also go to:
 # Alertmanager (v2 API), e.g. "http://127.0.0.1:9093".  (GPUMON_ALERTMANAGER_URL, --alertmanager-url)
@@ -828,6 +854,12 @@ insecure_skip_verify = {insecure_skip_verify}
         max_entries = d.attribution.max_entries,
         top = d.attribution.top,
         cooldown_seconds = d.attribution.cooldown_seconds,
+        oom_arm = d.oom.arm,
+        arm_eta_seconds = d.oom.arm_eta_seconds,
+        arm_seconds = d.oom.arm_seconds,
+        oom_max_entries = d.oom.max_entries,
+        peak_after_steps = d.oom.peak_after_steps,
+        rearm_seconds = d.oom.rearm_seconds,
         resend_interval = humantime::format_duration(d.alerts.resend_interval),
         token_file = d.kubernetes.token_file.display(),
         ca_file = d.kubernetes.ca_file.display(),
@@ -837,6 +869,7 @@ insecure_skip_verify = {insecure_skip_verify}
 
 pub mod env;
 mod log_filter;
+pub mod oom;
 
 #[cfg(test)]
 mod tests;

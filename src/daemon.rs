@@ -38,7 +38,8 @@ pub async fn run(
     store.sessions = crate::core::store::sessions::Sessions::new(Default::default())
         .with_id_epoch(crate::core::model::now())
         .with_detect(config.detect())
-        .with_attribution(config.attribution());
+        .with_attribution(config.attribution())
+        .with_arming(config.oom());
     let hostname = crate::core::snapshot::hostname();
     let mut alerts = crate::outputs::alerts::spawn(crate::outputs::alerts::AlertSettings {
         webhook_url: config.alerts.webhook_url.clone(),

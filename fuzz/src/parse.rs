@@ -72,6 +72,31 @@ pub fn one_json_line(line: &[u8]) -> Value {
     }
 }
 
+/// Sites of an attribution or a peak, and its error and detail, within the protocol's limits.
+fn check_sites(sites: &[gpumon::core::detect::attribution::Site], texts: [&Option<String>; 2]) {
+    assert!(sites.len() <= MAX_SITES, "accepted {} sites", sites.len());
+    for t in texts {
+        assert!(t.as_ref().is_none_or(|t| t.len() <= MAX_STR));
+    }
+    for s in sites {
+        bytes(Some(s.bytes));
+        bytes(Some(s.blocks));
+        assert!(
+            s.stack.len() <= MAX_STACK,
+            "accepted {} frames",
+            s.stack.len()
+        );
+        let frames = s.stack.iter().flat_map(|f| [&f.file, &f.function]);
+        for t in [&s.file, &s.function]
+            .into_iter()
+            .chain(&s.note)
+            .chain(frames)
+        {
+            assert!(t.len() <= MAX_STR, "accepted a string of {} bytes", t.len());
+        }
+    }
+}
+
 fn check_bounds(msg: &Message) {
     match msg {
         Message::Hello(h) => {
@@ -91,30 +116,18 @@ fn check_bounds(msg: &Message) {
             ts(a.ts);
             bytes(Some(a.total_growth_bytes));
             assert!(a.finding.is_none(), "the client named the finding");
-            assert!(
-                a.sites.len() <= MAX_SITES,
-                "accepted {} sites",
-                a.sites.len()
-            );
+            check_sites(&a.sites, [&a.error, &a.detail]);
+        }
+        Message::Peak(p) => {
+            ts(p.ts);
+            bytes(Some(p.peak_bytes));
+            assert!(p.finding.is_none(), "the client named the finding");
+            check_sites(&p.sites, [&p.error, &p.detail]);
+        }
+        Message::Armed(a) => {
+            ts(a.ts);
             for t in [&a.error, &a.detail] {
                 assert!(t.as_ref().is_none_or(|t| t.len() <= MAX_STR));
-            }
-            for s in &a.sites {
-                bytes(Some(s.bytes));
-                bytes(Some(s.blocks));
-                assert!(
-                    s.stack.len() <= MAX_STACK,
-                    "accepted {} frames",
-                    s.stack.len()
-                );
-                let frames = s.stack.iter().flat_map(|f| [&f.file, &f.function]);
-                for t in [&s.file, &s.function]
-                    .into_iter()
-                    .chain(&s.note)
-                    .chain(frames)
-                {
-                    assert!(t.len() <= MAX_STR, "accepted a string of {} bytes", t.len());
-                }
             }
         }
         Message::Sample(s) => {
@@ -222,6 +235,24 @@ fn round_trip(msg: &Message) {
             put("seconds", json!(a.seconds));
             put("total_growth_bytes", json!(a.total_growth_bytes));
             put("sites", json!(a.sites));
+            put("error", json!(a.error));
+            put("detail", json!(a.detail));
+        }
+        Message::Peak(p) => {
+            put("type", json!("peak"));
+            put("id", json!(p.id));
+            put("ts", json!(p.ts));
+            put("step_from", json!(p.step_from));
+            put("step_to", json!(p.step_to));
+            put("peak_bytes", json!(p.peak_bytes));
+            put("sites", json!(p.sites));
+            put("error", json!(p.error));
+            put("detail", json!(p.detail));
+        }
+        Message::Armed(a) => {
+            put("type", json!("armed"));
+            put("id", json!(a.id));
+            put("ts", json!(a.ts));
             put("error", json!(a.error));
             put("detail", json!(a.detail));
         }

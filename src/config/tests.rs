@@ -423,3 +423,51 @@ fn an_old_file_with_process_points_still_loads() {
     assert_eq!(c.history.process_points, Some(300));
     assert_eq!(c.history.gpu_points, 3600);
 }
+
+#[test]
+fn oom_settings_are_read_and_bounded() {
+    let c = Config::parse(
+        "[oom]\narm = false\narm_eta_seconds = 600\narm_seconds = 120.5\nmax_entries = 100000\npeak_after_steps = 0\nrearm_seconds = 60\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let p = c.oom();
+    assert!(!p.arm);
+    assert_eq!(
+        (p.arm_eta_seconds, p.arm_seconds, p.rearm_seconds),
+        (600.0, 120.5, 60.0)
+    );
+    assert_eq!((p.max_entries, p.peak_after_steps), (100_000, 0));
+    let d = Config::default().oom();
+    assert_eq!(d, crate::core::store::sessions::OomPolicy::default());
+    assert!(d.arm);
+    assert_eq!(
+        (d.arm_eta_seconds, d.arm_seconds, d.rearm_seconds),
+        (3600.0, 900.0, 3600.0)
+    );
+    assert_eq!((d.max_entries, d.peak_after_steps), (20_000, 20));
+    for (line, key, value) in [
+        ("max_entries = 100001", "oom.max_entries", "100001"),
+        ("max_entries = 0", "oom.max_entries", "0"),
+        ("arm_seconds = 5", "oom.arm_seconds", "5"),
+        ("arm_seconds = nan", "oom.arm_seconds", "NaN"),
+        ("arm_eta_seconds = -1", "oom.arm_eta_seconds", "-1"),
+        ("rearm_seconds = inf", "oom.rearm_seconds", "inf"),
+        (
+            "peak_after_steps = 2000000",
+            "oom.peak_after_steps",
+            "2000000",
+        ),
+    ] {
+        let err = Config::parse(&format!("[oom]\n{line}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key) && err.contains(value), "{line}: {err}");
+    }
+    let err = Config::parse("[oom]\narmed = true\n", Path::new("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("armed"), "{err}");
+    let err = env::check(["GPUMON_OOM_ARM"]).unwrap_err().to_string();
+    assert!(err.contains("oom.arm"), "{err}");
+}

@@ -7,6 +7,7 @@ use crate::core::detect::attribution::Attribution;
 use crate::core::detect::Finding;
 use crate::core::model::{GpuReading, ProcessReading, Timestamp};
 pub use crate::core::store::sessions::ooms::{OomRecord, Ooms};
+use crate::core::store::sessions::Armed;
 use crate::core::store::sessions::{Session, Sessions};
 use crate::core::store::{GpuPoint, NvmlStatus, Point, Store};
 use crate::core::trainer::Stats;
@@ -274,6 +275,10 @@ pub struct SessionView {
     /// growth is not repeated here: it is `bytes / max(total_growth_bytes, sum of sites' bytes)`.
     #[serde(default)]
     pub attribution: Option<Attribution>,
+    /// The arming in force: the trainer was asked to keep allocation history recording while
+    /// an OOM is likely (null when not armed).
+    #[serde(default)]
+    pub armed: Option<Armed>,
 }
 
 /// What NVML and /proc say about a trainer's process.
@@ -384,6 +389,7 @@ impl SessionView {
             events: s.events.iter().cloned().collect(),
             series: s.series.newest(SESSION_POINTS).collect(),
             attribution: s.attribution.clone(),
+            armed: s.arming.armed().cloned(),
         }
     }
 }

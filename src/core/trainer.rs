@@ -12,6 +12,8 @@ pub use kinds::{EventKind, Phase};
 
 /// The capability (in a hello's `caps`) to answer `attribute` requests.
 pub const CAP_ATTRIBUTION: &str = "attribution";
+/// The capability to keep allocation history recording while an OOM is likely (`arm`).
+pub const CAP_OOM_HISTORY: &str = "oom_history";
 
 mod kinds;
 

@@ -10,6 +10,7 @@ mod log_limit;
 use serde::{Deserialize, Serialize};
 
 use super::attribution::Attribution;
+use super::peak::Peak;
 use super::{Evidence, Kind};
 use crate::core::model::Timestamp;
 use crate::util::bounded::Bounded;
@@ -112,6 +113,10 @@ pub struct Finding {
     /// Leak findings: where the growing memory was allocated, when the trainer measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
+    /// near_limit findings: what was live at the step peak, by site, when the armed trainer
+    /// measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<Peak>,
 }
 
 /// Resolved findings kept for the API.

@@ -3,6 +3,7 @@
 mod explained;
 
 use super::attribution::Attribution;
+use super::peak::Peak;
 use super::{Evidence, Kind};
 use crate::units::{bytes, bytes_fine, duration_coarse, thousands};
 
@@ -173,6 +174,28 @@ pub fn attributed(a: &Attribution) -> Option<String> {
     Some(m)
 }
 
+/// One clause naming what held the memory at the step peak: "at the step peak 52% of live
+/// memory (2.0 GiB) was allocated at model.py:88 in attention". None when the trainer found no
+/// site or could not say (its error is shown apart).
+pub fn at_peak(p: &Peak) -> Option<String> {
+    if p.error.is_some() {
+        return None;
+    }
+    let top = p.top()?;
+    let mut m = format!(
+        "at the step peak {} of live memory ({}) was allocated at {}",
+        share(p.share(top)),
+        bytes(top.bytes),
+        top.short()
+    );
+    match top.function.as_str() {
+        "" => {}
+        "<module>" => m.push_str(" at module level"),
+        f => m.push_str(&format!(" in {f}")),
+    }
+    Some(m)
+}
+
 /// A share 0..=1 as "93%"; one that rounds to 0 still was measured: "<1%" rather than "0%".
 fn share(s: f64) -> String {
     let pct = s * 100.0;
@@ -294,6 +317,24 @@ mod tests {
         assert!(attributed(&a)
             .unwrap()
             .contains("in steps 12,000\u{2013}13,500"));
+    }
+
+    #[test]
+    fn the_peak_names_its_top_site_with_its_share_of_live_memory() {
+        let mut p = crate::core::detect::peak::attention_example();
+        assert_eq!(
+            at_peak(&p).as_deref(),
+            Some("at the step peak 50% of live memory (2.0 GiB) was allocated at model.py:88 in attention")
+        );
+        p.sites[0].function = "<module>".into();
+        assert!(at_peak(&p)
+            .unwrap()
+            .ends_with("model.py:88 at module level"));
+        p.error = Some("failed".into());
+        assert_eq!(at_peak(&p), None);
+        p.error = None;
+        p.sites.clear();
+        assert_eq!(at_peak(&p), None);
     }
 
     #[test]

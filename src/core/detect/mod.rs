@@ -12,6 +12,7 @@ pub mod lifecycle;
 pub mod message;
 pub mod near_limit;
 pub mod oom;
+pub mod peak;
 pub mod session;
 pub mod stats;
 pub mod window;

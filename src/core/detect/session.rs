@@ -5,6 +5,7 @@ use super::attribution::Attribution;
 use super::explanation::Explanation;
 use super::findings::{Finding, FindingState, Findings, Severity, Subject};
 use super::lifecycle::{Change, Lifecycle, Span};
+use super::peak::Peak;
 use super::window::StepAxis;
 use super::{
     crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
@@ -160,6 +161,7 @@ impl SessionDetect {
                 hint: message::hint(Kind::Crash, &evidence),
                 evidence,
                 attribution: None,
+                peak: None,
             });
         }
     }
@@ -195,8 +197,29 @@ impl SessionDetect {
             .filter_map(|t| t.current.as_mut())
             .find(|f| f.kind == Kind::Leak && id.is_none_or(|id| f.id == id))?;
         f.attribution = Some(a.clone());
-        f.message = describe(f.kind, &f.evidence, f.attribution.as_ref());
+        f.message = describe(f);
         f.updated_ts = f.updated_ts.max(a.ts);
+        findings.updated(f);
+        Some(f.id.clone())
+    }
+
+    /// The near_limit finding, pending or firing.
+    pub fn near_limit(&self) -> Option<&Finding> {
+        self.current().find(|f| f.kind == Kind::NearLimit)
+    }
+
+    /// Puts what was live at the step peak on the near_limit finding (the one named `id`, when
+    /// given) while it is pending or firing, as `attribute` does for a leak. Returns the id of
+    /// the finding it went on.
+    pub fn peak(&mut self, id: Option<&str>, p: &Peak, findings: &mut Findings) -> Option<String> {
+        let f = self
+            .tracks
+            .iter_mut()
+            .filter_map(|t| t.current.as_mut())
+            .find(|f| f.kind == Kind::NearLimit && id.is_none_or(|id| f.id == id))?;
+        f.peak = Some(p.clone());
+        f.message = describe(f);
+        f.updated_ts = f.updated_ts.max(p.ts);
         findings.updated(f);
         Some(f.id.clone())
     }
@@ -207,13 +230,19 @@ pub fn crash_id(session: &str) -> String {
     format!("{session}/crash")
 }
 
-/// The finding's message; with an attribution, followed by where the growth was allocated.
-fn describe(kind: Kind, e: &Evidence, a: Option<&Attribution>) -> String {
-    let m = message::describe(kind, e);
-    match a.and_then(message::attributed) {
-        Some(site) => format!("{m}; {site}"),
-        None => m,
+/// The finding's message: with an attribution, followed by where the growth was allocated;
+/// with a step peak, by what held the memory then.
+fn describe(f: &Finding) -> String {
+    let mut m = message::describe(f.kind, &f.evidence);
+    let clauses = [
+        f.attribution.as_ref().and_then(message::attributed),
+        f.peak.as_ref().and_then(message::at_peak),
+    ];
+    for clause in clauses.into_iter().flatten() {
+        m.push_str("; ");
+        m.push_str(&clause);
     }
+    m
 }
 
 fn apply(
@@ -256,13 +285,14 @@ fn apply(
                     hint: None,
                     evidence: Default::default(),
                     attribution: None,
+                    peak: None,
                 }
             });
-            f.message = describe(kind, &sig.evidence, f.attribution.as_ref());
             f.hint = message::hint(kind, &sig.evidence);
             let was = f.severity;
             f.severity = severity(kind, &sig.evidence);
             f.evidence = sig.evidence;
+            f.message = describe(f);
             f.updated_ts = ts;
             if f.state == FindingState::Firing && f.severity != was {
                 // An OOM the trainer went on from is no failure to page for (and a new one is

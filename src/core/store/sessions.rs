@@ -2,6 +2,7 @@
 //! count. A session lives from `hello` until its connection ends; ended sessions are kept a
 //! short while (for the API and the crash record) and then dropped.
 
+mod arm;
 mod attribute;
 pub mod ooms;
 
@@ -17,10 +18,14 @@ use crate::core::detect::{DetectConfig, Findings, Obs, SessionDetect};
 use crate::core::model::Timestamp;
 use crate::core::trainer::{
     Ending, Event, EventKind, EventRecord, Hello, Peer, Sample, SessionPoint, Stats,
-    CAP_ATTRIBUTION,
+    CAP_ATTRIBUTION, CAP_OOM_HISTORY,
 };
 use crate::util::bounded::Bounded;
 
+pub use arm::{
+    ArmAnswer, ArmLine, ArmReason, ArmRequest, Armed, Arming, OomPolicy, UnaskedArm,
+    MAX_ENTRIES as OOM_MAX_ENTRIES,
+};
 pub use attribute::{Asking, AttributionPolicy, Request, Unasked};
 
 /// A cumulative allocator counter that survives the trainer resetting its stats: a decrease is a
@@ -94,6 +99,8 @@ pub struct Session {
     pub attribution: Option<Attribution>,
     /// Whether and for what the trainer is being asked for an attribution.
     pub asking: Asking,
+    /// Whether and for what the trainer is armed to record allocation history.
+    pub arming: Arming,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -140,6 +147,8 @@ pub struct Sessions {
     detect: DetectConfig,
     /// How live sessions ask for attributions; None in a replay.
     policy: Option<AttributionPolicy>,
+    /// How live sessions are armed before an OOM; None in a replay.
+    arming: Option<OomPolicy>,
     pub findings: Findings,
     /// Samples whose `ts` was outside the sane window around their arrival and were taken at
     /// their arrival time instead (`sample`), since start.
@@ -161,6 +170,7 @@ impl Sessions {
             ended: Bounded::new(limits.ended_kept),
             detect: DetectConfig::default(),
             policy: None,
+            arming: None,
             findings: Findings::default(),
             timestamps_clamped: 0,
             oom_counts: ooms::OomCounts::default(),
@@ -191,6 +201,7 @@ impl Sessions {
         self.restarted(peer, &hello, &id, now);
         let alloc_limit = hello.alloc_limit;
         let asking = Asking::new(hello.can(CAP_ATTRIBUTION));
+        let arming = Arming::new(hello.can(CAP_OOM_HISTORY));
         let subject = Subject {
             session: id.clone(),
             job: hello.job.clone(),
@@ -221,6 +232,7 @@ impl Sessions {
                 detect: SessionDetect::new(&self.detect),
                 attribution: None,
                 asking,
+                arming,
             },
         );
         (key, id)
@@ -313,6 +325,7 @@ impl Sessions {
             return;
         };
         sess.end_window(now);
+        sess.end_arming();
         if ending == Ending::Crash {
             let detail =
                 Some("connection closed without bye: the trainer exited or was killed".into());

@@ -157,6 +157,7 @@ pub fn trainer(
         events: vec![],
         series,
         attribution: None,
+        armed: None,
     }
 }
 

@@ -36,6 +36,7 @@ fn explained_oom(survived: bool) -> Finding {
             ..Evidence::default()
         },
         attribution: None,
+        peak: None,
     }
 }
 

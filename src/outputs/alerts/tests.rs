@@ -50,6 +50,7 @@ fn finding(id: &str, state: FindingState) -> Finding {
         hint: None,
         evidence: Evidence::default(),
         attribution: None,
+        peak: None,
     }
 }
 

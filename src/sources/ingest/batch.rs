@@ -53,8 +53,8 @@ pub struct Batch {
     raw: Vec<u8>,
     keep_raw: bool,
     outcomes: Vec<Outcome>,
-    /// A request for the trainer that came due with this batch, sent after its replies.
-    request: Option<Vec<u8>>,
+    /// Requests for the trainer that came due with this batch, sent after its replies.
+    requests: Vec<Vec<u8>>,
     /// An `ack` that came due with this batch, sent last.
     ack: Option<Vec<u8>>,
     /// Lines dropped for the rate limit without a reply (counted at `finish`).
@@ -75,7 +75,9 @@ fn exempt(msg: &Message) -> bool {
     match msg {
         Message::Hello(_) | Message::Bye { .. } => true,
         Message::Event(e) => e.kind == crate::core::trainer::EventKind::Oom,
-        Message::Sample(_) | Message::Attribution(_) => false,
+        Message::Sample(_) | Message::Attribution(_) | Message::Armed(_) | Message::Peak(_) => {
+            false
+        }
     }
 }
 
@@ -182,7 +184,7 @@ impl Batch {
         self.raw.clear();
         // Asked once per batch: a request comes due only when a sample changed the session.
         if let (true, Some(sessions)) = (touched, sessions) {
-            self.request = conn.request(sessions, ts);
+            conn.requests(sessions, ts, &mut self.requests);
         }
         self.ack = conn.ack_due(ts);
     }
@@ -245,7 +247,7 @@ impl Batch {
         if silenced > 0 {
             stats.reject_many(Code::RateLimited, silenced);
         }
-        if let Some(r) = self.request.take() {
+        for r in self.requests.drain(..) {
             stats.requests.fetch_add(1, Ordering::Relaxed);
             send(&r);
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::protocol::{self, Code, Message, Rejection, Reply, CAP_ACK};
 use super::resume::{Mark, Resume};
 use crate::core::model::Timestamp;
-use crate::core::store::sessions::Sessions;
+use crate::core::store::sessions::{ArmLine, Sessions, UnaskedArm};
 use crate::core::trainer::{Ending, Hello, Peer};
 use crate::outputs::record::{Recorder, Trace};
 
@@ -247,6 +247,8 @@ impl Conn {
                 }
                 Err(unasked) => self.error(unasked.into()),
             },
+            (Message::Armed(a), Some(key)) => self.answer(sessions.armed(key, a), raw, seq),
+            (Message::Peak(p), Some(key)) => self.answer(sessions.peak(key, p), raw, seq),
             (Message::Bye { .. }, Some(key)) => {
                 sessions.close(key, Ending::Clean, now);
                 self.record(raw, seq);
@@ -258,21 +260,61 @@ impl Conn {
         }
     }
 
-    /// The request this connection's session is due to send its trainer now, as a line.
-    pub fn request(&self, sessions: &mut Sessions, now: Timestamp) -> Option<Vec<u8>> {
-        let r = sessions.request_due(self.session?, now)?;
-        Some(
-            Reply::Attribute {
-                v: protocol::ATTRIBUTE_VERSION,
+    /// An answer to an arm request: recorded when it answered one, else a `bad_field`.
+    fn answer(&mut self, r: Result<(), UnaskedArm>, raw: &[u8], seq: u64) -> Outcome {
+        match r {
+            Ok(()) => {
+                self.record(raw, seq);
+                Outcome::Accepted
+            }
+            Err(unasked) => self.error(unasked.into()),
+        }
+    }
+
+    /// The requests this connection's session is due to send its trainer now, as lines, added
+    /// to `out`: an `attribute`, an `arm` or `disarm`, or both.
+    pub fn requests(&self, sessions: &mut Sessions, now: Timestamp, out: &mut Vec<Vec<u8>>) {
+        let Some(key) = self.session else { return };
+        if let Some(r) = sessions.request_due(key, now) {
+            out.push(
+                Reply::Attribute {
+                    v: protocol::ATTRIBUTE_VERSION,
+                    id: r.id,
+                    finding: &r.finding,
+                    steps: r.steps,
+                    seconds: r.seconds,
+                    max_entries: r.max_entries,
+                    top: r.top,
+                }
+                .to_line(),
+            );
+        }
+        let line = match sessions.arm_due(key, now) {
+            Some(ArmLine::Arm(r)) => Reply::Arm {
+                v: protocol::ARM_VERSION,
                 id: r.id,
                 finding: &r.finding,
-                steps: r.steps,
                 seconds: r.seconds,
                 max_entries: r.max_entries,
-                top: r.top,
+                peak_after_steps: r.peak_after_steps,
             }
             .to_line(),
-        )
+            Some(ArmLine::Disarm { id }) => Reply::Disarm {
+                v: protocol::ARM_VERSION,
+                id,
+            }
+            .to_line(),
+            None => return,
+        };
+        out.push(line);
+    }
+
+    /// The first request due now, as a line (tests).
+    #[cfg(test)]
+    pub fn request(&self, sessions: &mut Sessions, now: Timestamp) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.requests(sessions, now, &mut out);
+        out.into_iter().next()
     }
 
     /// An `ack` line when one is due: the highest `seq` taken on this connection, held back
@@ -341,6 +383,9 @@ impl Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod arm_tests;
 
 #[cfg(test)]
 mod tests {

@@ -9,10 +9,13 @@ use std::fmt;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::core::detect::attribution::Attribution;
+use crate::core::detect::peak::Peak;
+use crate::core::store::sessions::ArmAnswer;
 use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 
 mod attribution;
 mod explanation;
+mod peak;
 mod stats;
 
 use stats::RawStats;
@@ -21,6 +24,8 @@ use stats::RawStats;
 pub const VERSION: u64 = 1;
 /// The version of the `attribute` request (its own `v`).
 pub const ATTRIBUTE_VERSION: u64 = 1;
+/// The version of the `arm` and `disarm` requests (their own `v`).
+pub const ARM_VERSION: u64 = 1;
 /// Longest accepted line, newline excluded (traces hold the same lines).
 pub use crate::core::trace::MAX_LINE;
 /// Longest accepted label-like string (job, phase, kind, ...).
@@ -37,7 +42,7 @@ const MAX_DECODER_MESSAGE: usize = 240;
 /// Capabilities a hello may list, at most, and the longest name.
 const MAX_CAPS: usize = 16;
 const MAX_CAP: usize = 32;
-pub use crate::core::trainer::CAP_ATTRIBUTION;
+pub use crate::core::trainer::{CAP_ATTRIBUTION, CAP_OOM_HISTORY};
 /// The capability to number lines (`seq`), take `ack`s and resend what was never acknowledged.
 pub const CAP_ACK: &str = "ack";
 
@@ -107,6 +112,13 @@ impl From<crate::core::store::sessions::Unasked> for Rejection {
     }
 }
 
+/// An `armed` or `peak` that answers no open arm request is a `bad_field`.
+impl From<crate::core::store::sessions::UnaskedArm> for Rejection {
+    fn from(e: crate::core::store::sessions::UnaskedArm) -> Self {
+        Rejection::new(Code::BadField, e.to_string())
+    }
+}
+
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.code.as_str(), self.message)
@@ -120,6 +132,10 @@ pub enum Message {
     Event(Event),
     /// The answer to an `attribute` request; `finding` is left for the daemon to fill in.
     Attribution(Attribution),
+    /// The answer to an `arm` request: recording, or why not.
+    Armed(ArmAnswer),
+    /// What was live at the step peak, for an armed near_limit; `finding` left to the daemon.
+    Peak(Peak),
     Bye {
         ts: Option<f64>,
     },
@@ -177,6 +193,8 @@ struct Raw<'a> {
     step_to: Option<u64>,
     seconds: Option<f64>,
     total_growth_bytes: Option<serde_json::Value>,
+    /// peak: the highest live total over the recorded steps.
+    peak_bytes: Option<serde_json::Value>,
     sites: Option<serde_json::Value>,
     #[serde(borrow)]
     error: Option<Cow<'a, str>>,
@@ -217,7 +235,7 @@ pub fn parse_numbered(line: &[u8]) -> Result<(Message, Option<u64>), Rejection> 
     let msg_type = raw.msg_type.clone().ok_or_else(|| {
         Rejection::new(
             Code::BadField,
-            "missing \"type\"; every message needs one of hello, sample, event, attribution, bye",
+            "missing \"type\"; every message needs one of hello, sample, event, attribution, armed, peak, bye",
         )
     })?;
     let seq = raw.seq.filter(|_| msg_type != "hello");
@@ -226,13 +244,15 @@ pub fn parse_numbered(line: &[u8]) -> Result<(Message, Option<u64>), Rejection> 
         "sample" => sample(raw).map(Message::Sample),
         "event" => event(raw).map(Message::Event),
         "attribution" => attribution::attribution(raw).map(Message::Attribution),
+        "armed" => peak::armed(raw).map(Message::Armed),
+        "peak" => peak::peak(raw).map(Message::Peak),
         "bye" => Ok(Message::Bye {
             ts: raw.ts.map(|t| ts("ts", t)).transpose()?,
         }),
         other => Err(Rejection::new(
             Code::UnknownType,
             format!(
-                "unknown type {}; this daemon speaks hello, sample, event, attribution, bye",
+                "unknown type {}; this daemon speaks hello, sample, event, attribution, armed, peak, bye",
                 // Cut before escaping too, so a 64 KiB type costs no 64 KiB of escaping.
                 shorten(&format!("{:?}", shorten(other, MAX_QUOTE)), MAX_QUOTE)
             ),
@@ -500,6 +520,20 @@ pub enum Reply<'a> {
         max_entries: u64,
         top: u64,
     },
+    /// A request to a client whose hello listed `oom_history`: keep allocation history
+    /// recording for up to `seconds` while an OOM is likely (for finding `finding`), and after
+    /// `peak_after_steps` steps (when not 0) report what is live at the step peak.
+    Arm {
+        v: u64,
+        id: u64,
+        finding: &'a str,
+        #[serde(serialize_with = "whole_as_integer")]
+        seconds: f64,
+        max_entries: u64,
+        peak_after_steps: u64,
+    },
+    /// The risk has passed: stop the recording arm request `id` started.
+    Disarm { v: u64, id: u64 },
 }
 
 /// `120` rather than `120.0` for whole seconds, as the protocol's example writes it.

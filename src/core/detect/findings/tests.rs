@@ -24,6 +24,7 @@ fn crash(session: u64, job: &str, ts: Timestamp) -> Finding {
         hint: None,
         evidence: Evidence::default(),
         attribution: None,
+        peak: None,
     }
 }
 

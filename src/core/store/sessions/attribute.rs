@@ -99,6 +99,13 @@ impl Asking {
         self.capable
     }
 
+    /// The connection's next request id: `attribute` and `arm` requests share one counter, so
+    /// an answer's id names one request.
+    pub(super) fn next_id(&mut self) -> u64 {
+        self.last_id += 1;
+        self.last_id
+    }
+
     /// The open window's request id and finding.
     pub fn open(&self) -> Option<(u64, &str)> {
         self.open.as_ref().map(|w| (w.id, w.finding.as_str()))
@@ -121,16 +128,16 @@ impl Asking {
         {
             return None;
         }
-        self.last_id += 1;
+        let id = self.next_id();
         self.last_request = Some(now);
         self.open = Some(Window {
-            id: self.last_id,
+            id,
             finding: finding.to_string(),
             sent: now,
             deadline: now + 2.0 * p.window_seconds + GRACE_SECONDS,
         });
         Some(Request {
-            id: self.last_id,
+            id,
             finding: finding.to_string(),
             steps: steps_for(slope, p.window_steps),
             seconds: p.window_seconds,
@@ -163,7 +170,7 @@ fn summary(a: &Attribution) -> String {
     }
 }
 
-fn event(sess: &mut Session, ts: Timestamp, kind: &str, detail: String) {
+pub(super) fn event(sess: &mut Session, ts: Timestamp, kind: &str, detail: String) {
     push_event(
         sess,
         EventRecord {

@@ -11,7 +11,7 @@ use super::{bounded, byte_value, not_a, required, ts, Code, Raw, Rejection, MAX_
 use crate::core::detect::attribution::{Attribution, Frame, Site, MAX_SITES, MAX_STACK, MAX_STR};
 
 /// Longest `error` kind (`unavailable`, `failed`, `cut_short`, or one a later client adds).
-const MAX_ERROR: usize = 32;
+pub(super) const MAX_ERROR: usize = 32;
 /// A window longer than this (about four months) is no measurement.
 const MAX_SECONDS: f64 = 1e7;
 /// Largest line number taken.
@@ -42,7 +42,7 @@ pub(super) fn attribution(r: Raw) -> Result<Attribution, Rejection> {
     })
 }
 
-fn sites(v: Option<Value>) -> Result<Vec<Site>, Rejection> {
+pub(super) fn sites(v: Option<Value>) -> Result<Vec<Site>, Rejection> {
     list_of(
         "sites",
         v,

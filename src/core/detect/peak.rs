@@ -1,0 +1,106 @@
+//! The step peak: what was live, by allocation site, at the moment a trainer's live total was
+//! highest over a few recorded steps (the `peak` message, docs/protocol.md). It answers
+//! pressure's question: which activations to shrink to fit. The trainer replays its recorded
+//! history to find the peak; the daemon checks, bounds and shows it, as it does attributions.
+
+use serde::{Deserialize, Serialize};
+
+use super::attribution::Site;
+use crate::core::model::Timestamp;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peak {
+    /// The `arm` request this answers (per connection).
+    pub id: u64,
+    pub ts: Timestamp,
+    /// The finding the arming was for, from the daemon's own request (absent in replays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_from: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_to: Option<u64>,
+    /// The highest live total in the recorded steps (0 in an error answer).
+    #[serde(default)]
+    pub peak_bytes: u64,
+    /// What was live at the peak, largest first (`bytes` and `blocks` live then).
+    #[serde(default)]
+    pub sites: Vec<Site>,
+    /// Set when the trainer could not take or read its snapshot (`failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Peak {
+    /// The largest site, when the trainer found any.
+    pub fn top(&self) -> Option<&Site> {
+        self.sites.first()
+    }
+
+    /// A site's share of live memory at the peak, 0..=1: of the larger of `peak_bytes` and the
+    /// sites' sum, so a client that under-reports the total never yields a share past 1.
+    pub fn share(&self, site: &Site) -> f64 {
+        let sum: u64 = self.sites.iter().map(|s| s.bytes).sum();
+        let denom = self.peak_bytes.max(sum);
+        if denom == 0 {
+            0.0
+        } else {
+            site.bytes as f64 / denom as f64
+        }
+    }
+}
+
+/// A peak at model.py:88 (2 GiB of a 4 GiB peak, 48 blocks) over steps 1210–1230, for tests
+/// across the crate.
+#[cfg(test)]
+pub(crate) fn attention_example() -> Peak {
+    use super::attribution::Frame;
+    let frame = |line, function: &str| Frame {
+        file: "/home/alice/proj/model.py".into(),
+        line,
+        function: function.into(),
+    };
+    let site = |line, function: &str, bytes| Site {
+        file: "/home/alice/proj/model.py".into(),
+        line,
+        function: function.into(),
+        bytes,
+        blocks: 48,
+        stack: vec![frame(line, function), frame(140, "forward")],
+        note: None,
+    };
+    Peak {
+        id: 2,
+        ts: 1_763_700_410.0,
+        finding: Some("s-3/near_limit".into()),
+        step_from: Some(1210),
+        step_to: Some(1230),
+        peak_bytes: 4 << 30,
+        sites: vec![site(88, "attention", 2 << 30), site(61, "mlp", 1 << 30)],
+        error: None,
+        detail: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_of_the_peak_or_the_sites_sum() {
+        let mut p = attention_example();
+        assert!((p.share(&p.sites[0]) - 0.5).abs() < 1e-12);
+        // A total below what the sites hold: shares stay within 1.
+        p.peak_bytes = 1;
+        assert!((p.share(&p.sites[0]) - 2.0 / 3.0).abs() < 1e-12);
+        p.sites.clear();
+        assert!(p.top().is_none());
+        let empty = Peak {
+            peak_bytes: 0,
+            ..attention_example()
+        };
+        assert_eq!(empty.share(&attention_example().sites[0]), 2.0 / 3.0);
+    }
+}
