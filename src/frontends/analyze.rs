@@ -7,6 +7,8 @@
 //!
 //! A leak the trainer attributed (an `attribution` line in the trace) is reported with its
 //! sites: the text lists the top ones under the finding, the JSON carries the whole attribution.
+//! A near_limit finding an armed trainer reported the step peak for (a `peak` line) is reported
+//! with what was live at the peak, the same way.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -15,7 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::core::detect::attribution::Attribution;
+use crate::core::detect::attribution::Site;
 use crate::core::detect::explanation::Explanation;
+use crate::core::detect::peak::Peak;
 use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
 use crate::core::store::sessions::{SessionLimits, Sessions};
 use crate::core::trace::{self, RecorderLine, MAX_LINE};
@@ -79,6 +83,9 @@ pub struct FoundFinding {
     /// latest the finding carried before the trace ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
+    /// near_limit: what was live at the step peak, by site, as the armed trainer reported it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak: Option<Peak>,
     /// OOMs: what the trainer read in its allocator at the OOM (pattern, the line that asked,
     /// live sites, remedies), as its `oom` event carried it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -271,6 +278,10 @@ fn collect(
                 found.evidence = f.evidence;
             } else if f.attribution.is_some() {
                 found.attribution = f.attribution;
+            } else if f.peak.is_some() {
+                // Its message names the peak's top site from then on.
+                found.message = f.message;
+                found.peak = f.peak;
             }
             continue;
         }
@@ -300,6 +311,7 @@ fn found(f: Finding, gpu: Option<&str>) -> FoundFinding {
         explanation: f.evidence.explanation.clone(),
         evidence: f.evidence,
         attribution: f.attribution,
+        peak: f.peak,
     }
 }
 
@@ -370,6 +382,9 @@ pub fn text(report: &Report) -> String {
             if let Some(a) = &f.attribution {
                 attribution_lines(&mut out, a);
             }
+            if let Some(p) = &f.peak {
+                peak_lines(&mut out, p);
+            }
             for l in f
                 .explanation
                 .iter()
@@ -410,11 +425,35 @@ fn attribution_lines(out: &mut String, a: &Attribution) {
         "{INDENT}attribution: {} of live memory grew{within}, allocated at",
         bytes(a.total_growth_bytes)
     );
-    for s in a.sites.iter().take(TEXT_SITES) {
+    site_lines(out, &a.sites, |s| a.share(s));
+}
+
+/// What was live at the step peak, largest first; or why the trainer could not say.
+fn peak_lines(out: &mut String, p: &Peak) {
+    use std::fmt::Write;
+    if let Some(e) = crate::outputs::peak_text::error(p) {
+        let _ = writeln!(out, "{INDENT}{e}");
+        return;
+    }
+    let within = crate::outputs::peak_text::steps(p)
+        .map(|w| format!(" in {w}"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{INDENT}step peak: {} live{within}, allocated at",
+        bytes(p.peak_bytes)
+    );
+    site_lines(out, &p.sites, |s| p.share(s));
+}
+
+/// Sites with their share, bytes, blocks, place, callers and note; the JSON has them all.
+fn site_lines(out: &mut String, sites: &[Site], share: impl Fn(&Site) -> f64) {
+    use std::fmt::Write;
+    for s in sites.iter().take(TEXT_SITES) {
         let _ = writeln!(
             out,
             "{INDENT}  {:>4}  {:>9}  {:>5} blocks  {}",
-            words::percent(a.share(s)),
+            words::percent(share(s)),
             bytes(s.bytes),
             s.blocks,
             words::site_path(s)
@@ -431,8 +470,8 @@ fn attribution_lines(out: &mut String, a: &Attribution) {
             let _ = writeln!(out, "{INDENT}          note: {n}");
         }
     }
-    if a.sites.len() > TEXT_SITES {
-        let more = a.sites.len() - TEXT_SITES;
+    if sites.len() > TEXT_SITES {
+        let more = sites.len() - TEXT_SITES;
         let _ = writeln!(
             out,
             "{INDENT}  \u{2026} and {more} more sites (--format json lists them all)"

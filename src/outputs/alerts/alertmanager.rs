@@ -4,7 +4,10 @@
 //!
 //! A leak the trainer attributed also carries `attribution` (the top site, its share and the
 //! window, or why the trainer could not say) and `attribution_stack` (that site's stack, one
-//! frame a line). Annotations are not labels: they change without making a new alert.
+//! frame a line). Annotations are not labels: they change without making a new alert. A
+//! near_limit finding an armed trainer reported the step peak for carries `peak_top_site` (the
+//! largest site live at the peak, its share of the peak and the steps, or why the trainer could
+//! not say).
 //!
 //! An explained OOM carries `oom_pattern`, `oom_failing_site` (`file:line in function`),
 //! `oom_top_live_site` (the largest live site, its bytes and share of live memory) and
@@ -18,7 +21,7 @@ use serde_json::{json, Map, Value};
 use super::{rfc3339, AlertSettings, Sink};
 use crate::core::detect::findings::Severity;
 use crate::core::detect::{Finding, FindingState, Kind};
-use crate::outputs::{attribution_text, explanation_text};
+use crate::outputs::{attribution_text, explanation_text, peak_text};
 
 /// Frames of the top site's stack in the `attribution_stack` annotation, at most.
 const STACK_FRAMES: usize = 8;
@@ -74,6 +77,9 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             let stack = attribution_text::stack(top, STACK_FRAMES).join("\n");
             annotations.insert("attribution_stack".into(), stack.into());
         }
+    }
+    if let Some(p) = &f.peak {
+        annotations.insert("peak_top_site".into(), peak_text::summary(p).into());
     }
     if f.kind == Kind::Oom {
         oom_annotations(f, &mut annotations);

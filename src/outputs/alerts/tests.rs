@@ -316,3 +316,27 @@ fn a_sinks_delivery_time_is_counted_failures_included() {
     let last_s = value("gpumon_alert_last_delivery_duration_seconds").unwrap();
     assert!((last_s - last as f64 / 1e9).abs() < 1e-9, "{text}");
 }
+
+#[test]
+fn a_near_limit_with_a_step_peak_names_its_top_site_in_both_sinks() {
+    use crate::core::detect::peak::{attention_example, Peak};
+    let mut f = finding("s-3/near_limit", FindingState::Firing);
+    f.kind = Kind::NearLimit;
+    let plain = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
+    assert!(
+        plain["annotations"].get("peak_top_site").is_none(),
+        "{plain}"
+    );
+    f.peak = Some(attention_example());
+    let a = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
+    assert_eq!(
+        a["annotations"]["peak_top_site"],
+        "model.py:88 in attention (50% of the 4.0 GiB peak in steps 1,210\u{2013}1,230)"
+    );
+    let body = webhook::body("node1", std::slice::from_ref(&f));
+    let p = &body["findings"][0]["peak"];
+    assert_eq!(p["sites"][0]["line"], 88);
+    assert_eq!(p["peak_bytes"].as_u64(), Some(4 << 30));
+    let back: Peak = serde_json::from_value(p.clone()).unwrap();
+    assert_eq!(back, attention_example());
+}

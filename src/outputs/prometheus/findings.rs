@@ -98,8 +98,14 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         &[],
     );
     survived.add(&[], counts.survived as f64);
+    let mut armed = Family::gauge(
+        "gpumon_oom_armed_sessions",
+        "Live trainer sessions armed now: asked to keep allocation history recording while an OOM is likely ([oom] config).",
+        &[],
+    );
+    armed.add(&[], store.sessions.armed_count() as f64);
     for f in [
-        leak, slope, eta, near, firing, total, suppressed, ooms, survived,
+        leak, slope, eta, near, firing, total, suppressed, ooms, survived, armed,
     ] {
         f.finish(out);
     }
