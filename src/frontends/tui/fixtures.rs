@@ -5,9 +5,11 @@
 
 mod attribution;
 mod oom;
+mod peak;
 
 pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
 pub use oom::{explained_fragmentation, explained_leak, survived_pressure};
+pub use peak::near_limit_peak;
 use serde_json::{json, Value};
 
 use crate::core::model::*;

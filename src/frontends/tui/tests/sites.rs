@@ -85,3 +85,30 @@ fn sites_show_share_bytes_place_and_function_at_every_size() {
         assert!(wide.contains(part), "{part:?}:\n{wide}");
     }
 }
+
+/// An armed trainer near its limit: the near_limit finding's step peak is listed where a leak's
+/// sites are, largest first, with its share of the peak.
+#[test]
+fn trainer_detail_lists_what_was_live_at_the_step_peak() {
+    screens(
+        "trainer_near_limit_peak",
+        fixtures::near_limit_peak(),
+        &OPEN_LEAK,
+    );
+    for (w, h) in SIZES {
+        let screen = opened(fixtures::near_limit_peak(), w, h);
+        assert!(
+            screen.contains("Live at the step peak · 3.8 GiB in steps 880\u{2013}900"),
+            "{w}x{h}:\n{screen}"
+        );
+        assert!(
+            screen.contains("  52%    2.0 GiB  model.py:88 attention"),
+            "{w}x{h}:\n{screen}"
+        );
+        assert_eq!(
+            screen.contains("← model.py:140 in forward"),
+            w >= 120,
+            "{w}x{h}:\n{screen}"
+        );
+    }
+}

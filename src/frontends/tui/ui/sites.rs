@@ -1,15 +1,18 @@
 //! Where a leak's memory is allocated, in the trainer detail: the sites the trainer reported,
 //! largest first (share of the growth, bytes, file:line and function), with who called each and
-//! the trainer's note when there is room; or why the trainer could not say.
+//! the trainer's note when there is room; or why the trainer could not say. What was live at a
+//! near_limit's step peak is listed the same way.
 
 use ratatui::text::{Line, Span};
 
 use super::fmt::{ago, plural, thousands};
 use super::theme::Theme;
 use crate::core::detect::attribution::{Attribution, Site};
+use crate::core::detect::peak::Peak;
 use crate::core::model::Timestamp;
 use crate::core::trainer::{EventKind, EventRecord};
 use crate::outputs::attribution_text as words;
+use crate::outputs::peak_text;
 use crate::units::bytes;
 
 /// How much of an attribution fits.
@@ -52,6 +55,34 @@ pub fn lines(a: &Attribution, room: Room, t: Theme) -> Vec<Line<'static>> {
     }
     if a.sites.len() > room.sites {
         out.push(more(a.sites.len() - room.sites, t));
+    }
+    out
+}
+
+/// What was live at a near_limit's step peak, by site, as an armed trainer reported it: the
+/// activations to shrink to fit; or why the trainer could not say.
+pub fn peak(p: &Peak, room: Room, t: Theme) -> Vec<Line<'static>> {
+    if let Some(e) = peak_text::error(p) {
+        return vec![Line::styled(e, t.warn())];
+    }
+    let within = peak_text::steps(p)
+        .map(|w| format!(" in {w}"))
+        .unwrap_or_default();
+    if p.sites.is_empty() {
+        return vec![Line::styled(
+            format!("No allocation site of the trainer's code at the step peak{within}."),
+            t.dim(),
+        )];
+    }
+    let mut out = vec![Line::from(vec![
+        Span::styled("Live at the step peak", t.bold()),
+        Span::styled(format!(" · {}{within}", bytes(p.peak_bytes)), t.dim()),
+    ])];
+    for s in p.sites.iter().take(room.sites) {
+        out.extend(site(s, p.share(s), room, t));
+    }
+    if p.sites.len() > room.sites {
+        out.push(more(p.sites.len() - room.sites, t));
     }
     out
 }

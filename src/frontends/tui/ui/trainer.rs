@@ -86,8 +86,8 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
     let finding_lines = finding_text(&findings, app, t);
     let need_f = wrapped_height(&finding_lines, text_w);
     let events = event_lines(s, app, t, if wide { 8 } else { 2 });
-    // The leak finding's sites; else that the trainer is being asked; else the session's latest
-    // answer, which may say why no sites came. An explained OOM listed before the leak's
+    // The leak finding's sites; else what was live at the near_limit's step peak; else that the
+    // trainer is being asked; else the session's latest answer, which may say why no sites came. An explained OOM listed before the leak's
     // finding (newer, or the leak's is over) takes their place: it names the same memory, at
     // the moment it ran out.
     let leak_at = findings
@@ -121,11 +121,23 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
             width: inner.width,
         }
     };
-    let site_lines = match (explained, attribution, asking) {
-        (Some(e), _, _) => oom::lines(e, room, t),
-        (None, Some(a), _) => sites::lines(a, room, t),
-        (None, None, Some(line)) => vec![line],
-        (None, None, None) => Vec::new(),
+    // Pressure's question, once an armed trainer answered it: what was live at the step peak.
+    let peak = findings
+        .iter()
+        .filter(|f| f.kind == crate::core::detect::Kind::NearLimit)
+        .find_map(|f| f.peak.as_ref());
+    let site_lines = if let Some(e) = explained {
+        oom::lines(e, room, t)
+    } else if let Some(a) = on_finding {
+        sites::lines(a, room, t)
+    } else if let Some(p) = peak {
+        sites::peak(p, room, t)
+    } else if let Some(line) = asking {
+        vec![line]
+    } else if let Some(a) = attribution {
+        sites::lines(a, room, t)
+    } else {
+        Vec::new()
     };
     let most = inner.height.saturating_sub(7);
 
