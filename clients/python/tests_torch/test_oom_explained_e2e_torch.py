@@ -19,25 +19,13 @@ torch = support.require("torch")
 
 import gpumon_client  # noqa: E402
 from gpumon_client import snapload  # noqa: E402
-from test_attribution_torch import Trainer, Webhook  # noqa: E402
-from test_daemon_e2e_torch import built, get, run_daemon, session_of, wait_until  # noqa: E402
+from test_attribution_torch import Trainer, recorded_daemon  # noqa: E402,F401 (a fixture)
+from test_daemon_e2e_torch import built, get, session_of, wait_until  # noqa: E402
 
 FIXTURES = os.path.join(support.REPO_ROOT, "tests", "fixtures", "torch-oom")
 JOB = "oom-e2e"
 CAP = 4 << 30
 EXACT = {"max_rate": None, "budget": None}
-
-
-@pytest.fixture
-def recorded_daemon(sock_dir, tmp_path):
-    hook = Webhook()
-    records = tmp_path / "traces"
-    records.mkdir()
-    try:
-        for base, socket_path, logs in run_daemon(sock_dir, ["--record-dir", str(records), "--webhook-url", hook.url]):
-            yield base, socket_path, logs, hook, records
-    finally:
-        hook.server.shutdown()
 
 
 def oom_finding(base):
