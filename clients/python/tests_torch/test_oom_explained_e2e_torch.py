@@ -137,3 +137,43 @@ def tui_shows_it(base, tmp_path):
         subprocess.run(tmux + ["send-keys", "-t", "t", "q"], check=True)
     finally:
         subprocess.run(tmux + ["kill-server"], capture_output=True)
+
+
+def test_the_daemon_arms_a_trainer_near_its_cap_and_one_without_cuda_says_so_once(recorded_daemon, caplog):
+    """Real torch on CPU cannot record allocation history: asked to arm (its near_limit fires
+    under a 4 GiB cap), the client answers `unavailable` from torch itself, logs it once, and the
+    daemon does not ask again."""
+    import logging
+
+    import gpumon_client.arming as arming
+    from gpumon_client import StaticStatsSource
+
+    base, socket_path, logs, _hook, _records = recorded_daemon
+    arming._said_unavailable = False
+    caplog.set_level(logging.INFO, logger="gpumon_client")
+    cap = 4 << 30
+    stats = dict(support.STATS, **{"allocated_bytes.all.current": 1 << 30, "allocated_bytes.all.peak": cap - (10 << 20),
+                                   "reserved_bytes.all.current": cap - (10 << 20)})
+    source = StaticStatsSource(stats, support.MEM_INFO, dict(support.INFO, alloc_limit=cap))
+    handle = gpumon_client.attach("arm-e2e", source=source, socket=socket_path, attribution=True, **EXACT)
+    assert handle.active and handle.client.armer is not None
+    t = Trainer()
+
+    def answered():
+        return handle.client.stats()["oom_history"]["answers"]
+
+    deadline = time.monotonic() + 30
+    while not answered() and time.monotonic() < deadline:
+        t.step()
+        time.sleep(0.01)
+    assert answered() == {"unavailable": 1}, (answered(), "".join(logs[-20:]))
+    near = [f for f in json.loads(get(base + "/api/v1/snapshot")[1])["findings"] if f["kind"] == "near_limit"]
+    assert near and near[0]["state"] == "firing", near
+    for _ in range(200):  # the pressure goes on: the daemon must not ask again
+        t.step()
+        time.sleep(0.002)
+    assert answered() == {"unavailable": 1}
+    assert (session_of(base, "arm-e2e") or {}).get("armed") is None
+    said = [r for r in caplog.records if "cannot be kept for OOMs" in r.getMessage()]
+    assert len(said) == 1 and "CUDA is not available" in said[0].getMessage()
+    gpumon_client.detach()
