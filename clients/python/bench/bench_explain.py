@@ -5,6 +5,7 @@
    start included (goal: at most 1 s on the 0.8 MB leak snapshot).
 2. In the trainer, at the OOM: what the observer adds once `_snapshot()` returned (explain and
    fitting the line), per fixture. `_snapshot()` itself is torch's and needs a GPU.
+3. While armed: the step peak's replay of the recorded history (peak.py), per fixture.
 
     python3 clients/python/bench/bench_explain.py [--runs N]
 """
@@ -22,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(CLIENT))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "torch-oom")
 sys.path.insert(0, CLIENT)
 
-from gpumon_client import oomreport, snapload  # noqa: E402
+from gpumon_client import oomreport, peak, snapload  # noqa: E402
 from gpumon_client.explain import explain  # noqa: E402
 
 
@@ -56,7 +57,9 @@ def main():
         snap = snapload.load(path)
         inproc = timed(lambda: explain(snap, limit_bytes=4 << 30), args.runs)
         observer = timed(lambda: oomreport.at_oom(0, None, 4 << 30, snapshot=lambda: snap), args.runs)
-        print("%-13s load %s; explain %s; observer after _snapshot() %s" % (case, fmt(load), fmt(inproc), fmt(observer)))
+        replay = timed(lambda: peak.find(snap), args.runs)
+        print("%-13s load %s; explain %s; observer after _snapshot() %s; step peak replay %s" % (
+            case, fmt(load), fmt(inproc), fmt(observer), fmt(replay)))
     worst = statistics.median(cli)
     if worst > args.max_cli_seconds:
         print("FAIL: explain CLI median %.2f s > %.2f s" % (worst, args.max_cli_seconds))
