@@ -83,7 +83,7 @@ def test_without_cuda_the_trainer_answers_unavailable_and_trains_on(sock_dir, so
         for _ in range(3):
             t.step()
         hello = d.wait_for(1, type="hello")[0]
-        assert hello["caps"] == ["attribution", "ack"]
+        assert hello["caps"] == ["attribution", "oom_history", "ack"]
         while handle.client.stats()["session"] is None:
             time.sleep(0.001)
         d.attribute(id=1, steps=20)
@@ -110,7 +110,7 @@ def test_replayed_snapshots_name_the_kept_outputs_line(sock_dir, source):
         t = Trainer()
         handle = gpumon_client.attach("replay", source=source, socket=path, **EXACT)
         t.step()
-        assert d.wait_for(1, type="hello")[0]["caps"] == ["attribution", "ack"]
+        assert d.wait_for(1, type="hello")[0]["caps"] == ["attribution", "oom_history", "ack"]
         while handle.client.stats()["session"] is None:
             time.sleep(0.001)
         d.attribute(id=5, steps=10, top=3)
