@@ -78,6 +78,10 @@ pub async fn serve(
     web: Arc<WebConfigWatch>,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
+    // The web config's reloads are part of this server's health, in /metrics beside it.
+    if let Some(reloads) = web.reload_stats() {
+        stats.attach_web_config(reloads);
+    }
     let mut builder = http1::Builder::new();
     builder
         .max_buf_size(limits.max_head_bytes.max(MIN_HEAD_BYTES))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use prometheus::proto::{MetricFamily, MetricType};
 
+use super::web_config::ReloadStats;
 use crate::outputs::prometheus::Family;
 
 /// Why a connection ended.
@@ -94,6 +95,8 @@ pub struct HttpStats {
     open: AtomicU64,
     closed: [AtomicU64; Closed::ALL.len()],
     denied: [AtomicU64; Denied::ALL.len()],
+    /// How the web config's reloads went, once `serve` is given one with a file.
+    web_config: std::sync::OnceLock<Arc<ReloadStats>>,
 }
 
 impl HttpStats {
@@ -115,6 +118,11 @@ impl HttpStats {
 
     pub(super) fn count_closed(&self, why: Closed) {
         self.closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Serves the web config's reload metrics with these (set once; a second call is ignored).
+    pub fn attach_web_config(&self, reloads: Arc<ReloadStats>) {
+        let _ = self.web_config.set(reloads);
     }
 
     /// Counts a connection as open until the guard is dropped.
@@ -147,6 +155,9 @@ impl HttpStats {
             denied.add(&[why.as_str()], self.denied(why) as f64);
         }
         denied.finish(out);
+        if let Some(w) = self.web_config.get() {
+            w.families(out);
+        }
     }
 }
 

@@ -15,9 +15,12 @@ use rustls::ServerConfig;
 use serde::Deserialize;
 
 mod auth;
+mod reload;
+mod stats;
 mod tls;
 mod watch;
 pub use auth::{Auth, Verdict};
+pub use stats::ReloadStats;
 pub use watch::WebConfigWatch;
 
 #[derive(Debug, Default, Deserialize)]
@@ -67,6 +70,9 @@ struct RawRate {
 pub struct WebConfig {
     /// None: plain HTTP.
     pub tls: Option<Arc<ServerConfig>>,
+    /// TLS requires a client certificate verified against `client_ca_file`
+    /// (`RequireAndVerifyClientCert`): authentication a reload may not take away.
+    pub client_certs: bool,
     pub auth: Auth,
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -123,6 +129,7 @@ impl WebConfig {
     pub fn plain() -> Self {
         Self {
             tls: None,
+            client_certs: false,
             auth: Auth::default(),
             headers: Vec::new(),
             rate_limit: None,
@@ -131,17 +138,21 @@ impl WebConfig {
     }
 
     pub fn load(path: &Path) -> Result<Self, WebConfigError> {
+        Self::parse(path, &read(path)?)
+    }
+
+    /// The config `text` (read from `path`) describes; the files it names are read now.
+    fn parse(path: &Path, text: &str) -> Result<Self, WebConfigError> {
         let err = |key: &str, reason: String| WebConfigError {
             path: path.display().to_string(),
             key: key.to_owned(),
             reason,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err("(file)", e.to_string()))?;
         // An empty file is a valid config that changes nothing, as in the toolkit.
         let raw: RawFile = if text.trim().is_empty() {
             RawFile::default()
         } else {
-            serde_norway::from_str(&text).map_err(|e| err("(yaml)", e.to_string()))?
+            serde_norway::from_str(text).map_err(|e| err("(yaml)", e.to_string()))?
         };
         // Relative file names are relative to the config file, as in the toolkit.
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -152,6 +163,9 @@ impl WebConfig {
             .flatten()
             .map(|f| dir.join(f))
             .collect();
+        let client_certs = raw.tls_server_config.as_ref().is_some_and(|t| {
+            tls_enabled(t) && t.client_auth_type.as_deref() == Some("RequireAndVerifyClientCert")
+        });
         let tls = match raw.tls_server_config {
             Some(t) if tls_enabled(&t) => {
                 Some(Arc::new(tls::tls_config(t, dir).map_err(|(k, r)| {
@@ -177,12 +191,22 @@ impl WebConfig {
         };
         Ok(Self {
             tls,
+            client_certs,
             auth: Auth::new(users),
             headers,
             rate_limit,
             files,
         })
     }
+}
+
+/// The config file's text.
+fn read(path: &Path) -> Result<String, WebConfigError> {
+    std::fs::read_to_string(path).map_err(|e| WebConfigError {
+        path: path.display().to_string(),
+        key: "(file)".into(),
+        reason: format!("cannot read it: {e}"),
+    })
 }
 
 fn tls_enabled(t: &RawTls) -> bool {

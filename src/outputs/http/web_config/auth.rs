@@ -39,6 +39,11 @@ impl Auth {
         !self.users.is_empty()
     }
 
+    /// How many users the file lists.
+    pub fn users(&self) -> usize {
+        self.users.len()
+    }
+
     /// The verdict when it costs no bcrypt (no users, a header that cannot be right, or
     /// credentials verified before); None when `check` has to run bcrypt.
     pub fn quick(&self, header: Option<&[u8]>) -> Option<Verdict> {

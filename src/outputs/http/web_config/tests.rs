@@ -4,7 +4,7 @@ use std::process::Command;
 use super::*;
 
 /// A self-signed certificate and its key for localhost, made by openssl.
-fn cert(dir: &Path) {
+pub(super) fn cert(dir: &Path) {
     let ok = Command::new("openssl")
         .args([
             "req",
@@ -218,20 +218,24 @@ fn basic_auth_checks_bcrypt_and_remembers_what_it_verified() {
 }
 
 #[test]
-fn a_bad_reload_keeps_the_config_in_force() {
+fn a_bad_reload_keeps_the_config_in_force_and_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("web.yml");
     let hash = bcrypt::hash("pw", 4).unwrap();
     std::fs::write(&p, format!("basic_auth_users:\n  alice: \"{hash}\"\n")).unwrap();
     let w = WebConfigWatch::new(Some(p.clone())).unwrap();
-    assert!(w.current().auth.enabled());
+    let stats = w.reload_stats().expect("a file: reloads are counted");
+    assert!(w.current().auth.enabled() && stats.last_successful());
     std::fs::write(&p, "basic_auth_users: [broken\n").unwrap();
     w.reload();
     assert!(w.current().auth.enabled(), "the old config stays");
-    std::fs::write(&p, "").unwrap();
+    assert_eq!((stats.last_successful(), stats.failures()), (false, 1));
+    std::fs::write(&p, format!("basic_auth_users:\n  bob: \"{hash}\"\n")).unwrap();
     w.reload();
-    assert!(!w.current().auth.enabled(), "a good file takes over");
+    assert_eq!(w.current().auth.users(), 1);
+    assert!(stats.last_successful(), "a good file takes over");
     // At start, a bad file is an error.
     std::fs::write(&p, "nope: 1\n").unwrap();
     assert!(WebConfigWatch::new(Some(p)).is_err());
+    assert!(WebConfigWatch::new(None).unwrap().reload_stats().is_none());
 }

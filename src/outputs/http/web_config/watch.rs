@@ -1,25 +1,32 @@
-//! Reloading: the file and the certificate files it names are looked at as connections arrive,
-//! and read again on SIGHUP.
+//! Reloading: a thread looks at the file and the certificate files it names once a second, and
+//! SIGHUP reads them now. Either way the read is `reload::read_stable`'s: applied once the
+//! files hold still, refused when broken or when it would take TLS or authentication away.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use super::reload::read_stable;
+use super::stats::ReloadStats;
 use super::{WebConfig, WebConfigError};
 
+/// How often the files' stamps are compared with those of the last read.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// The config in force, reloaded when its file or a file it names (certificate, key, client CA)
-/// changes (looked at, at most once a second, as connections arrive) or on SIGHUP. A config that
-/// fails to load keeps the one in force, and the error is logged once per change of the files.
+/// changes, or on SIGHUP. A reload that is refused keeps the config in force, is logged at
+/// ERROR and counted, and is tried again only when the files change again (or on SIGHUP).
 pub struct WebConfigWatch {
-    path: Option<PathBuf>,
-    state: Mutex<WatchState>,
+    inner: Arc<Inner>,
 }
 
-struct WatchState {
-    current: Arc<WebConfig>,
-    /// The config file's stamp, then each of `current.files`'.
-    seen: Vec<Stamp>,
-    checked: std::time::Instant,
+struct Inner {
+    path: Option<PathBuf>,
+    current: Mutex<Arc<WebConfig>>,
+    /// The stamps of the last read (the config file's, then each of the files it names); held
+    /// through a reload, so the watcher thread and SIGHUP never read at once.
+    seen: Mutex<Vec<Stamp>>,
+    stats: Arc<ReloadStats>,
 }
 
 impl WebConfigWatch {
@@ -33,49 +40,93 @@ impl WebConfigWatch {
             .as_deref()
             .map(|p| stamps(p, &current))
             .unwrap_or_default();
-        Ok(Self {
+        let inner = Arc::new(Inner {
             path,
-            state: Mutex::new(WatchState {
-                current: Arc::new(current),
-                seen,
-                checked: std::time::Instant::now(),
-            }),
-        })
+            current: Mutex::new(Arc::new(current)),
+            seen: Mutex::new(seen),
+            stats: Arc::new(ReloadStats::loaded_now()),
+        });
+        if inner.path.is_some() {
+            watch(Arc::downgrade(&inner));
+        }
+        Ok(Self { inner })
     }
 
     pub fn current(&self) -> Arc<WebConfig> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(path) = &self.path {
-            if st.checked.elapsed() >= Duration::from_secs(1) {
-                st.checked = std::time::Instant::now();
-                if stamps(path, &st.current) != st.seen {
-                    reload(path, &mut st);
-                }
-            }
-        }
-        st.current.clone()
+        self.inner.current()
     }
 
-    /// SIGHUP: read the file again now.
+    /// SIGHUP: read the files again now. Blocks while they settle (a fraction of a second, a
+    /// few while a writer is still writing): call it off the async workers.
     pub fn reload(&self) {
-        if let Some(path) = &self.path {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            reload(path, &mut st);
-        }
+        let mut seen = lock(&self.inner.seen);
+        self.inner.reload(&mut seen);
+    }
+
+    /// How reloads went; None without a web config file (nothing is ever reloaded).
+    pub fn reload_stats(&self) -> Option<Arc<ReloadStats>> {
+        self.inner.path.as_ref().map(|_| self.inner.stats.clone())
     }
 }
 
-fn reload(path: &Path, st: &mut WatchState) {
-    match WebConfig::load(path) {
-        Ok(c) => {
-            tracing::info!(file = %path.display(), tls = c.tls.is_some(), basic_auth = c.auth.enabled(), "web config reloaded");
-            st.current = Arc::new(c);
-        }
-        Err(e) => tracing::error!(error = %e, "web config not reloaded; the one in force stays"),
+/// Compares the stamps once a second until the watch is dropped.
+fn watch(inner: Weak<Inner>) {
+    let spawned = std::thread::Builder::new()
+        .name("gpumon-webcfg".into())
+        .spawn(move || loop {
+            std::thread::sleep(CHECK_EVERY);
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            inner.check();
+        });
+    if let Err(e) = spawned {
+        // The config in force stays; only SIGHUP reloads it.
+        tracing::error!(error = %e, "cannot start the web config watcher thread: changes to the web config apply only on SIGHUP");
     }
-    // Stamped after the load, against the files the config in force names: a failed load is
-    // tried again only when something changes again.
-    st.seen = stamps(path, &st.current);
+}
+
+impl Inner {
+    fn current(&self) -> Arc<WebConfig> {
+        lock(&self.current).clone()
+    }
+
+    fn check(&self) {
+        let Some(path) = &self.path else { return };
+        let mut seen = lock(&self.seen);
+        if stamps(path, &self.current()) != *seen {
+            self.reload(&mut seen);
+        }
+    }
+
+    fn reload(&self, seen: &mut Vec<Stamp>) {
+        let Some(path) = &self.path else { return };
+        let current = self.current();
+        let before = stamps(path, &current);
+        match read_stable(path, &current) {
+            Ok(c) => {
+                tracing::info!(file = %path.display(), tls = c.tls.is_some(), client_certs = c.client_certs, basic_auth_users = c.auth.users(), "web config reloaded");
+                *lock(&self.current) = Arc::new(c);
+                self.stats.succeeded();
+            }
+            Err(why) => {
+                tracing::error!(file = %path.display(), error = %why, "web config reload refused; the one in force stays");
+                self.stats.failed();
+            }
+        }
+        // What was read is what the files held when it settled; a change since (the config
+        // file's stamp moved during the read) keeps the stamps from before, so it is read again.
+        let after = stamps(path, &self.current());
+        *seen = if after.first() == before.first() {
+            after
+        } else {
+            before
+        };
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Modification time and size: what a rotation (a rename over the file, or a rewrite) changes.
