@@ -254,6 +254,10 @@ fn init_tracing(config: &Config) {
         .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        // A trainer's strings reach log lines (finding messages, job names): escaped there as on
+        // `gpumon status`.
+        LogFormat::Text => builder
+            .fmt_fields(gpumon::util::printable::LogFields)
+            .init(),
     }
 }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::attribution::Site;
@@ -33,12 +33,12 @@ use crate::units::bytes;
 /// Bad lines listed per trace; the rest are only counted.
 const BAD_KEPT: usize = 20;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub traces: Vec<TraceReport>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct TraceReport {
     pub file: String,
     pub job: Option<String>,
@@ -50,7 +50,7 @@ pub struct TraceReport {
     pub samples: u64,
     pub findings: Vec<FoundFinding>,
     /// Lines that were rejected, as `line N: message` (the first `BAD_KEPT`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bad_lines: Vec<String>,
     /// All rejected lines, including those not listed.
     pub bad_line_count: u64,
@@ -60,7 +60,7 @@ pub struct TraceReport {
     pub truncated: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct FoundFinding {
     pub kind: Kind,
     /// As on the daemon's findings: the GPU index (from the trace's `trace_gpu` line) and the
@@ -344,6 +344,10 @@ fn reply_message(reply: &[u8]) -> String {
 
 pub fn text(report: &Report) -> String {
     use std::fmt::Write;
+    // Job names, messages, paths and reasons come from trainers: each string is escaped for one
+    // line before any is laid out (a newline in a function name starts no line of its own).
+    let escaped = crate::util::printable::printable_copy(report);
+    let report = escaped.as_ref().unwrap_or(report);
     let mut out = String::new();
     for t in &report.traces {
         let _ = write!(out, "{}", t.file);
@@ -394,9 +398,9 @@ pub fn text(report: &Report) -> String {
             }
         }
     }
-    // Job names, messages, paths and reasons come from trainers: no escape sequence of theirs
-    // reaches the terminal raw.
-    words::printable(&out).into_owned()
+    // A second guard, should a string have escaped the copy: no escape sequence reaches the
+    // terminal raw.
+    words::printable_lines(&out).into_owned()
 }
 
 /// Lines under a finding start below its message.

@@ -71,7 +71,18 @@ fn from_daemon(client: &DaemonClient, url: &str) -> anyhow::Result<Snapshot> {
     Ok(client.get(url)?.body_mut().read_json::<Snapshot>()?)
 }
 
+/// The table `gpumon status` prints. Job names, process names, users, containers and finding
+/// messages come from trainers and from /proc: every string is escaped for one line before it is
+/// laid out, so none can clear the screen, retitle the window or forge a line (the JSON API keeps
+/// the true strings).
 pub fn table(snap: &Snapshot, origin: &Origin) -> String {
+    let escaped = crate::util::printable::printable_copy(snap);
+    let out = layout(escaped.as_ref().unwrap_or(snap), origin);
+    // A second guard, should a string have escaped the copy.
+    crate::util::printable::printable_lines(&out).into_owned()
+}
+
+fn layout(snap: &Snapshot, origin: &Origin) -> String {
     let mut out = String::new();
     let src = match origin {
         Origin::Daemon(url) => format!("daemon {url}"),

@@ -6,23 +6,8 @@ use crate::core::detect::attribution::{Attribution, Frame, Site};
 use crate::units::bytes;
 use crate::units::thousands;
 
-/// Text from a trainer made safe for a terminal: control characters (escape sequences, carriage
-/// returns, C1 codes) are written as `\u{1b}`, so a hostile file name cannot move the cursor or
-/// retitle the window. Newlines are kept: callers escape each string, or a whole report.
-pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control() && c != '\n') {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if c.is_control() && c != '\n' {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
+// Text from a trainer made safe for a terminal: the one rule, kept in util.
+pub use crate::util::printable::{printable, printable_lines};
 
 /// "93%"; a share that rounds to 0 was still measured, so "<1%" rather than "0%".
 pub fn percent(share: f64) -> String {
@@ -157,18 +142,6 @@ mod tests {
             note: None,
         });
         a
-    }
-
-    #[test]
-    fn printable_escapes_control_characters_and_keeps_the_rest() {
-        assert!(matches!(
-            printable("train.py:27 in f\n"),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        assert_eq!(
-            printable("a\u{1b}]0;pwned\u{7}b\r\u{9b}2Jc\td\ne"),
-            "a\\u{1b}]0;pwned\\u{7}b\\u{d}\\u{9b}2Jc\\u{9}d\ne"
-        );
     }
 
     #[test]

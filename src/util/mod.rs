@@ -1,6 +1,7 @@
-//! Small pieces several parts need, written once: a doubling backoff and a bounded queue that
-//! counts what it drops.
+//! Small pieces several parts need, written once: a doubling backoff, a bounded queue that
+//! counts what it drops, and the one rule for showing a trainer's text on a terminal.
 
 pub mod backoff;
 pub mod bounded;
 pub mod pid_map;
+pub mod printable;
