@@ -150,6 +150,7 @@ fn reloads_that_would_open_the_port_are_refused_and_tls_and_auth_stay() {
     assert_eq!(log_lines(&daemon, &["web config reloaded"]), 0, "{log}");
     let (_, failures, _) = reloads(&daemon, "ca.pem", "alice:correct horse");
     assert_eq!(failures as usize, refusals, "{log}");
+    eprintln!("{refusals} refusals logged and counted");
 }
 
 #[test]
@@ -160,6 +161,7 @@ fn a_new_certificate_and_password_written_in_place_apply() {
     let (_, _, loaded_at) = reloads(&daemon, "ca.pem", "alice:correct horse");
     std::fs::create_dir(d.join("new")).unwrap();
     certificates(&d.join("new"));
+    let written = Instant::now();
     write_in_place(
         &web,
         &config(
@@ -171,6 +173,7 @@ fn a_new_certificate_and_password_written_in_place_apply() {
     );
     let new = ["--cacert", "new/ca.pem", "-u", "alice:battery staple"];
     until_code(&daemon, &new, 200, "the new certificate and password");
+    eprintln!("applied {:?} after the write began", written.elapsed());
     let old_password = ["--cacert", "new/ca.pem", "-u", "alice:correct horse"];
     assert_eq!(daemon.curl("https", "/healthz", &old_password).0, 401);
     // The old certificate is no longer served: a client trusting only its CA gives up.
