@@ -1,6 +1,7 @@
 //! `GPUMON_*` variables. Only some keys can be set from the environment (the ones with a flag);
-//! a variable named after any other key would otherwise be ignored without a word, and the
-//! operator believes a setting is in force that is not.
+//! a variable named after any other key, or misspelt (`GPUMON_LISTENN`), would otherwise be
+//! ignored without a word, and the operator believes a setting is in force that is not. Both
+//! are errors, as an unknown key in the config file is.
 
 use super::{Config, ConfigError};
 
@@ -18,6 +19,35 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("alerts.alertmanager_url", "GPUMON_ALERTMANAGER_URL"),
     ("alerts.webhook_url", "GPUMON_WEBHOOK_URL"),
     ("http.web_config_file", "GPUMON_WEB_CONFIG_FILE"),
+];
+
+/// `GPUMON_*` variables read by something other than a config key: the CLI's own flags, the
+/// Python client (a trainer's environment is often the operator's shell too), and the build and
+/// test scripts (their variables reach the binary a test starts). Any other `GPUMON_*` variable
+/// is a typo, and an error, as an unknown key in the file is.
+pub const OTHER_VARS: &[&str] = &[
+    // gpumon's flags and its HTTP client (cli.rs, daemon_client.rs).
+    "GPUMON_CONFIG",
+    "GPUMON_BASIC_AUTH",
+    "GPUMON_CA_FILE",
+    "GPUMON_CLIENT_CERT",
+    "GPUMON_CLIENT_KEY",
+    "GPUMON_CREDENTIALS_FILE",
+    // The Python client (clients/python).
+    "GPUMON_JOB",
+    "GPUMON_DISABLE",
+    "GPUMON_ATTRIBUTION",
+    "GPUMON_OOM_HISTORY",
+    // Build, test and bench scripts (build.rs, scripts/, tests/, corpus/, .ci/).
+    "GPUMON_BIN",
+    "GPUMON_BIN_DIR",
+    "GPUMON_BUNDLED_FAKE_NVML",
+    "GPUMON_REQUIRE_TOOLS",
+    "GPUMON_REQUIRE_TORCH",
+    "GPUMON_REVISION",
+    "GPUMON_SKIP_DEB",
+    "GPUMON_TEST_SOURCE",
+    "GPUMON_VENV_CACHE",
 ];
 
 /// Every config key, as `key` or `section.key`.
@@ -58,7 +88,12 @@ where
     for key in all_keys() {
         let mapped = ENV_KEYS.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
         for guess in guesses(&key) {
-            if Some(guess.as_str()) == mapped || !set.contains(&guess) {
+            // A leaf's spelling can be another reader's variable (kubernetes.ca_file and the
+            // HTTP client's GPUMON_CA_FILE): that one is meant, not the key.
+            if Some(guess.as_str()) == mapped
+                || OTHER_VARS.contains(&guess.as_str())
+                || !set.contains(&guess)
+            {
                 continue;
             }
             let reason = match mapped {
@@ -74,7 +109,66 @@ where
             });
         }
     }
-    Ok(())
+    match set.iter().find(|v| !known(v)) {
+        Some(var) => Err(unknown(var)),
+        None => Ok(()),
+    }
+}
+
+fn known(var: &str) -> bool {
+    ENV_KEYS.iter().any(|(_, v)| *v == var) || OTHER_VARS.contains(&var)
+}
+
+/// The error for a `GPUMON_*` variable nothing reads, naming the known ones it is closest to.
+fn unknown(var: &str) -> ConfigError {
+    let names = ENV_KEYS
+        .iter()
+        .map(|(_, v)| *v)
+        .chain(OTHER_VARS.iter().copied());
+    let mut close: Vec<(usize, &str)> = names
+        .map(|n| (distance(var, n), n))
+        .filter(|(d, _)| *d <= 3)
+        .collect();
+    close.sort();
+    let close: Vec<&str> = close.into_iter().take(3).map(|(_, n)| n).collect();
+    let reason = if close.is_empty() {
+        format!(
+            "gpumon reads no such variable; unset it (the config variables are {})",
+            ENV_KEYS
+                .iter()
+                .map(|(_, v)| *v)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        format!(
+            "gpumon reads no such variable; did you mean {}? Correct its name or unset it",
+            close.join(" or ")
+        )
+    };
+    ConfigError::Env {
+        var: var.to_string(),
+        key: String::new(),
+        reason,
+    }
+}
+
+/// Edit distance (insertions, deletions, substitutions), for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 fn guesses(key: &str) -> Vec<String> {
@@ -84,4 +178,68 @@ fn guesses(key: &str) -> Vec<String> {
         out.push(upper(leaf));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelt_variable_is_an_error_naming_the_close_ones() {
+        let err = check(["PATH", "GPUMON_LISTENN"]).unwrap_err().to_string();
+        assert!(
+            err.contains("GPUMON_LISTENN is set") && err.contains("did you mean GPUMON_LISTEN?"),
+            "{err}"
+        );
+        let err = check(["GPUMON_SOCKETS"]).unwrap_err().to_string();
+        assert!(err.contains("GPUMON_SOCKET"), "{err}");
+        let err = check(["GPUMON_ZZZZZZZZZZZZ"]).unwrap_err().to_string();
+        assert!(
+            err.contains("no such variable") && err.contains("GPUMON_LISTEN, GPUMON_SOCKET"),
+            "{err}"
+        );
+        // A name gpumon does read, for a key, is not a typo: the right variable is named.
+        let err = check(["GPUMON_HISTORY_GPU_POINTS"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("history.gpu_points"), "{err}");
+    }
+
+    #[test]
+    fn every_variable_gpumon_reads_is_known() {
+        let all: Vec<&str> = ENV_KEYS
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(OTHER_VARS.iter().copied())
+            .collect();
+        let ok = check(all.iter().chain(["PATH", "HOME"].iter()));
+        assert!(ok.is_ok(), "{ok:?}");
+        // Every variable a flag reads, in any subcommand.
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, out: &mut Vec<String>) {
+            out.extend(
+                c.get_arguments()
+                    .filter_map(|a| a.get_env()?.to_str().map(str::to_string)),
+            );
+            c.get_subcommands().for_each(|s| walk(s, out));
+        }
+        let mut flags = Vec::new();
+        walk(&crate::cli::Cli::command(), &mut flags);
+        assert!(flags.len() > ENV_KEYS.len(), "{flags:?}");
+        for v in flags {
+            assert!(
+                known(&v),
+                "{v} is read by a flag but not known to env::check"
+            );
+        }
+        assert!(known(crate::daemon_client::BASIC_AUTH_ENV));
+    }
+
+    #[test]
+    fn distances() {
+        assert_eq!(distance("GPUMON_LISTENN", "GPUMON_LISTEN"), 1);
+        assert_eq!(distance("GPUMON_LSITEN", "GPUMON_LISTEN"), 2);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("kitten", "sitting"), 3);
+    }
 }
