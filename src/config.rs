@@ -710,8 +710,9 @@ gpu_points = {gpu_points}
 [ingest]
 # Open trainer connections at most; past it a connection gets `too_many_connections`.
 max_connections = {max_connections}
-# Lines per second per connection (bursts of twice that); past it the connection is closed
-# with `rate_limited`. A trainer sends one line per optimizer step.
+# Lines per second per connection (bursts of twice that); past it lines are dropped and the
+# connection stays open, told how many with `rate_limited` (at most once a second). A trainer
+# sends one line per optimizer step.
 max_lines_per_second = {max_lines_per_second}
 # Seconds a new connection has to send its hello before it is closed.
 hello_timeout_seconds = {hello_timeout_seconds:?}
