@@ -27,6 +27,18 @@ pub(super) fn attribution(r: Raw) -> Result<Attribution, Rejection> {
         }
         other => other,
     };
+    // A window that ends before it starts would be shown as no window at all, and the growth
+    // over it can only be a mix-up of the two: refused rather than guessed at.
+    if let (Some(from), Some(to)) = (r.step_from, r.step_to) {
+        if from > to {
+            return Err(Rejection::new(
+                Code::BadField,
+                format!(
+                    "step_from = {from} is after step_to = {to}: the window runs from step_from to step_to (send the earlier step as step_from)"
+                ),
+            ));
+        }
+    }
     Ok(Attribution {
         id: required("attribution", "id", r.id)?,
         ts: ts("ts", required("attribution", "ts", r.ts)?)?,
@@ -179,4 +191,33 @@ fn count(at: &str, name: &str, v: Option<Value>) -> Result<Option<u64>, Rejectio
 
 fn missing(at: &str, name: &str) -> Rejection {
     Rejection::new(Code::BadField, format!("{at} needs \"{name}\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse, Code, Message};
+
+    fn line(from: u64, to: u64) -> String {
+        format!(
+            r#"{{"type":"attribution","id":1,"ts":1763700300.0,"step_from":{from},"step_to":{to},"total_growth_bytes":0,"sites":[]}}"#
+        )
+    }
+
+    #[test]
+    fn a_window_that_ends_before_it_starts_is_refused_naming_both_ends() {
+        let err = parse(line(730, 610).as_bytes()).unwrap_err();
+        assert_eq!(err.code, Code::BadField, "{}", err.message);
+        assert!(
+            err.message.contains("step_from = 730") && err.message.contains("step_to = 610"),
+            "{}",
+            err.message
+        );
+        // A window of one step, and the ordinary one, are kept.
+        for (from, to) in [(610, 610), (610, 730)] {
+            let Ok(Message::Attribution(a)) = parse(line(from, to).as_bytes()) else {
+                panic!("{from}..{to} refused");
+            };
+            assert_eq!((a.step_from, a.step_to), (Some(from), Some(to)));
+        }
+    }
 }
