@@ -406,6 +406,17 @@ fn variables_for_file_only_keys_and_a_missing_procfs_are_config_errors() {
         err.contains("GPUMON_INGEST_MAX_CONNECTIONS") && err.contains("ingest.max_connections"),
         "{err}"
     );
+    // A misspelt variable, which nothing reads: named, with the one that was meant.
+    let (code, err) = failed_start(
+        "",
+        &["--socket", sock],
+        &[("GPUMON_LISTENN", "127.0.0.1:9")],
+    );
+    assert_eq!(code, Some(EX_CONFIG), "{err}");
+    assert!(
+        err.contains("GPUMON_LISTENN") && err.contains("did you mean GPUMON_LISTEN?"),
+        "{err}"
+    );
     let missing = dir.path().join("no-proc");
     let (code, err) = failed_start(
         "",
@@ -499,7 +510,28 @@ fn a_socket_path_that_cannot_be_used_is_named() {
     mode(if root { 0o755 } else { 0o555 });
     // A root tempdir is 0700: nobody must be able to reach the socket's directory.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = Command::new(BIN);
+    // Nor may nobody be able to reach the binary where it was built (a clone in /root is 0700):
+    // it runs from a copy in that directory.
+    let bin = if root {
+        let copy = dir.path().join("gpumon");
+        std::fs::copy(BIN, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy
+    } else {
+        BIN.into()
+    };
+    if root {
+        if let Some(closed) = closed_to_others(dir.path()) {
+            // TMPDIR itself is out of nobody's reach: no directory here would do.
+            eprintln!(
+                "skipped: the stale-socket check as nobody needs a directory nobody can reach; {} is not (mode o-x); set TMPDIR to one that is",
+                closed.display()
+            );
+            mode(0o755);
+            return;
+        }
+    }
+    let mut cmd = Command::new(&bin);
     cmd.args(["--config", "/dev/null", "daemon", "--listen", "127.0.0.1:0"])
         .args(["--nvml-lib", "/nonexistent.so", "--socket"])
         .arg(&stale)
@@ -516,6 +548,17 @@ fn a_socket_path_that_cannot_be_used_is_named() {
         "{err}"
     );
     assert!(stale.exists());
+}
+
+/// The first directory above `path` (or itself) that others may not enter, if any.
+fn closed_to_others(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    path.ancestors()
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.permissions().mode() & 0o001 == 0)
+                .unwrap_or(true)
+        })
+        .map(std::path::Path::to_path_buf)
 }
 
 #[test]
