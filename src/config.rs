@@ -481,13 +481,16 @@ impl Config {
                 });
             }
         }
-        // A reserve as large as max_connections is allowed (ingest still lets one connection
-        // wait for its hello), so a small max_connections needs no matching change here.
-        if i.reserved_connections > 1_000_000 {
+        // A reserve of every slot would leave none for a connection to say its hello in.
+        if i.reserved_connections >= i.max_connections {
             return Err(ConfigError::Invalid {
                 key: "ingest.reserved_connections",
                 value: i.reserved_connections.to_string(),
-                reason: "keep between 0 and 1000000".into(),
+                reason: format!(
+                    "must be below ingest.max_connections = {}: set it between 0 and {}, or raise max_connections",
+                    i.max_connections,
+                    i.max_connections.saturating_sub(1)
+                ),
             });
         }
         Ok(())

@@ -336,7 +336,7 @@ fn a_client_over_the_rate_limit_is_throttled_not_closed_and_ends_clean() {
 fn past_the_connection_cap_a_client_gets_the_limit_named_and_others_are_unaffected() {
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&scenario("two_gpus")),
-        config: "[ingest]\nmax_connections = 2\n".into(),
+        config: "[ingest]\nmax_connections = 2\nreserved_connections = 1\n".into(),
         ..DaemonOpts::default()
     });
     let (mut a, mut a_r) = connect(&d);

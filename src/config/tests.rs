@@ -180,8 +180,33 @@ fn ingest_limits_are_read_and_bounded() {
         ),
         (2.0, 0.5, 8, 4)
     );
-    // A small max_connections needs no matching reserve: ingest keeps one slot for a hello.
-    assert!(Config::parse("[ingest]\nmax_connections = 2\n", Path::new("t.toml")).is_ok());
+    assert!(Config::parse(
+        "[ingest]\nmax_connections = 2\nreserved_connections = 1\n",
+        Path::new("t.toml")
+    )
+    .is_ok());
+    // A reserve of every slot leaves none to say hello in: both values are named.
+    for text in [
+        "max_connections = 2",
+        "max_connections = 16\nreserved_connections = 16",
+        "reserved_connections = 2000000",
+    ] {
+        let err = Config::parse(&format!("[ingest]\n{text}\n"), Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        let max = if text.contains("2000000") {
+            1024
+        } else if text.contains("16") {
+            16
+        } else {
+            2
+        };
+        assert!(
+            err.contains("ingest.reserved_connections")
+                && err.contains(&format!("ingest.max_connections = {max}")),
+            "{text}: {err}"
+        );
+    }
     for (line, key, value) in [
         (
             "hello_timeout_seconds = 0",
@@ -214,9 +239,9 @@ fn ingest_limits_are_read_and_bounded() {
             "0",
         ),
         (
-            "reserved_connections = 2000000",
+            "reserved_connections = 1024",
             "ingest.reserved_connections",
-            "2000000",
+            "1024",
         ),
         ("max_connections = 0", "ingest.max_connections", "0"),
     ] {

@@ -209,6 +209,13 @@ impl Batch {
         }
     }
 
+    /// Whether the batch holds a hello (admission gives it a session slot before it is applied).
+    pub fn has_hello(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i, Item::Msg(Message::Hello(_), ..)))
+    }
+
     /// Whether a line of the batch changes the sessions (else it needs no aggregator).
     pub fn needs_sessions(&self) -> bool {
         self.items.iter().any(|i| matches!(i, Item::Msg(..)))

@@ -59,10 +59,12 @@ pub enum Code {
     BadField,
     RateLimited,
     TooManyConnections,
+    /// A session closed to give its slot to another user (fair ingest slots).
+    Evicted,
 }
 
 impl Code {
-    pub const ALL: [Code; 9] = [
+    pub const ALL: [Code; 10] = [
         Code::BadJson,
         Code::LineTooLong,
         Code::NoHello,
@@ -72,6 +74,7 @@ impl Code {
         Code::BadField,
         Code::RateLimited,
         Code::TooManyConnections,
+        Code::Evicted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Code {
             Code::BadField => "bad_field",
             Code::RateLimited => "rate_limited",
             Code::TooManyConnections => "too_many_connections",
+            Code::Evicted => "evicted",
         }
     }
 }

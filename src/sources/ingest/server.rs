@@ -4,9 +4,10 @@
 //! past the line rate has its excess lines dropped and counted, with a `rate_limited` reply at most
 //! once a second, and stays connected (its welcome names the limit so it can pace itself); one past
 //! the connection cap gets one last error line naming the limit. A connection
-//! must say hello within `hello_timeout` and then send something every `idle_timeout`, and one
-//! without hello gives its slot up to a newcomer when the table is full (`admission`), so
-//! connections that never send anything cannot lock trainers out.
+//! must say hello within `hello_timeout` and then send something every `idle_timeout`; one
+//! without hello gives its slot up to a newcomer when the table is full, and a quiet session of
+//! a user over its fair share gives its slot to a user under it (`admission`), so no connections
+//! and no set of users can lock another user's trainers out.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -225,10 +226,17 @@ pub async fn serve(
 fn refuse(stream: &UnixStream, peer: Peer, refused: Refusal, limits: Limits, stats: &IngestStats) {
     stats.reject(Code::TooManyConnections);
     let msg = match refused {
-        Refusal::Full => format!(
-            "connection limit of {} reached (ingest.max_connections); retry later",
-            limits.max_connections
-        ),
+        Refusal::Full(share) => {
+            let why = if share.held >= share.share {
+                format!("uid {} holds {} already", peer.uid, share.held)
+            } else {
+                "no user holds more than that".to_string()
+            };
+            format!(
+                "connection limit of {} reached (ingest.max_connections), every slot has said hello, and a user's fair share is {} ({} / {} users holding slots): {why}; retry later",
+                limits.max_connections, share.share, limits.max_connections, share.users
+            )
+        }
         Refusal::PerUid => {
             stats.closed(Close::PerUidLimit);
             format!(
@@ -273,6 +281,8 @@ async fn handle(
     // Made once: a fresh one per read would register with the token (a lock) every time.
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
+    let evicted = slot.eviction().cancelled_owned();
+    tokio::pin!(evicted);
     // One timer for both deadlines, re-armed lazily: a read only notes its time, and the timer
     // is moved on when it fires early, so a busy connection costs no timer update per read.
     let mut last_read = Instant::now();
@@ -281,9 +291,9 @@ async fn handle(
     let end = loop {
         tokio::select! {
             _ = &mut cancelled => break End::Shutdown,
-            why = slot.evicted(), if !slot.greeted() => {
-                send(&evicted_line(&mut conn, why, limits));
-                break End::Closed(Close::Evicted);
+            _ = &mut evicted => {
+                let why = slot.evicted_now().unwrap_or(Eviction::Pending);
+                break evict(&mut conn, slot.uid(), why, limits, stats, send);
             }
             _ = &mut timer => {
                 if !slot.greeted() {
@@ -305,6 +315,16 @@ async fn handle(
             }
         }
         batch.take(&mut reader, || bucket.take());
+        // The session slot is taken before the hello opens a session, in one decision with
+        // every other admission, so an evicted connection never opens one and the cap holds.
+        let hello = !slot.greeted() && batch.has_hello();
+        if hello {
+            if let Err(why) = slot.claim().await {
+                break evict(&mut conn, slot.uid(), why, limits, stats, send);
+            }
+        } else if slot.greeted() {
+            slot.touch();
+        }
         if batch.needs_sessions() {
             let st = stats.clone();
             let applied = aggregator
@@ -322,10 +342,13 @@ async fn handle(
         } else {
             batch.apply(&mut conn, None, stats);
         }
-        if !slot.greeted() && conn.greeted() {
-            // Before the welcome goes out: a trainer that has it holds its slot for good.
-            slot.greet();
-            timer.as_mut().reset(after(last_read, limits.idle_timeout));
+        if hello {
+            if conn.greeted() {
+                timer.as_mut().reset(after(last_read, limits.idle_timeout));
+            } else {
+                // The hello was refused: the connection is back to waiting for one.
+                slot.unclaim();
+            }
         }
         batch.finish(stats, send);
         if batch.closing {
@@ -340,17 +363,23 @@ async fn handle(
     if let End::Closed(why) = end {
         stats.closed(why);
     }
-    let idle = format!(
-        "nothing sent for {} (ingest.idle_timeout_seconds); the daemon closed the connection",
-        seconds(limits.idle_timeout)
-    );
+    let idle = match slot.evicted_now() {
+        // Closed like an idle session: the trainer may well be alive, and reconnects.
+        Some(why @ Eviction::Fair { .. }) => evicted_message(slot.uid(), why, limits),
+        _ => format!(
+            "nothing sent for {} (ingest.idle_timeout_seconds); the daemon closed the connection",
+            seconds(limits.idle_timeout)
+        ),
+    };
+    let quiet = matches!(end, End::Closed(Close::IdleTimeout))
+        || matches!(slot.evicted_now(), Some(Eviction::Fair { .. }));
     aggregator
         .update(Source::Close, move |s| {
             let sessions = &mut s.sessions;
             match end {
                 // The daemon is going away, not the trainer: no crash to report.
                 End::Shutdown => conn.close_for_shutdown(sessions, now()),
-                End::Closed(Close::IdleTimeout) => conn.close_idle(sessions, now(), idle),
+                _ if quiet => conn.close_idle(sessions, now(), idle),
                 _ => conn.close(sessions, now()),
             }
         })
@@ -372,9 +401,50 @@ fn hello_timeout_line(conn: &mut Conn, limits: Limits) -> Vec<u8> {
     reply_line(conn.reject(Rejection::new(Code::NoHello, msg)))
 }
 
-/// The last line to a connection evicted before its hello.
-fn evicted_line(conn: &mut Conn, why: Eviction, limits: Limits) -> Vec<u8> {
+/// Sends the last line to an evicted connection and says how its loop ends.
+fn evict(
+    conn: &mut Conn,
+    uid: u32,
+    why: Eviction,
+    limits: Limits,
+    stats: &IngestStats,
+    send: impl Fn(&[u8]),
+) -> End {
+    if matches!(why, Eviction::Fair { .. }) {
+        stats.reject(Code::Evicted);
+    }
+    send(&evicted_line(conn, uid, why, limits));
+    End::Closed(Close::Evicted)
+}
+
+/// Why a session gave its slot to another user, naming the share and what to do.
+fn evicted_message(uid: u32, why: Eviction, limits: Limits) -> String {
+    let Eviction::Fair {
+        share,
+        active,
+        silent_ms,
+    } = why
+    else {
+        return String::new();
+    };
+    let quiet = if active {
+        format!("nothing sent for {:.1} s", silent_ms as f64 / 1000.0)
+    } else {
+        "no line since its hello".to_string()
+    };
+    format!(
+        "evicted to make room for another user: uid {uid} held {} of the {} slots (ingest.max_connections), more than its fair share of {} ({} / {} users holding slots), and this was its quietest session ({quiet}); reconnect: a client with the ack capability resends what was not acknowledged",
+        share.held, limits.max_connections, share.share, limits.max_connections, share.users
+    )
+}
+
+/// The last line to an evicted connection.
+fn evicted_line(conn: &mut Conn, uid: u32, why: Eviction, limits: Limits) -> Vec<u8> {
     let msg = match why {
+        Eviction::Fair { .. } => {
+            let msg = evicted_message(uid, why, limits);
+            return reply_line(conn.reject(Rejection::new(Code::Evicted, msg)));
+        }
         Eviction::PerUid => format!(
             "no hello yet, and this uid holds {} connections (ingest.max_connections_per_uid): closing its oldest without hello to make room; send hello as soon as you connect",
             limits.max_per_uid

@@ -1,3 +1,6 @@
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
 use super::*;
 
 fn table(max_connections: usize, max_per_uid: usize, reserved: usize) -> Arc<Admission> {
@@ -9,6 +12,18 @@ fn table(max_connections: usize, max_per_uid: usize, reserved: usize) -> Arc<Adm
     Admission::new(caps, Arc::new(IngestStats::default()))
 }
 
+/// Says hello on `slot` (outside a runtime: claims never wait in these tests).
+fn greet(slot: &mut Slot) -> Result<(), Eviction> {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(slot.claim())
+}
+
+fn evicted(s: &Slot) -> bool {
+    s.eviction().is_cancelled()
+}
+
 #[test]
 fn a_uid_at_its_cap_evicts_its_own_oldest_silent_connection() {
     let a = table(100, 3, 0);
@@ -16,15 +31,14 @@ fn a_uid_at_its_cap_evicts_its_own_oldest_silent_connection() {
     let other = a.admit(2000).unwrap();
     let newest = a.admit(1000).unwrap();
     // The oldest of uid 1000 made room; uid 2000's connection was not touched.
-    assert!(held[0].evict.is_cancelled());
-    assert_eq!(held[0].evicted_by.get(), Some(&Eviction::PerUid));
-    assert!(!held[1].evict.is_cancelled() && !other.evict.is_cancelled());
-    assert_eq!(a.counts(), (4, 4));
+    assert_eq!(held[0].evicted_now(), Some(Eviction::PerUid));
+    assert!(!evicted(&held[1]) && !evicted(&other));
+    assert_eq!(a.counts(), (4, 4, 0));
     // Its task closing gives back nothing more: the slot was freed at eviction.
     drop(held.remove(0));
-    assert_eq!(a.counts(), (4, 4));
+    assert_eq!(a.counts(), (4, 4, 0));
     drop(newest);
-    assert_eq!(a.counts(), (3, 3));
+    assert_eq!(a.counts(), (3, 3, 0));
 }
 
 #[test]
@@ -32,11 +46,10 @@ fn a_uid_whose_connections_all_said_hello_is_refused_and_others_are_not() {
     let a = table(100, 2, 0);
     let mut held: Vec<Slot> = (0..2).map(|_| a.admit(1000).unwrap()).collect();
     for s in &mut held {
-        s.greet();
+        greet(s).unwrap();
     }
     assert_eq!(a.admit(1000).err(), Some(Refusal::PerUid));
-    let other = a.admit(2000);
-    assert!(other.is_ok(), "another user still gets in");
+    assert!(a.admit(2000).is_ok(), "another user still gets in");
     // A slot given back is usable again by the same user.
     drop(held.pop());
     assert!(a.admit(1000).is_ok());
@@ -48,44 +61,172 @@ fn silent_connections_never_take_the_reserve_and_the_heaviest_user_gives_way() {
     let a = table(10, 100, 4);
     let flood: Vec<Slot> = (0..5).map(|_| a.admit(66).unwrap()).collect();
     let trainer = a.admit(1000).unwrap();
-    assert_eq!(a.counts(), (6, 6));
+    assert_eq!(a.counts(), (6, 6, 0));
     // The next silent connection (any user) evicts the oldest of the user holding the most.
     let _next = a.admit(1000).unwrap();
-    assert!(flood[0].evict.is_cancelled());
-    assert_eq!(flood[0].evicted_by.get(), Some(&Eviction::Pending));
-    assert!(!trainer.evict.is_cancelled());
-    assert_eq!(a.counts(), (6, 6));
+    assert_eq!(flood[0].evicted_now(), Some(Eviction::Pending));
+    assert!(!evicted(&trainer));
+    assert_eq!(a.counts(), (6, 6, 0));
 }
 
 #[test]
-fn a_full_table_of_greeted_connections_refuses_and_a_silent_one_gives_way() {
+fn a_user_over_its_fair_share_gives_a_session_to_a_user_under_it() {
     let a = table(4, 100, 1);
-    let mut greeted: Vec<Slot> = (0..3).map(|_| a.admit(1).unwrap()).collect();
-    for s in &mut greeted {
-        s.greet();
+    let mut heavy: Vec<Slot> = (0..3).map(|_| a.admit(1).unwrap()).collect();
+    for s in &mut heavy {
+        greet(s).unwrap();
     }
     let silent = a.admit(2).unwrap();
-    assert_eq!(a.counts(), (4, 1));
-    // Full, but one is silent: it makes room.
+    // Full, but one is silent: it makes room, and no session is touched.
     let mut newcomer = a.admit(3).unwrap();
-    assert!(silent.evict.is_cancelled());
-    newcomer.greet();
-    assert_eq!(a.admit(3).err(), Some(Refusal::Full));
-    assert_eq!(a.counts(), (4, 0));
+    assert_eq!(silent.evicted_now(), Some(Eviction::Pending));
+    assert!(heavy.iter().all(|s| !evicted(s)));
+    greet(&mut newcomer).unwrap();
+    assert_eq!(a.counts(), (4, 0, 0));
+    // Every slot said hello. Two users: a share of 2. Uid 1 holds 3, uid 3 holds 1.
+    heavy[0].touch();
+    heavy[2].touch();
+    let mut second = a.admit(3).unwrap();
+    let share = Share {
+        held: 3,
+        share: 2,
+        users: 2,
+    };
+    // The quiet one (no line after its hello) went, not the older active one.
+    assert!(matches!(
+        heavy[1].evicted_now(),
+        Some(Eviction::Fair { share: s, active: false, .. }) if s == share
+    ));
+    assert!(!evicted(&heavy[0]) && !evicted(&heavy[2]));
+    let _ = &heavy;
+    assert_eq!(a.counts(), (4, 1, 1), "its session still closing counts");
+    drop(heavy.remove(1));
+    greet(&mut second).unwrap();
+    // Uid 3 now holds its share: one more is refused, naming it.
+    let full = Refusal::Full(Share {
+        held: 2,
+        share: 2,
+        users: 2,
+    });
+    assert_eq!(a.admit(3).err(), Some(full));
+    // And uid 1, at its share too, cannot take one back.
+    assert!(matches!(a.admit(1).err(), Some(Refusal::Full(_))));
 }
 
 #[test]
-fn hello_racing_its_eviction_keeps_the_slot_counted() {
+fn among_active_sessions_the_one_silent_longest_gives_way() {
+    let a = table(3, 100, 0);
+    let mut s: Vec<Slot> = (0..3).map(|_| a.admit(1).unwrap()).collect();
+    for x in &mut s {
+        greet(x).unwrap();
+        x.touch();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    s[0].touch();
+    s[2].touch();
+    let _n = a.admit(2).unwrap();
+    match s[1].evicted_now() {
+        Some(Eviction::Fair {
+            active: true,
+            silent_ms,
+            ..
+        }) => assert!(silent_ms >= 15, "{silent_ms}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn root_and_every_uid_are_treated_alike() {
+    // Four users fill the table with quiet sessions; root, a fifth, still gets in.
+    let a = table(8, 100, 0);
+    let mut all = Vec::new();
+    for uid in [20001, 20002, 20003, 20004] {
+        for _ in 0..2 {
+            let mut s = a.admit(uid).unwrap();
+            greet(&mut s).unwrap();
+            all.push(s);
+        }
+    }
+    // Share 8 / 5 = 1: every user holds 2, so the lowest uid's oldest quiet session goes.
+    let mut root = a.admit(0).unwrap();
+    assert!(evicted(&all[0]) && all[1..].iter().all(|s| !evicted(s)));
+    // That session's task has not closed it yet: root's hello waits for it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let waiting = tokio::time::timeout(Duration::from_millis(50), root.claim()).await;
+        assert!(waiting.is_err(), "the cap holds while it closes");
+    });
+    drop(all.remove(0));
+    rt.block_on(async {
+        let claim = tokio::time::timeout(Duration::from_secs(5), root.claim()).await;
+        assert_eq!(claim.unwrap(), Ok(()));
+    });
+    assert_eq!(a.counts(), (8, 0, 0));
+}
+
+#[test]
+fn a_hello_after_its_eviction_opens_no_session() {
     let a = table(2, 100, 0);
     let mut first = a.admit(1).unwrap();
     let _second = a.admit(1).unwrap();
     let _third = a.admit(1).unwrap();
-    assert!(first.evict.is_cancelled());
-    // Its hello was applied before it saw the eviction: the session is open, so it counts.
-    first.greet();
-    assert_eq!(a.counts(), (3, 2));
+    // Its hello arrives after the eviction: refused, so the cap is never exceeded.
+    assert_eq!(greet(&mut first), Err(Eviction::Pending));
+    assert!(!first.greeted());
+    assert_eq!(a.counts(), (2, 2, 0));
     drop(first);
-    assert_eq!(a.counts(), (2, 2));
+    assert_eq!(a.counts(), (2, 2, 0));
+}
+
+#[test]
+fn a_refused_hello_leaves_the_connection_waiting_again() {
+    let a = table(1, 100, 0);
+    let mut s = a.admit(1).unwrap();
+    greet(&mut s).unwrap();
+    s.unclaim();
+    assert!(!s.greeted());
+    assert_eq!(a.counts(), (1, 1, 0));
+    let _n = a.admit(2).unwrap();
+    assert_eq!(s.evicted_now(), Some(Eviction::Pending));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_hellos_from_five_users_never_exceed_the_cap() {
+    const CAP: usize = 64;
+    let a = table(CAP, 1000, 4);
+    let open = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..5 * 40 {
+        let (a, open, most) = (a.clone(), open.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let Ok(mut slot) = a.admit(20001 + (i % 5) as u32) else {
+                return;
+            };
+            tokio::task::yield_now().await;
+            if slot.claim().await.is_err() {
+                return;
+            }
+            // A session is open from its claim until its slot is dropped.
+            let n = open.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            let token = slot.eviction();
+            let _ = tokio::time::timeout(Duration::from_millis(200), token.cancelled()).await;
+            open.fetch_sub(1, Ordering::SeqCst);
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!((1..=CAP).contains(&most), "{most} sessions open at once");
+    assert_eq!(a.counts(), (0, 0, 0));
 }
 
 #[test]
@@ -102,19 +243,19 @@ fn the_connections_gauge_follows_the_table() {
     assert_eq!(stats.connections.load(Ordering::Relaxed), 2);
     drop((s, t));
     assert_eq!(stats.connections.load(Ordering::Relaxed), 0);
-    assert!(a.counts() == (0, 0) && lock(&a.table).uids.is_empty());
+    assert!(a.counts() == (0, 0, 0) && lock(&a.table).uids.is_empty());
 }
 
 #[tokio::test]
 async fn a_panicking_connection_task_gives_its_slot_back() {
     let a = table(1, 1, 0);
     let mut slot = a.admit(1).unwrap();
-    slot.greet();
+    slot.claim().await.unwrap();
     let task = tokio::spawn(async move {
         let _slot = slot;
         panic!("a handler bug");
     });
     assert!(task.await.unwrap_err().is_panic());
-    assert_eq!(a.counts(), (0, 0));
+    assert_eq!(a.counts(), (0, 0, 0));
     assert!(a.admit(1).is_ok(), "the slot is usable again");
 }
