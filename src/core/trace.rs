@@ -25,6 +25,16 @@ pub fn truncated_line(reason: &str, ts: f64) -> Vec<u8> {
         .into_bytes()
 }
 
+/// The daemon's last line on the trace of a session still open when the daemon stopped (a
+/// signal, a shutdown): the trainer may well go on, its next connection being another trace, so
+/// `gpumon analyze` reads no crash into this end. No newline: written as a line of the session.
+pub fn ended_line(reason: &str, ts: f64) -> Vec<u8> {
+    format!("{{\"type\":\"trace_end\",\"reason\":\"{reason}\",\"ts\":{ts:.3}}}").into_bytes()
+}
+
+/// Why the daemon ended a trace it wrote `trace_end` on.
+pub const DAEMON_STOPPED: &str = "daemon_stopped";
+
 /// The recorder's note of the GPU the daemon resolved the session's `gpu_uuid` to (its NVML
 /// index; for a MIG instance, its parent's), so offline reports name the GPU live ones did.
 /// No newline: it joins the hello in the header every part of a trace begins with.
@@ -42,6 +52,8 @@ pub enum RecorderLine {
     Truncated(String),
     /// `trace_gpu`: the GPU index as a label value.
     Gpu(String),
+    /// `trace_end`, with its reason: the daemon stopped while the session was open.
+    Ended(String),
 }
 
 /// The recorder line `line` is, if it is one (protocol lines are left to the protocol parser).
@@ -61,6 +73,9 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
             m.reason.unwrap_or_else(|| "no reason given".into()),
         )),
         "trace_gpu" => Some(RecorderLine::Gpu(m.gpu?)),
+        "trace_end" => Some(RecorderLine::Ended(
+            m.reason.unwrap_or_else(|| "no reason given".into()),
+        )),
         _ => None,
     }
 }
@@ -75,6 +90,11 @@ mod tests {
         assert_eq!(
             recorder_line(t.strip_suffix(b"\n").unwrap()),
             Some(RecorderLine::Truncated("disk_full".into()))
+        );
+        let e = ended_line(DAEMON_STOPPED, 3.0);
+        assert_eq!(
+            recorder_line(&e),
+            Some(RecorderLine::Ended("daemon_stopped".into()))
         );
         let g = gpu_line(3, "MIG-1", 2.0);
         assert_eq!(recorder_line(&g), Some(RecorderLine::Gpu("3".into())));

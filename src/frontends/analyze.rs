@@ -10,6 +10,8 @@
 //! A near_limit finding an armed trainer reported the step peak for (a `peak` line) is reported
 //! with what was live at the peak, the same way.
 
+mod expand;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -29,6 +31,8 @@ use crate::outputs::attribution_text as words;
 use crate::outputs::explanation_text;
 use crate::sources::ingest::conn::{Conn, Outcome};
 use crate::units::bytes;
+
+use expand::expand;
 
 /// Bad lines listed per trace; the rest are only counted.
 const BAD_KEPT: usize = 20;
@@ -58,6 +62,10 @@ pub struct TraceReport {
     /// `trace_truncated` line) or it ends mid-line. Its end is then no sign of a crash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncated: Option<String>,
+    /// The daemon ended the trace while the session was open (`trace_end`: `daemon_stopped`),
+    /// or the trace is still being written (`open`). Its end is then no sign of a crash either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,11 +108,14 @@ pub struct Unreadable {
     pub reason: String,
 }
 
+/// `ended` of a trace that a running daemon still writes (it holds a lock on the file).
+pub const OPEN: &str = "open";
+
 pub fn analyze(paths: &[PathBuf], cfg: DetectConfig) -> (Report, Vec<Unreadable>) {
     let mut traces = Vec::new();
     let mut errors = Vec::new();
-    for p in paths {
-        match analyze_one(p, cfg) {
+    for p in expand(paths, &mut errors) {
+        match analyze_one(&p, cfg) {
             Ok(t) => traces.push(t),
             Err(e) => errors.push(e),
         }
@@ -120,6 +131,11 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
     };
     let f = std::fs::File::open(path)
         .map_err(|e| unreadable(format!("cannot open: {e}; check the path")))?;
+    // The recorder locks the part it is writing: such a trace has no end yet, so no crash.
+    let open = matches!(
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    );
     let mut reader = BufReader::with_capacity(256 * 1024, f);
     let limits = SessionLimits {
         points: 1,
@@ -142,6 +158,7 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         bad_lines: Vec::new(),
         bad_line_count: 0,
         truncated: None,
+        ended: open.then(|| OPEN.to_string()),
     };
     let mut seen = HashMap::new();
     let mut clock = 0.0;
@@ -175,6 +192,11 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
             }
             Some(RecorderLine::Gpu(gpu)) => {
                 report.gpu = Some(gpu);
+                continue;
+            }
+            // The daemon stopped while the session was open: no crash is read into this end.
+            Some(RecorderLine::Ended(reason)) => {
+                report.ended = Some(reason);
                 continue;
             }
             None => {}
@@ -227,7 +249,7 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         .next()
         .and_then(|s| s.events.back())
         .is_some_and(|e| e.kind == EventKind::IdleTimeout);
-    if report.truncated.is_some() || idle {
+    if report.truncated.is_some() || report.ended.is_some() || idle {
         // What happened after the trace stops is unknown: no crash is read into it.
         conn.close_for_shutdown(&mut sessions, clock);
     } else {
@@ -363,6 +385,18 @@ pub fn text(report: &Report) -> String {
                 out,
                 "  truncated: {why} (the trainer's end is not in this trace)"
             );
+        }
+        match t.ended.as_deref() {
+            Some(OPEN) => {
+                let _ = writeln!(out, "  open: a running daemon is still writing this trace");
+            }
+            Some(how) => {
+                let _ = writeln!(
+                    out,
+                    "  ended: {how} (the daemon stopped while the session was open; the trainer may have gone on in another trace)"
+                );
+            }
+            None => {}
         }
         for b in &t.bad_lines {
             let _ = writeln!(out, "  bad {b}");

@@ -254,3 +254,35 @@ fn a_two_line_header_begins_every_part_and_the_thread_counts_its_time() {
     assert!(s.busy_ns.load(Ordering::Relaxed) > 0);
     assert_eq!(s.queued_bytes.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn a_trace_being_written_is_locked_and_released_when_its_session_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::with_stats(dir.path(), 1 << 20, 1 << 30, stats()).unwrap();
+    let mut t = rec.start("s-1", Some("ft"), None, 1763700000.0, HELLO);
+    t.write(br#"{"type":"sample","step":1}"#, 0);
+    let path = t.path().to_path_buf();
+    // The recorder thread creates the file: wait for it, then for its lock.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let locked = || {
+        std::fs::File::open(&path)
+            .map(|f| {
+                matches!(
+                    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+                    Err(rustix::io::Errno::WOULDBLOCK)
+                )
+            })
+            .unwrap_or(false)
+    };
+    while !locked() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(locked(), "a trace being written must be locked");
+    drop(t);
+    rec.finish();
+    let f = std::fs::File::open(&path).unwrap();
+    assert!(
+        f.try_lock_shared().is_ok(),
+        "a finished trace must not stay locked"
+    );
+}

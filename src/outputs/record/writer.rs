@@ -265,6 +265,9 @@ impl Writer {
                 return false;
             }
         };
+        // Held while the part is written, released when its file closes: `gpumon analyze` reads
+        // a locked trace as one still being written, not as a trainer that crashed.
+        let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive);
         let ident = file
             .metadata()
             .map(|m| Ident::of(&m))

@@ -342,9 +342,12 @@ impl Conn {
         }
     }
 
-    /// The daemon is shutting down: the session ends without a crash finding.
-    pub fn close_for_shutdown(self, sessions: &mut Sessions, now: Timestamp) {
+    /// The daemon is shutting down: the session ends without a crash finding, and its trace
+    /// says so, so `gpumon analyze` reads a daemon stop, not a crash.
+    pub fn close_for_shutdown(mut self, sessions: &mut Sessions, now: Timestamp) {
         if let Some(key) = self.session {
+            let line = crate::core::trace::ended_line(crate::core::trace::DAEMON_STOPPED, now);
+            self.record(&line, 0);
             sessions.close(key, Ending::Clean, now);
         }
     }
