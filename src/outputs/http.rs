@@ -22,6 +22,7 @@ mod admit;
 pub mod gzip;
 pub mod serve;
 mod stats;
+mod throttle;
 pub mod web_config;
 
 pub use serve::{serve, HttpLimits, MIN_HEAD_BYTES};
@@ -47,20 +48,61 @@ const SNAPSHOT_BUILDS: usize = 2;
 /// How long a snapshot request waits for a build slot before it is told to come back.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
 
+/// JSON API requests (`/api/v1/*`) served at once; one more is answered 503 at once, so busy
+/// API clients can never hold every connection in flight. /metrics and the health checks are
+/// outside this bound: scrapes first.
+pub const API_IN_FLIGHT: usize = 4;
+
 pub fn router(state: AppState) -> Router {
     let builds = Arc::new(Semaphore::new(SNAPSHOT_BUILDS));
-    Router::new()
-        .route("/", get(index))
-        .route("/metrics", get(metrics))
+    let api_slots = Arc::new(Semaphore::new(API_IN_FLIGHT));
+    let api = Router::new()
         .route(
             "/api/v1/snapshot",
             get(move |st, q| snapshot(st, q, builds.clone())),
         )
         .route("/api/v1/sessions/{id}", get(session))
+        .route_layer(middleware::from_fn_with_state(
+            (state.http.clone(), api_slots),
+            api_bound,
+        ));
+    let guarded = Guarded {
+        app: state.clone(),
+        throttle: Arc::new(throttle::AuthThrottle::default()),
+    };
+    Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .merge(api)
+        .layer(middleware::from_fn_with_state(guarded, guard))
         .with_state(state)
+}
+
+/// Refuses a JSON API request over `API_IN_FLIGHT` with 503, naming the bound.
+async fn api_bound(
+    State((stats, slots)): State<(Arc<HttpStats>, Arc<Semaphore>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Ok(_slot) = slots.try_acquire_owned() else {
+        stats.count_denied(Denied::Busy);
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            format!("busy: the JSON API serves at most {API_IN_FLIGHT} requests at once and that many are in flight; retry after 1 s (/metrics, /healthz and /readyz are never refused by this bound)\n"),
+        )
+            .into_response();
+    };
+    next.run(req).await
+}
+
+/// The guard's state: the app, and the per-peer count of basic-auth failures.
+#[derive(Clone)]
+struct Guarded {
+    app: AppState,
+    throttle: Arc<throttle::AuthThrottle>,
 }
 
 /// bcrypt checks run at once: one per core of the machine this is sized for (cost 10 takes
@@ -71,15 +113,37 @@ const BCRYPT_WAIT: Duration = Duration::from_secs(2);
 
 /// What the web config asks of every request, health checks included (as in exporter-toolkit):
 /// the rate limit, then basic auth, then its response headers.
-async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
+async fn guard(State(g): State<Guarded>, req: Request, next: Next) -> Response {
+    let s = &g.app;
     let web = s.web.current();
     if web.rate_limit.as_ref().is_some_and(|r| !r.admit()) {
         s.http.count_denied(Denied::RateLimited);
         return (StatusCode::TOO_MANY_REQUESTS, "rate limited\n").into_response();
     }
     if web.auth.enabled() {
+        let peer = req.extensions().get::<serve::Peer>().cloned();
         let given = req.headers().get(header::AUTHORIZATION);
-        let verdict = match web.auth.quick(given.map(|v| v.as_bytes())) {
+        let quick = web.auth.quick(given.map(|v| v.as_bytes()));
+        // Credentials verified before pass whatever the peer's failures; other credentials
+        // from a peer that failed too often lately are refused before they can cost a bcrypt
+        // check. No credentials at all guess nothing and cost nothing: a plain 401.
+        let tried = given.is_some();
+        if tried && quick != Some(web_config::Verdict::Allowed) {
+            if let Some(wait) = peer.as_ref().and_then(|p| g.throttle.take(p.ip)) {
+                if let Some(p) = &peer {
+                    p.auth_failed(true);
+                }
+                s.http.count_denied(Denied::AuthThrottled);
+                let secs = wait.as_secs_f64().ceil().max(1.0);
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, format!("{secs}"))],
+                    format!("too many failed logins from this address; retry after {secs} s\n"),
+                )
+                    .into_response();
+            }
+        }
+        let verdict = match quick {
             Some(v) => v,
             None => {
                 // Credentials seen once are remembered (`quick`), so a scraper waits here only
@@ -103,6 +167,12 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
                     .unwrap_or(web_config::Verdict::Denied)
             }
         };
+        if let Some(p) = &peer {
+            p.auth_failed(verdict != web_config::Verdict::Allowed);
+            if tried && quick.is_none() && verdict == web_config::Verdict::Allowed {
+                g.throttle.passed(p.ip);
+            }
+        }
         if verdict != web_config::Verdict::Allowed {
             s.http.count_denied(Denied::Unauthorized);
             return (

@@ -1,31 +1,65 @@
 //! Who gives way when `http.connection_limit` connections are open: a new connection is let in
-//! by closing the oldest one that has no request in flight, preferring one that never completed
-//! a request (half-open or silent) over an idle keep-alive. So a scraper always gets in, however
-//! many slow or silent clients hold slots; only when every slot is busy serving a request is the
-//! newcomer refused. The ingest socket's reserve works the same way (connections without a hello
-//! give way first).
+//! by closing one that shows itself least worth keeping, the oldest of its kind first: one whose
+//! output has gone unread (its writes stalled for a second), then one that failed basic auth,
+//! then one that never completed a request (half-open or silent), then an idle keep-alive, and
+//! last one serving a request whose peer address holds more than its share of the slots
+//! (`connection_limit` / peers holding slots, the newcomer's included; at least 1); any
+//! connection of a peer over its share goes before those of peers within theirs. So a
+//! scraper always gets in, however many slow, silent, hostile or busy clients hold slots; the
+//! newcomer is refused only when every slot serves a request for a peer within its share. The
+//! ingest socket's reserve works the same way (connections without a hello give way first).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
 /// How readily a connection gives way; lower goes first, `None` never.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Yield {
+pub enum Yield {
+    /// Its writes have made no progress for a second: the client does not read what it asked
+    /// for (e.g. pipelined requests behind a tiny receive buffer).
+    UnreadOutput,
+    /// A request on it failed basic auth (or was throttled for the failures of its peer).
+    AuthFailed,
     /// No request completed yet: half-open, silent, or still in its TLS handshake.
     Unproven,
     /// Has been served, and waits idle between requests.
     Idle,
+    /// Serving a request; gives way only when its peer is over its share of the slots.
+    OverShare,
 }
 
-/// Something that can say how readily its connection gives way right now.
+impl Yield {
+    pub const ALL: [Yield; 5] = [
+        Yield::UnreadOutput,
+        Yield::AuthFailed,
+        Yield::Unproven,
+        Yield::Idle,
+        Yield::OverShare,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Yield::UnreadOutput => "unread_output",
+            Yield::AuthFailed => "auth_failed",
+            Yield::Unproven => "unproven",
+            Yield::Idle => "idle",
+            Yield::OverShare => "over_share",
+        }
+    }
+}
+
+/// Something that can say how readily its connection gives way right now; `OverShare` means
+/// "busy", and is taken only for a peer over its share.
 pub(super) trait Yielding: Send + Sync {
     fn yields(&self) -> Option<Yield>;
 }
 
 struct Entry {
     who: Arc<dyn Yielding>,
+    peer: IpAddr,
     evict: CancellationToken,
 }
 
@@ -41,6 +75,17 @@ struct Table {
     open: BTreeMap<u64, Entry>,
 }
 
+/// What `make_room` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Under the cap: nothing closed.
+    Free,
+    /// This kind of connection was told to close to make room.
+    Evicted(Yield),
+    /// Every slot serves a peer within its share: the newcomer is refused.
+    Full,
+}
+
 impl Admission {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // Nothing panics while holding the lock (map operations and `yields`, which itself only
@@ -48,11 +93,12 @@ impl Admission {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a connection; it is told to close through the returned token, and leaves the
-    /// table when the guard is dropped, however its task ends.
+    /// Registers a connection from `peer`; it is told to close through the returned token, and
+    /// leaves the table when the guard is dropped, however its task ends.
     pub(super) fn register(
         self: &Arc<Self>,
         who: Arc<dyn Yielding>,
+        peer: IpAddr,
     ) -> (CancellationToken, Registered) {
         let evict = CancellationToken::new();
         let mut t = self.table();
@@ -62,40 +108,51 @@ impl Admission {
             id,
             Entry {
                 who,
+                peer,
                 evict: evict.clone(),
             },
         );
         (evict, Registered(self.clone(), id))
     }
 
-    /// Whether one more connection may come in under `cap`: yes while the table (connections
-    /// open and not told to close) holds fewer; else the one that gives way most readily (the
-    /// oldest of its kind) is told to close and forgotten, so it is not chosen twice. False when
-    /// every connection is serving a request. An evicted connection counts as open until its
-    /// task has dropped it, a moment later: the open count overshoots by at most those.
-    pub(super) fn make_room(&self, cap: usize) -> bool {
+    /// Whether one more connection, from `newcomer`, may come in under `cap`: yes while the
+    /// table (connections open and not told to close) holds fewer; else the one that gives way
+    /// most readily (the oldest of its kind) is told to close and forgotten, so it is not
+    /// chosen twice. An evicted connection counts as open until its task has dropped it, a
+    /// moment later: the open count overshoots by at most those. Runs over the whole table,
+    /// only when it is full (at most `cap` entries).
+    pub(super) fn make_room(&self, cap: usize, newcomer: IpAddr) -> Room {
         let mut t = self.table();
         if t.open.len() < cap {
-            return true;
+            return Room::Free;
         }
-        let mut best: Option<(Yield, u64)> = None;
+        let mut held: HashMap<IpAddr, usize> = HashMap::new();
+        for e in t.open.values() {
+            *held.entry(e.peer).or_default() += 1;
+        }
+        let peers = held.len() + usize::from(!held.contains_key(&newcomer));
+        let share = (cap / peers).max(1);
+        // (within its share, kind, age): a peer over its share gives way before any other.
+        let mut best: Option<(bool, Yield, u64)> = None;
         for (id, e) in &t.open {
-            match e.who.yields() {
-                // The oldest unproven connection: nothing can beat it.
-                Some(Yield::Unproven) => {
-                    best = Some((Yield::Unproven, *id));
-                    break;
-                }
-                Some(y) if best.is_none() => best = Some((y, *id)),
-                _ => {}
+            let over = held.get(&e.peer).is_some_and(|&n| n > share);
+            let y = match e.who.yields() {
+                Some(Yield::OverShare) if over => Yield::OverShare,
+                Some(Yield::OverShare) | None => continue,
+                Some(y) => y,
+            };
+            // Ids ascend, so the first of each kind seen is its oldest.
+            let key = (!over, y, *id);
+            if best.is_none_or(|b| (key.0, key.1) < (b.0, b.1)) {
+                best = Some(key);
             }
         }
-        match best.and_then(|(_, id)| t.open.remove(&id)) {
-            Some(e) => {
+        match best.and_then(|(_, y, id)| Some((y, t.open.remove(&id)?))) {
+            Some((y, e)) => {
                 e.evict.cancel();
-                true
+                Room::Evicted(y)
             }
-            None => false,
+            None => Room::Full,
         }
     }
 }
@@ -121,30 +178,66 @@ mod tests {
         }
     }
 
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
     fn conn(a: &Arc<Admission>, y: Option<Yield>) -> (CancellationToken, Registered) {
-        a.register(Arc::new(Fixed(Mutex::new(y))))
+        a.register(Arc::new(Fixed(Mutex::new(y))), ip(1))
     }
 
     #[test]
-    fn the_oldest_unproven_connection_goes_first_then_the_oldest_idle_never_a_busy_one() {
+    fn the_most_hostile_kind_goes_first_oldest_first_never_a_busy_one_within_its_share() {
         let a = Arc::new(Admission::default());
-        let (busy, _g0) = conn(&a, None);
+        let (busy, _g0) = conn(&a, Some(Yield::OverShare));
         let (idle_old, _g1) = conn(&a, Some(Yield::Idle));
         let (idle_new, _g2) = conn(&a, Some(Yield::Idle));
         let (unproven_old, _g3) = conn(&a, Some(Yield::Unproven));
         let (unproven_new, _g4) = conn(&a, Some(Yield::Unproven));
-        let order = [&unproven_old, &unproven_new, &idle_old, &idle_new];
+        let (failed, _g5) = conn(&a, Some(Yield::AuthFailed));
+        let (unread, _g6) = conn(&a, Some(Yield::UnreadOutput));
+        let order = [
+            &unread,
+            &failed,
+            &unproven_old,
+            &unproven_new,
+            &idle_old,
+            &idle_new,
+        ];
         for (i, expected) in order.iter().enumerate() {
-            assert!(a.make_room(0), "eviction {i}");
+            // One peer holds every slot, the cap's worth: it is within its share.
+            let cap = 7 - i;
+            assert_ne!(a.make_room(cap, ip(1)), Room::Free, "eviction {i}");
             assert!(expected.is_cancelled(), "eviction {i} chose another");
             assert!(order[i + 1..].iter().all(|t| !t.is_cancelled()));
             assert!(!busy.is_cancelled());
         }
-        assert!(
-            !a.make_room(0),
-            "a connection serving a request never gives way"
+        assert_eq!(
+            a.make_room(1, ip(1)),
+            Room::Full,
+            "a connection serving a request within its share never gives way"
         );
         assert!(!busy.is_cancelled());
+    }
+
+    #[test]
+    fn a_busy_peer_over_its_share_gives_way_to_another_peer() {
+        let a = Arc::new(Admission::default());
+        let (mine, _g0) = a.register(Arc::new(Fixed(Mutex::new(Some(Yield::OverShare)))), ip(1));
+        let hogs: Vec<_> = (0..3)
+            .map(|_| a.register(Arc::new(Fixed(Mutex::new(Some(Yield::OverShare)))), ip(2)))
+            .collect();
+        // Cap 4, two peers: a share of 2; 127.0.0.2 holds 3, its oldest goes.
+        assert_eq!(a.make_room(4, ip(3)), Room::Evicted(Yield::OverShare));
+        assert!(hogs[0].0.is_cancelled());
+        assert!(!mine.is_cancelled());
+        // Two peers with two busy slots each under a cap of 4: neither is over its share.
+        let b = Arc::new(Admission::default());
+        let _held: Vec<_> = [1, 1, 2, 2]
+            .map(|p| b.register(Arc::new(Fixed(Mutex::new(Some(Yield::OverShare)))), ip(p)))
+            .into_iter()
+            .collect();
+        assert_eq!(b.make_room(4, ip(2)), Room::Full);
     }
 
     #[test]
@@ -152,7 +245,7 @@ mod tests {
         let a = Arc::new(Admission::default());
         let (t, g) = conn(&a, Some(Yield::Unproven));
         drop(g);
-        assert!(!a.make_room(0));
+        assert_eq!(a.make_room(0, ip(1)), Room::Full);
         assert!(!t.is_cancelled());
     }
 }

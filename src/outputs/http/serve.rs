@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -24,15 +25,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::admit::{Admission, Yield, Yielding};
+use super::admit::{Admission, Room, Yield, Yielding};
 use super::stats::{Closed, HttpStats};
 use super::web_config::WebConfigWatch;
 
 /// The server's limits; `[http]` in the config.
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
-    /// Connections open at once. One more gets in by closing the oldest connection with no
-    /// request in flight (see `admit`); when every one is serving, it is closed at once.
+    /// Connections open at once. One more gets in by closing the one least worth keeping (see
+    /// `admit`); when every one serves a peer within its share, it is closed at once.
     pub max_connections: usize,
     /// From a new connection, or from the first byte of a later request, to its complete head.
     pub header_timeout: Duration,
@@ -99,8 +100,8 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
             r = listener.accept() => r,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok((stream, peer)) => (stream, peer.ip().to_canonical()),
             Err(e) => {
                 accept_errors += 1;
                 // Out of fds (or another transient failure): the ingest socket needs them more;
@@ -112,16 +113,20 @@ pub async fn serve(
                 continue;
             }
         };
-        if !admission.make_room(limits.max_connections) {
-            // Every slot is serving a request. Closed before anything is read: the cheapest
-            // refusal, and one the client sees at once.
-            drop(stream);
-            stats.count_closed(Closed::OverCap);
-            continue;
+        match admission.make_room(limits.max_connections, peer) {
+            Room::Free => {}
+            Room::Evicted(why) => stats.count_evicted(why),
+            Room::Full => {
+                // Every slot serves a peer within its share. Closed before anything is read:
+                // the cheapest refusal, and one the client sees at once.
+                drop(stream);
+                stats.count_closed(Closed::OverCap);
+                continue;
+            }
         }
         let open = stats.opened();
         let clock = Arc::new(Clock::new());
-        let (evicted, registered) = admission.register(clock.clone());
+        let (evicted, registered) = admission.register(clock.clone(), peer);
         let (builder, limits, stats) = (builder.clone(), limits.clone(), stats.clone());
         let (router, draining, hard_stop) = (router.clone(), shutdown.clone(), hard_stop.clone());
         let web = web.clone();
@@ -131,7 +136,8 @@ pub async fn serve(
                 hard_stop,
                 evicted,
             };
-            let why = watch(stream, clock, &builder, router, &limits, &web, ends).await;
+            let conn = Peer { ip: peer, clock };
+            let why = watch(stream, conn, &builder, router, &limits, &web, ends).await;
             drop(registered);
             stats.count_closed(why);
             drop(open);
@@ -165,7 +171,7 @@ struct Ends {
 /// config asks for TLS (bounded by the header timeout, like a request head), then HTTP/1.
 async fn watch(
     stream: TcpStream,
-    clock: Arc<Clock>,
+    peer: Peer,
     builder: &http1::Builder,
     router: Router,
     limits: &HttpLimits,
@@ -176,10 +182,10 @@ async fn watch(
     let _ = stream.set_nodelay(true);
     let io = Watched {
         io: stream,
-        clock: clock.clone(),
+        clock: peer.clock.clone(),
     };
     let Some(tls) = web.current().tls.clone() else {
-        return run(TokioIo::new(io), builder, router, limits, clock, ends).await;
+        return run(TokioIo::new(io), builder, router, limits, peer, ends).await;
     };
     let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(io);
     let stream = tokio::select! {
@@ -191,7 +197,7 @@ async fn watch(
         _ = ends.draining.cancelled() => return Closed::Shutdown,
         _ = ends.evicted.cancelled() => return Closed::Evicted,
     };
-    run(TokioIo::new(stream), builder, router, limits, clock, ends).await
+    run(TokioIo::new(stream), builder, router, limits, peer, ends).await
 }
 
 /// Serves HTTP/1 on `io` until the connection ends, is idle or slow past its limits, or the
@@ -201,7 +207,7 @@ async fn run<I>(
     builder: &http1::Builder,
     router: Router,
     limits: &HttpLimits,
-    clock: Arc<Clock>,
+    peer: Peer,
     ends: Ends,
 ) -> Closed
 where
@@ -212,9 +218,10 @@ where
         hard_stop,
         evicted,
     } = ends;
+    let clock = peer.clock.clone();
     let service = Tracked {
         inner: TowerToHyperService::new(router),
-        clock: clock.clone(),
+        peer,
     };
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
@@ -257,7 +264,15 @@ struct Phase {
     /// The first byte of a head not yet complete.
     first_byte: Option<Instant>,
     last_write: Instant,
+    /// Since when a write has waited for room in the socket: the client is not reading.
+    write_blocked: Option<Instant>,
+    /// A request failed basic auth (or was throttled), and none passed since.
+    auth_failed: bool,
 }
+
+/// A write stalled this long means the client does not read what it asked for: its connection
+/// gives way first at the connection limit.
+const STALL: Duration = Duration::from_secs(1);
 
 impl Clock {
     fn new() -> Self {
@@ -268,6 +283,8 @@ impl Clock {
             since: now,
             first_byte: None,
             last_write: now,
+            write_blocked: None,
+            auth_failed: false,
         }))
     }
 
@@ -285,7 +302,16 @@ impl Clock {
     }
 
     fn on_write(&self) {
-        self.with(|p| p.last_write = Instant::now());
+        self.with(|p| {
+            p.last_write = Instant::now();
+            p.write_blocked = None;
+        });
+    }
+
+    fn on_write_blocked(&self) {
+        self.with(|p| {
+            p.write_blocked.get_or_insert_with(Instant::now);
+        });
     }
 
     fn request_started(&self) {
@@ -308,7 +334,12 @@ impl Clock {
     fn deadline(&self, l: &HttpLimits) -> (Instant, Closed) {
         self.with(|p| {
             let now = Instant::now();
-            if p.in_flight > 0 {
+            if p.write_blocked.is_some() && p.in_flight == 0 {
+                // hyper reads no further request until this response is out, so the
+                // client's unread output is bounded by the socket's send buffer; held that
+                // long without progress, the connection is closed.
+                (p.last_write + l.idle_timeout, Closed::UnreadOutput)
+            } else if p.in_flight > 0 {
                 (now + l.idle_timeout, Closed::IdleTimeout)
             } else if let Some(first) = p.first_byte {
                 (first + l.header_timeout, Closed::HeaderTimeout)
@@ -328,11 +359,19 @@ impl Clock {
 
 impl Yielding for Clock {
     fn yields(&self) -> Option<Yield> {
-        self.with(|p| match (p.in_flight, p.requests) {
-            (0, 0) => Some(Yield::Unproven),
-            // A head half read after a served request is as idle as no head at all.
-            (0, _) => Some(Yield::Idle),
-            _ => None,
+        self.with(|p| {
+            if p.write_blocked.is_some_and(|t| t.elapsed() >= STALL) {
+                return Some(Yield::UnreadOutput);
+            }
+            if p.auth_failed {
+                return Some(Yield::AuthFailed);
+            }
+            Some(match (p.in_flight, p.requests) {
+                (0, 0) => Yield::Unproven,
+                // A head half read after a served request is as idle as no head at all.
+                (0, _) => Yield::Idle,
+                _ => Yield::OverShare,
+            })
         })
     }
 }
@@ -341,6 +380,16 @@ impl Yielding for Clock {
 struct Watched {
     io: TcpStream,
     clock: Arc<Clock>,
+}
+
+impl Watched {
+    fn saw_write(&self, r: &Poll<io::Result<usize>>) {
+        match r {
+            Poll::Ready(Ok(n)) if *n > 0 => self.clock.on_write(),
+            Poll::Pending => self.clock.on_write_blocked(),
+            _ => {}
+        }
+    }
 }
 
 impl AsyncRead for Watched {
@@ -365,9 +414,7 @@ impl AsyncWrite for Watched {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.clock.on_write();
-        }
+        self.saw_write(&r);
         r
     }
 
@@ -377,9 +424,7 @@ impl AsyncWrite for Watched {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.clock.on_write();
-        }
+        self.saw_write(&r);
         r
     }
 
@@ -396,10 +441,25 @@ impl AsyncWrite for Watched {
     }
 }
 
+/// The connection a request came on, in its extensions: the guard throttles auth failures by
+/// `ip` and marks the connection as one that failed them.
+#[derive(Clone)]
+pub(super) struct Peer {
+    pub ip: IpAddr,
+    clock: Arc<Clock>,
+}
+
+impl Peer {
+    /// Whether the connection's latest credentials failed (it gives way early) or passed.
+    pub fn auth_failed(&self, failed: bool) {
+        self.clock.with(|p| p.auth_failed = failed);
+    }
+}
+
 /// The router, telling the clock when a request starts and when its response is ready.
 struct Tracked {
     inner: TowerToHyperService<Router>,
-    clock: Arc<Clock>,
+    peer: Peer,
 }
 
 type Response = axum::response::Response;
@@ -409,9 +469,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
-        self.clock.request_started();
-        let done = RequestDone(self.clock.clone());
+    fn call(&self, mut req: hyper::Request<Incoming>) -> Self::Future {
+        self.peer.clock.request_started();
+        req.extensions_mut().insert(self.peer.clone());
+        let done = RequestDone(self.peer.clock.clone());
         let fut = self.inner.call(req);
         Box::pin(async move {
             let r = fut.await;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use prometheus::proto::{MetricFamily, MetricType};
 
+use super::admit::Yield;
 use super::web_config::ReloadStats;
 use crate::outputs::prometheus::Family;
 
@@ -20,8 +21,8 @@ pub enum Closed {
     /// Accepted while `http.connection_limit` connections were open, each serving a request:
     /// closed at once.
     OverCap,
-    /// Closed to let a newer connection in while `http.connection_limit` were open: the oldest
-    /// with no request in flight, one that never completed a request first.
+    /// Closed to let a newer connection in while `http.connection_limit` were open (which
+    /// kind gave way: `gpumon_http_connections_evicted_total`).
     Evicted,
     /// A request head (URL and headers) past `http.max_request_head_bytes`: answered 431.
     TooLarge,
@@ -34,10 +35,12 @@ pub enum Closed {
     /// The TLS handshake failed (plain HTTP to a TLS port, no client certificate when one is
     /// required, an untrusted one) or did not finish within the header timeout.
     TlsHandshake,
+    /// A response the client did not read for `http.keepalive_timeout_seconds`.
+    UnreadOutput,
 }
 
 impl Closed {
-    pub const ALL: [Closed; 10] = [
+    pub const ALL: [Closed; 11] = [
         Closed::Done,
         Closed::HeaderTimeout,
         Closed::IdleTimeout,
@@ -48,6 +51,7 @@ impl Closed {
         Closed::IoError,
         Closed::Shutdown,
         Closed::TlsHandshake,
+        Closed::UnreadOutput,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +66,7 @@ impl Closed {
             Closed::IoError => "io_error",
             Closed::Shutdown => "shutdown",
             Closed::TlsHandshake => "tls_handshake",
+            Closed::UnreadOutput => "unread_output",
         }
     }
 }
@@ -76,16 +81,29 @@ pub enum Denied {
     /// Credentials not yet verified waited past 2 s for one of the two bcrypt checks that run
     /// at once (a flood of them): 503 with Retry-After.
     AuthBusy,
+    /// The peer address failed basic auth too often lately: 429 with Retry-After, before any
+    /// password check.
+    AuthThrottled,
+    /// A JSON API request over the bound on those served at once: 503 with Retry-After.
+    Busy,
 }
 
 impl Denied {
-    pub const ALL: [Denied; 3] = [Denied::Unauthorized, Denied::RateLimited, Denied::AuthBusy];
+    pub const ALL: [Denied; 5] = [
+        Denied::Unauthorized,
+        Denied::RateLimited,
+        Denied::AuthBusy,
+        Denied::AuthThrottled,
+        Denied::Busy,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Denied::Unauthorized => "unauthorized",
             Denied::RateLimited => "rate_limited",
             Denied::AuthBusy => "auth_busy",
+            Denied::AuthThrottled => "auth_throttled",
+            Denied::Busy => "busy",
         }
     }
 }
@@ -95,6 +113,7 @@ pub struct HttpStats {
     open: AtomicU64,
     closed: [AtomicU64; Closed::ALL.len()],
     denied: [AtomicU64; Denied::ALL.len()],
+    evicted: [AtomicU64; Yield::ALL.len()],
     /// How the web config's reloads went, once `serve` is given one with a file.
     web_config: std::sync::OnceLock<Arc<ReloadStats>>,
 }
@@ -114,6 +133,18 @@ impl HttpStats {
 
     pub fn count_denied(&self, why: Denied) {
         self.denied[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections closed to make room, by the kind that gave way.
+    pub fn evicted(&self, kind: &str) -> u64 {
+        Yield::ALL
+            .iter()
+            .find(|y| y.as_str() == kind)
+            .map_or(0, |y| self.evicted[*y as usize].load(Ordering::Relaxed))
+    }
+
+    pub(super) fn count_evicted(&self, kind: Yield) {
+        self.evicted[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn count_closed(&self, why: Closed) {
@@ -137,7 +168,7 @@ impl HttpStats {
         open.finish(out);
         let mut closed = Family::new(
             "gpumon_http_connections_closed_total",
-            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, evicted, too_large, bad_request, io_error, shutdown, tls_handshake.",
+            "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, evicted, too_large, bad_request, io_error, shutdown, tls_handshake, unread_output.",
             MetricType::COUNTER,
             &["reason"],
         );
@@ -147,7 +178,7 @@ impl HttpStats {
         closed.finish(out);
         let mut denied = Family::new(
             "gpumon_http_requests_denied_total",
-            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429), auth_busy (credentials not yet verified waited past 2 s for a bcrypt check, 503).",
+            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429), auth_busy (credentials not yet verified waited past 2 s for a bcrypt check, 503), auth_throttled (the peer address failed basic auth too often lately, 429), busy (over the bound on JSON API requests served at once, 503).",
             MetricType::COUNTER,
             &["reason"],
         );
@@ -155,6 +186,19 @@ impl HttpStats {
             denied.add(&[why.as_str()], self.denied(why) as f64);
         }
         denied.finish(out);
+        let mut evicted = Family::new(
+            "gpumon_http_connections_evicted_total",
+            "HTTP connections closed to let a newer one in at http.connection_limit, by the kind that gave way: unread_output (writes stalled 1 s: the client does not read), auth_failed, unproven (no request completed), idle (keep-alive between requests), over_share (serving a request for a peer address holding more than its share).",
+            MetricType::COUNTER,
+            &["reason"],
+        );
+        for y in Yield::ALL {
+            evicted.add(
+                &[y.as_str()],
+                self.evicted[y as usize].load(Ordering::Relaxed) as f64,
+            );
+        }
+        evicted.finish(out);
         if let Some(w) = self.web_config.get() {
             w.families(out);
         }

@@ -1,0 +1,299 @@
+//! Scrapes first under load (issue 23 item 2), against the real daemon on loopback with
+//! `connection_limit = 32`: floods from 127.0.0.2 (wrong passwords, busy API clients,
+//! pipelining clients that never read) while a scraper on 127.0.0.1 opens a new connection
+//! per scrape, as the hardest case. Each flood runs a few seconds; they run one at a time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::{sample, Daemon, DaemonOpts};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const LIMIT: usize = 32;
+/// Flooding connections: more than the limit, so every slot is contested.
+const FLOODERS: usize = 40;
+const SCRAPES: usize = 20;
+const PASSWORD: &str = "right horse battery";
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn daemon(extra: &str) -> Daemon {
+    let path = common::scenario("two_gpus");
+    Daemon::start(DaemonOpts {
+        scenario: Some(&path),
+        args: vec!["--interval".into(), "100ms".into()],
+        config: format!("[http]\nconnection_limit = {LIMIT}\n{extra}"),
+        ..DaemonOpts::default()
+    })
+}
+
+/// A connection from 127.0.0.2 (another peer than the scraper), with a receive buffer of
+/// `rcvbuf` bytes when given (set before connecting, so the window stays that small).
+fn connect_from_other_peer(addr: SocketAddr, rcvbuf: Option<i32>) -> Option<TcpStream> {
+    let SocketAddr::V4(to) = addr else {
+        panic!("the daemon listens on IPv4 loopback")
+    };
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let s = TcpStream::from_raw_fd(fd);
+        if let Some(n) = rcvbuf {
+            let r = libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&n as *const i32).cast(),
+                4,
+            );
+            assert_eq!(r, 0);
+        }
+        let sin = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(ip),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let local = sin([127, 0, 0, 2], 0);
+        assert_eq!(
+            libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len),
+            0
+        );
+        let remote = sin(to.ip().octets(), to.port());
+        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
+            return None;
+        }
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+        Some(s)
+    }
+}
+
+/// Reads one response (head and Content-Length body); its status, or None if the connection
+/// failed or closed.
+fn read_response(s: &mut TcpStream) -> Option<u16> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let status = head.get(9..12)?.parse().ok()?;
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).ok()?;
+    Some(status)
+}
+
+/// `SCRAPES` scrapes of /metrics, each on a new connection from 127.0.0.1, 150 ms apart:
+/// how many got a 200 within a second of connecting.
+fn scrape(addr: SocketAddr, auth: &str) -> usize {
+    let mut answered = 0;
+    for _ in 0..SCRAPES {
+        let start = Instant::now();
+        let ok = (|| {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: gpumon\r\nAccept-Encoding: gzip\r\n{auth}\r\n"
+            )
+            .ok()?;
+            read_response(&mut s)
+        })();
+        if ok == Some(200) && start.elapsed() < Duration::from_secs(1) {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    answered
+}
+
+/// Runs `client` on `FLOODERS` threads until the scraper is done; returns the scraper's count.
+fn flood_while_scraping(
+    addr: SocketAddr,
+    auth: &str,
+    client: impl Fn(usize, &AtomicBool) + Send + Sync + 'static,
+) -> usize {
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = Arc::new(client);
+    let threads: Vec<_> = (0..FLOODERS)
+        .map(|i| {
+            let (stop, client) = (stop.clone(), client.clone());
+            std::thread::spawn(move || client(i, &stop))
+        })
+        .collect();
+    // Let the flood take every slot first.
+    std::thread::sleep(Duration::from_millis(700));
+    let answered = scrape(addr, auth);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    answered
+}
+
+/// /metrics, uncompressed, read to its end.
+fn metrics(addr: SocketAddr, auth: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: gpumon\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    assert!(all.starts_with("HTTP/1.1 200"), "{all}");
+    all
+}
+
+fn report(case: &str, answered: usize, metrics: &str) {
+    let series = |name: &str, reason: &str| {
+        sample(metrics, &format!("{name}{{reason=\"{reason}\"}}")).unwrap_or(-1.0)
+    };
+    eprintln!(
+        "{case}: {answered}/{SCRAPES} scrapes answered within 1 s; denied auth_throttled {} unauthorized {} busy {}; evicted unread_output {} auth_failed {} unproven {} idle {} over_share {}; over_cap {}",
+        series("gpumon_http_requests_denied_total", "auth_throttled"),
+        series("gpumon_http_requests_denied_total", "unauthorized"),
+        series("gpumon_http_requests_denied_total", "busy"),
+        series("gpumon_http_connections_evicted_total", "unread_output"),
+        series("gpumon_http_connections_evicted_total", "auth_failed"),
+        series("gpumon_http_connections_evicted_total", "unproven"),
+        series("gpumon_http_connections_evicted_total", "idle"),
+        series("gpumon_http_connections_evicted_total", "over_share"),
+        series("gpumon_http_connections_closed_total", "over_cap"),
+    );
+}
+
+fn at_least_90_percent(answered: usize) {
+    assert!(
+        answered * 10 >= SCRAPES * 9,
+        "only {answered} of {SCRAPES} scrapes answered within 1 s"
+    );
+}
+
+#[test]
+fn a_wrong_password_flood_is_throttled_and_the_scraper_is_answered() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    // Started open (the harness waits for /readyz), then basic auth is turned on by a reload.
+    std::fs::write(
+        &web,
+        "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+    )
+    .unwrap();
+    let d = daemon(&format!("web_config_file = {:?}\n", web.to_str().unwrap()));
+    let hash = bcrypt::hash(PASSWORD, 8).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  scraper: \"{hash}\"\n")).unwrap();
+    unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
+    d.wait_for(Duration::from_secs(10), "basic auth on", || {
+        d.get("/healthz").0 == 401
+    });
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let auth = format!(
+        "Authorization: Basic {}\r\n",
+        b64(&format!("scraper:{PASSWORD}"))
+    );
+    let addr = d.addr;
+    let answered = flood_while_scraping(addr, &auth, move |i, stop| {
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let Some(mut s) = connect_from_other_peer(addr, None) else {
+                continue;
+            };
+            // Keep-alive, a new wrong password each request, until the daemon closes it.
+            loop {
+                n += 1;
+                let wrong = b64(&format!("scraper:guess-{i}-{n}"));
+                let req = format!(
+                    "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {wrong}\r\n\r\n"
+                );
+                if stop.load(Ordering::Relaxed)
+                    || s.write_all(req.as_bytes()).is_err()
+                    || read_response(&mut s).is_none()
+                {
+                    break;
+                }
+            }
+        }
+    });
+    let m = metrics(addr, &auth);
+    report("wrong-password flood", answered, &m);
+    at_least_90_percent(answered);
+    assert!(
+        sample(
+            &m,
+            "gpumon_http_requests_denied_total{reason=\"auth_throttled\"}"
+        )
+        .unwrap()
+            > 0.0
+    );
+}
+
+#[test]
+fn busy_api_clients_are_bounded_and_the_scraper_is_answered() {
+    let _one = serial();
+    let d = daemon("");
+    let addr = d.addr;
+    let answered = flood_while_scraping(addr, "", move |_, stop| {
+        while !stop.load(Ordering::Relaxed) {
+            let Some(mut s) = connect_from_other_peer(addr, None) else {
+                continue;
+            };
+            // Keep-alive, one snapshot after another, until the daemon closes it.
+            let req = b"GET /api/v1/snapshot HTTP/1.1\r\nHost: x\r\n\r\n";
+            while !stop.load(Ordering::Relaxed)
+                && s.write_all(req).is_ok()
+                && read_response(&mut s).is_some()
+            {}
+        }
+    });
+    let m = metrics(addr, "");
+    report("busy API clients", answered, &m);
+    at_least_90_percent(answered);
+    assert!(sample(&m, "gpumon_http_requests_denied_total{reason=\"busy\"}").unwrap() > 0.0);
+}
+
+#[test]
+fn pipelining_clients_that_never_read_give_way_and_the_scraper_is_answered() {
+    let _one = serial();
+    let d = daemon("");
+    let addr = d.addr;
+    let answered = flood_while_scraping(addr, "", move |_, stop| {
+        // 100 snapshot requests in one write, a 1 KiB receive buffer, nothing ever read; a
+        // fresh such connection every second, the old ones held open.
+        let burst = "GET /api/v1/snapshot HTTP/1.1\r\nHost: x\r\n\r\n".repeat(100);
+        let mut held = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(mut s) = connect_from_other_peer(addr, Some(1024)) {
+                let _ = s.write_all(burst.as_bytes());
+                held.push(s);
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    let m = metrics(addr, "");
+    report("pipelining, never reading", answered, &m);
+    at_least_90_percent(answered);
+}
