@@ -297,3 +297,45 @@ fn pipelining_clients_that_never_read_give_way_and_the_scraper_is_answered() {
     report("pipelining, never reading", answered, &m);
     at_least_90_percent(answered);
 }
+
+#[test]
+fn connections_whose_output_goes_unread_give_way_first_and_are_closed() {
+    let _one = serial();
+    let d = daemon("keepalive_timeout_seconds = 4\n");
+    let addr = d.addr;
+    // Every slot taken by a connection that pipelined 100 scrapes (far more than its socket
+    // buffers hold) behind a 1 KiB receive buffer and reads nothing.
+    let burst = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(100);
+    let held: Vec<TcpStream> = (0..LIMIT)
+        .filter_map(|_| {
+            let mut s = connect_from_other_peer(addr, Some(1024))?;
+            s.write_all(burst.as_bytes()).ok()?;
+            Some(s)
+        })
+        .collect();
+    assert_eq!(held.len(), LIMIT);
+    // Past the 1 s a stalled write takes to count as unread output.
+    std::thread::sleep(Duration::from_millis(1500));
+    let answered = scrape(addr, "");
+    let m = metrics(addr, "");
+    report("pipelined scrapes never read", answered, &m);
+    assert_eq!(answered, SCRAPES);
+    // Each scrape closes its own connection, so one eviction makes room for all of them: the
+    // stalled connection, not an idle or unproven one.
+    let evicted = |why: &str| {
+        sample(
+            &m,
+            &format!("gpumon_http_connections_evicted_total{{reason=\"{why}\"}}"),
+        )
+        .unwrap()
+    };
+    assert!(evicted("unread_output") >= 1.0);
+    assert_eq!(evicted("idle") + evicted("unproven"), 0.0);
+    // Unread for the keep-alive timeout, the rest are closed.
+    d.wait_for(Duration::from_secs(6), "unread_output closes", || {
+        let m = metrics(addr, "");
+        let closed = "gpumon_http_connections_closed_total{reason=\"unread_output\"}";
+        sample(&m, closed).unwrap() >= (LIMIT - 1) as f64
+    });
+    drop(held);
+}

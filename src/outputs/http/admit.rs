@@ -1,7 +1,7 @@
 //! Who gives way when `http.connection_limit` connections are open: a new connection is let in
-//! by closing one that shows itself least worth keeping, the oldest of its kind first: one whose
-//! output has gone unread (its writes stalled for a second), then one that failed basic auth,
-//! then one that never completed a request (half-open or silent), then an idle keep-alive, and
+//! by closing one that shows itself least worth keeping, the oldest of its kind first: one that
+//! never completed a request (half-open or silent), then one whose output has gone unread (its
+//! writes stalled for a second), then one that failed basic auth, then an idle keep-alive, and
 //! last one serving a request whose peer address holds more than its share of the slots
 //! (`connection_limit` / peers holding slots, the newcomer's included; at least 1); any
 //! connection of a peer over its share goes before those of peers within theirs. So a
@@ -18,13 +18,15 @@ use tokio_util::sync::CancellationToken;
 /// How readily a connection gives way; lower goes first, `None` never.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Yield {
+    /// No request completed yet: half-open, silent, or still in its TLS handshake. First, as
+    /// before these kinds existed: the accept loop stops looking at the first one it finds,
+    /// which keeps a half-open flood cheap to shed.
+    Unproven,
     /// Its writes have made no progress for a second: the client does not read what it asked
     /// for (e.g. pipelined requests behind a tiny receive buffer).
     UnreadOutput,
     /// A request on it failed basic auth (or was throttled for the failures of its peer).
     AuthFailed,
-    /// No request completed yet: half-open, silent, or still in its TLS handshake.
-    Unproven,
     /// Has been served, and waits idle between requests.
     Idle,
     /// Serving a request; gives way only when its peer is over its share of the slots.
@@ -33,18 +35,18 @@ pub enum Yield {
 
 impl Yield {
     pub const ALL: [Yield; 5] = [
+        Yield::Unproven,
         Yield::UnreadOutput,
         Yield::AuthFailed,
-        Yield::Unproven,
         Yield::Idle,
         Yield::OverShare,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Yield::Unproven => "unproven",
             Yield::UnreadOutput => "unread_output",
             Yield::AuthFailed => "auth_failed",
-            Yield::Unproven => "unproven",
             Yield::Idle => "idle",
             Yield::OverShare => "over_share",
         }
@@ -73,6 +75,21 @@ pub(super) struct Admission {
 struct Table {
     next: u64,
     open: BTreeMap<u64, Entry>,
+    /// Connections in `open` by peer address, kept with it (no count of 0 is kept).
+    held: HashMap<IpAddr, usize>,
+}
+
+impl Table {
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let e = self.open.remove(&id)?;
+        if let Some(n) = self.held.get_mut(&e.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&e.peer);
+            }
+        }
+        Some(e)
+    }
 }
 
 /// What `make_room` did.
@@ -104,6 +121,7 @@ impl Admission {
         let mut t = self.table();
         let id = t.next;
         t.next += 1;
+        *t.held.entry(peer).or_default() += 1;
         t.open.insert(
             id,
             Entry {
@@ -126,12 +144,10 @@ impl Admission {
         if t.open.len() < cap {
             return Room::Free;
         }
-        let mut held: HashMap<IpAddr, usize> = HashMap::new();
-        for e in t.open.values() {
-            *held.entry(e.peer).or_default() += 1;
-        }
+        let held = &t.held;
         let peers = held.len() + usize::from(!held.contains_key(&newcomer));
         let share = (cap / peers).max(1);
+        let anyone_over = held.values().any(|&n| n > share);
         // (within its share, kind, age): a peer over its share gives way before any other.
         let mut best: Option<(bool, Yield, u64)> = None;
         for (id, e) in &t.open {
@@ -145,9 +161,13 @@ impl Admission {
             let key = (!over, y, *id);
             if best.is_none_or(|b| (key.0, key.1) < (b.0, b.1)) {
                 best = Some(key);
+                // Nothing can rank before it: stop looking (a flood's accepts stay cheap).
+                if y == Yield::Unproven && over == anyone_over {
+                    break;
+                }
             }
         }
-        match best.and_then(|(_, y, id)| Some((y, t.open.remove(&id)?))) {
+        match best.and_then(|(_, y, id)| Some((y, t.remove(id)?))) {
             Some((y, e)) => {
                 e.evict.cancel();
                 Room::Evicted(y)
@@ -162,7 +182,7 @@ pub(super) struct Registered(Arc<Admission>, u64);
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.0.table().open.remove(&self.1);
+        self.0.table().remove(self.1);
     }
 }
 
@@ -197,10 +217,10 @@ mod tests {
         let (failed, _g5) = conn(&a, Some(Yield::AuthFailed));
         let (unread, _g6) = conn(&a, Some(Yield::UnreadOutput));
         let order = [
-            &unread,
-            &failed,
             &unproven_old,
             &unproven_new,
+            &unread,
+            &failed,
             &idle_old,
             &idle_new,
         ];

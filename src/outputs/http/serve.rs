@@ -159,6 +159,31 @@ pub async fn serve(
     Ok(())
 }
 
+/// Bytes of output the kernel holds for a client that does not read (Linux doubles it for its
+/// bookkeeping). Left alone it autotunes up to `net.ipv4.tcp_wmem`'s maximum, 4 MiB by default:
+/// 2 GiB over 512 such clients. A 128 KiB buffer still fills a 10 MB/s link at 25 ms RTT, and
+/// a /metrics page at 8 GPUs x 128 processes is 26 KB gzipped.
+const SEND_BUFFER: libc::c_int = 128 * 1024;
+
+/// Caps the connection's unread output at `SEND_BUFFER`; past it, writes stall and the
+/// connection gives way first at the limit (`Yield::UnreadOutput`). A failure leaves the
+/// kernel's default, and is harmless.
+fn bound_send_buffer(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size = SEND_BUFFER;
+    // SAFETY: the fd is the open socket `stream` owns for the duration of the call, and the
+    // option value is a c_int whose size is passed with it.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// How a connection may be told to stop: gracefully (drain), then at once; or at once to make
 /// room for a newer one.
 struct Ends {
@@ -180,6 +205,7 @@ async fn watch(
 ) -> Closed {
     // Small responses go out at once rather than waiting on Nagle; failure changes nothing.
     let _ = stream.set_nodelay(true);
+    bound_send_buffer(&stream);
     let io = Watched {
         io: stream,
         clock: peer.clock.clone(),

@@ -188,7 +188,7 @@ impl HttpStats {
         denied.finish(out);
         let mut evicted = Family::new(
             "gpumon_http_connections_evicted_total",
-            "HTTP connections closed to let a newer one in at http.connection_limit, by the kind that gave way: unread_output (writes stalled 1 s: the client does not read), auth_failed, unproven (no request completed), idle (keep-alive between requests), over_share (serving a request for a peer address holding more than its share).",
+            "HTTP connections closed to let a newer one in at http.connection_limit, by the kind that gave way, in the order kinds give way: unproven (no request completed), unread_output (writes stalled 1 s: the client does not read), auth_failed, idle (keep-alive between requests), over_share (serving a request for a peer address holding more than its share).",
             MetricType::COUNTER,
             &["reason"],
         );
