@@ -48,14 +48,21 @@ const SNAPSHOT_BUILDS: usize = 2;
 /// How long a snapshot request waits for a build slot before it is told to come back.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
 
-/// JSON API requests (`/api/v1/*`) served at once; one more is answered 503 at once, so busy
-/// API clients can never hold every connection in flight. /metrics and the health checks are
-/// outside this bound: scrapes first.
+/// JSON API requests (`/api/v1/*`) served at once. /metrics and the health checks are outside
+/// this bound: scrapes first.
 pub const API_IN_FLIGHT: usize = 4;
+/// API requests that may wait for one of those, at most `API_WAIT` each; one more is answered
+/// 503 at once. Waiting costs no CPU, so clients that loop without honouring Retry-After are
+/// slowed to the pace of the builds instead of spinning on refusals.
+pub const API_QUEUE: usize = 32;
+const API_WAIT: Duration = Duration::from_secs(1);
 
 pub fn router(state: AppState) -> Router {
     let builds = Arc::new(Semaphore::new(SNAPSHOT_BUILDS));
-    let api_slots = Arc::new(Semaphore::new(API_IN_FLIGHT));
+    let api_slots = Arc::new(ApiSlots {
+        admitted: Semaphore::new(API_IN_FLIGHT + API_QUEUE),
+        serving: Semaphore::new(API_IN_FLIGHT),
+    });
     let api = Router::new()
         .route(
             "/api/v1/snapshot",
@@ -80,20 +87,33 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Refuses a JSON API request over `API_IN_FLIGHT` with 503, naming the bound.
+/// The JSON API's bound: requests admitted (serving or waiting), and those serving.
+struct ApiSlots {
+    admitted: Semaphore,
+    serving: Semaphore,
+}
+
+/// Serves a JSON API request within `API_IN_FLIGHT`, after waiting at most `API_WAIT` among
+/// at most `API_QUEUE`; else 503, naming the bound.
 async fn api_bound(
-    State((stats, slots)): State<(Arc<HttpStats>, Arc<Semaphore>)>,
+    State((stats, slots)): State<(Arc<HttpStats>, Arc<ApiSlots>)>,
     req: Request,
     next: Next,
 ) -> Response {
-    let Ok(_slot) = slots.try_acquire_owned() else {
+    let busy = || {
         stats.count_denied(Denied::Busy);
-        return (
+        (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::RETRY_AFTER, "1")],
-            format!("busy: the JSON API serves at most {API_IN_FLIGHT} requests at once and that many are in flight; retry after 1 s (/metrics, /healthz and /readyz are never refused by this bound)\n"),
+            format!("busy: the JSON API serves at most {API_IN_FLIGHT} requests at once, with {API_QUEUE} more waiting up to {} s; retry after 1 s (/metrics, /healthz and /readyz are never refused by this bound)\n", API_WAIT.as_secs()),
         )
-            .into_response();
+            .into_response()
+    };
+    let Ok(_admitted) = slots.admitted.try_acquire() else {
+        return busy();
+    };
+    let Ok(Ok(_serving)) = tokio::time::timeout(API_WAIT, slots.serving.acquire()).await else {
+        return busy();
     };
     next.run(req).await
 }

@@ -84,7 +84,7 @@ pub enum Denied {
     /// The peer address failed basic auth too often lately: 429 with Retry-After, before any
     /// password check.
     AuthThrottled,
-    /// A JSON API request over the bound on those served at once: 503 with Retry-After.
+    /// A JSON API request over the bound on those served and waiting: 503 with Retry-After.
     Busy,
 }
 
@@ -178,7 +178,7 @@ impl HttpStats {
         closed.finish(out);
         let mut denied = Family::new(
             "gpumon_http_requests_denied_total",
-            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429), auth_busy (credentials not yet verified waited past 2 s for a bcrypt check, 503), auth_throttled (the peer address failed basic auth too often lately, 429), busy (over the bound on JSON API requests served at once, 503).",
+            "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429), auth_busy (credentials not yet verified waited past 2 s for a bcrypt check, 503), auth_throttled (the peer address failed basic auth too often lately, 429), busy (over the bound on JSON API requests served and waiting, 503).",
             MetricType::COUNTER,
             &["reason"],
         );
