@@ -82,10 +82,14 @@ class Armer:
         try:
             t = self.transport
             if t.connects != a.connection or not t.connected or self._monotonic() >= a.deadline:
+                if not a.started and a.deadline > 0.0:
+                    self._answer(a.connection, a.request.id, "failed",
+                                 "an attribution window held the recording until the arming's time cap")
                 self.stop()  # the connection is gone (ids are per connection), or the time cap
                 return
             if not a.started:
-                self._start(a, step)
+                if self._start(a, step):
+                    self._answer(a.connection, a.request.id)  # recording now, as `armed` says
                 return
             if not a.peak_done:
                 a.seen += 1
@@ -134,9 +138,9 @@ class Armer:
         if self.armed is not None:
             self.stop(final=True)  # a new arming replaces the old one (the daemon sends one at a time)
         a = self.armed = Arm(req, connection, self._monotonic() + req.seconds)
-        if self._start(a, step) is False:
-            return
-        self._answer(connection, req.id)
+        if self._start(a, step):
+            self._answer(connection, req.id)
+        # None: an attribution window records now; `armed` goes when this recording starts.
 
     def _start(self, a: Arm, step: Optional[int]) -> Optional[bool]:
         """Starts recording unless an attribution window records now (then at a later step).

@@ -55,9 +55,7 @@ class _Core:
             self.reporter.report(step)  # moves an open attribution window on, too
             cadence.spent(perf_counter() - t0)
         elif self._gpumon_reporter is not None:
-            attributor = self._gpumon_reporter.client.attributor
-            if attributor is not None and attributor.window is not None:
-                attributor.at_step(step)
+            self._gpumon_reporter.client.at_step(step)
 
     def _gpumon_eval_begin(self) -> None:
         if self._gpumon_outer_phase is None:

@@ -141,8 +141,9 @@ class Client:
             self.transport._internal_error(exc)
 
     def at_step(self, step: Optional[int] = None) -> None:
-        """A step boundary: moves an open attribution window on (a no-op when none is open).
-        attach(), Reporter.report() and the trainer callbacks call it before their sample."""
+        """A step boundary: moves an open attribution window and an arming on (the time cap, the
+        step peak, a deferred start; two attribute tests when neither is open). attach(),
+        Reporter.report() and the trainer callbacks call it at every step, before their sample."""
         attributor = self.attributor
         if attributor is not None and attributor.window is not None:
             attributor.at_step(step)

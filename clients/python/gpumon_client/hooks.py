@@ -63,9 +63,7 @@ class Attachment:
         if self._oom_pending:
             self._oom_pending = False
             _install_oom_observer(self._torch, now=True)
-        attributor = client.attributor
-        if attributor is not None and attributor.window is not None:
-            attributor.at_step(self.step)  # before the sample: a request it brings starts after it
+        client.at_step(self.step)  # before the sample: a request it brings starts after it
         cadence = self.cadence
         if cadence.due():
             t0 = perf_counter()

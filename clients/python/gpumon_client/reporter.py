@@ -41,9 +41,7 @@ class Reporter:
         """One sample now; `phase` defaults to the current phase(). Each call is a step boundary
         for an open attribution window (one seen twice with the same `step` counts once)."""
         client = self.client
-        attributor = client.attributor
-        if attributor is not None and attributor.window is not None:
-            attributor.at_step(step)
+        client.at_step(step)
         client.sample(step=step, phase=phase)
 
     def mark(self, detail: str, **fields: Any) -> None:

@@ -174,10 +174,35 @@ def test_an_arm_while_a_window_records_starts_once_the_window_ended(sock_path, d
     assert c.attributor.window is not None
     arm(c, daemon, peak_after_steps=0)
     c.sample(step=2)
-    assert answers(daemon, "armed")[0].get("error") is None and arm_rec.calls == []
+    assert arm_rec.calls == [] and not [m for m in daemon.messages() if m["type"] == "armed"]
     steps(c, 3, 4)  # the window ends (its answer goes out), then the arming starts recording
     assert c.attributor.window is None and arm_rec.calls == [("start", 20000)]
+    assert answers(daemon, "armed")[0].get("error") is None  # `armed` once it records
     c.close()
+
+
+def test_reporter_steps_move_the_arming_to_its_peak_and_its_time_cap(sock_path, daemon):
+    # Reporter.report() (as attach() and the callbacks) is the step boundary an arming needs.
+    from gpumon_client import Reporter
+
+    rec = Recorder([FRAG, FRAG])
+    r = Reporter("rep", source=StaticStatsSource({"num_ooms": 0}), socket=sock_path, attribution=Recorder([FRAG, FRAG]))
+    r.client.armer.source = rec
+    r.client.armer._monotonic = Clock()
+    r.client.armer._clock = lambda: 1763700000.0
+    r.report(0)
+    daemon.wait_for(1, type="hello")
+    deadline = time.monotonic() + 3
+    while r.client.stats()["session"] is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    arm(r.client, daemon, peak_after_steps=2)
+    for step in range(1, 4):
+        r.report(step)
+    assert answers(daemon, "peak")[0]["peak_bytes"] == 2710568960
+    r.client.armer._monotonic.t += 901
+    r.report(4)
+    assert rec.calls[-1] == "stop" and r.client.armer.armed is None
+    r.close()
 
 
 def test_parse_arm_and_disarm():
