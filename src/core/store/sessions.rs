@@ -271,8 +271,9 @@ impl Sessions {
         }
         sess.retries.observe(s.stats.alloc_retries);
         sess.ooms.observe(s.stats.ooms);
-        sess.oom_log.went_on(s.step);
-        self.oom_counts.survived += sess.ooms.total.saturating_sub(sess.ooms_survived);
+        // Per trainer, the OOMs before this sample (counter or events); on the node, the `oom`
+        // events only, as gpumon_ooms_total counts them, so survived never exceeds total there.
+        self.oom_counts.survived += sess.oom_log.went_on(s.step);
         sess.ooms_survived = sess.ooms.total;
         sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);
         let obs = Obs {
@@ -653,6 +654,44 @@ mod tests {
         // OOMs caught without an event (the observer not installed) still count.
         s.sample(key, with_ooms(4.0, 5), 4.0);
         assert_eq!(total(&s), 5);
+    }
+
+    #[test]
+    fn the_node_counts_survived_only_among_the_oom_events_it_counted() {
+        let mut s = Sessions::new(SessionLimits::default());
+        let node = |s: &Sessions| {
+            let total: u64 = s.oom_counts.by_pattern().map(|(_, n)| n).sum();
+            (total, s.oom_counts.survived)
+        };
+        // Trainer A: an OOM seen only as a counter rise (no observer), and it went on.
+        let (a, ida) = s.open(PEER, hello(), 0.0);
+        s.sample(a, with_ooms(1.0, 0), 1.0);
+        s.sample(a, with_ooms(2.0, 1), 2.0);
+        s.sample(a, with_ooms(3.0, 1), 3.0);
+        assert_eq!(node(&s), (0, 0), "a counter-only OOM is not a node event");
+        let la = s.live().find(|x| x.id == ida).unwrap();
+        assert_eq!(
+            (la.ooms.total, la.ooms_survived),
+            (1, 1),
+            "per trainer it is"
+        );
+        // Trainer B: a fatal OOM event, no sample after it. The node shows it unsurvived.
+        let (b, _) = s.open(
+            PEER,
+            Hello {
+                rank: Some(1),
+                ..hello()
+            },
+            3.0,
+        );
+        s.sample(b, with_ooms(3.0, 0), 3.0);
+        s.event(b, oom(4.0));
+        assert_eq!(node(&s), (1, 0));
+        // Event then its counter in the next sample: one survived, once.
+        s.event(a, oom(5.0));
+        s.sample(a, with_ooms(6.0, 2), 6.0);
+        s.sample(a, with_ooms(7.0, 2), 7.0);
+        assert_eq!(node(&s), (2, 1));
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub struct OomRecord {
 pub struct Ooms {
     pub ooms: VecDeque<OomRecord>,
     pub ooms_omitted: u64,
+    /// `oom` events since the latest sample, listed or omitted: those the next sample marks
+    /// survived.
+    #[serde(skip)]
+    unsurvived: u64,
 }
 
 impl Ooms {
@@ -72,18 +76,22 @@ impl Ooms {
             survived_step: None,
             explanation: explanation.map(|x| Box::new(x.clone())),
         });
+        self.unsurvived += 1;
         if self.ooms.len() > KEPT {
             self.ooms.pop_back();
             self.ooms_omitted += 1;
         }
     }
 
-    /// A sample arrived: every OOM before it was caught, and the run went on.
-    pub fn went_on(&mut self, step: Option<u64>) {
+    /// A sample arrived: every OOM before it was caught, and the run went on. Returns how many
+    /// `oom` events this marked survived (omitted ones included), each counted once: the node's
+    /// `gpumon_ooms_survived_total` counts these, so it never exceeds `gpumon_ooms_total`.
+    pub fn went_on(&mut self, step: Option<u64>) -> u64 {
         for o in self.ooms.iter_mut().take_while(|o| !o.survived) {
             o.survived = true;
             o.survived_step = step;
         }
+        std::mem::take(&mut self.unsurvived)
     }
 }
 
@@ -92,7 +100,8 @@ impl Ooms {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OomCounts {
     by_pattern: [u64; COUNTED.len()],
-    /// OOMs (events, or counter rises) with a sample after them.
+    /// `oom` events with a sample after them: a subset of what `event` counted (a rise in a
+    /// trainer's `num_ooms` without an event is counted per trainer only).
     pub survived: u64,
 }
 
@@ -140,7 +149,8 @@ mod tests {
     fn newest_first_bounded_and_only_the_newest_keeps_its_explanation() {
         let mut o = Ooms::default();
         o.push(1.0, Some(10), Some(7), None);
-        o.went_on(Some(11));
+        assert_eq!(o.went_on(Some(11)), 1);
+        assert_eq!(o.went_on(Some(12)), 0, "each counts once");
         for i in 0..6u64 {
             let x = explanation(Pattern::Pressure, &format!("/p/f{i}.py"));
             o.push(2.0 + i as f64, Some(20 + i), None, Some(&x));
@@ -158,8 +168,8 @@ mod tests {
         assert_eq!(newest.top_live_bytes, Some(1_321_205_760));
         assert_eq!(newest.request_bytes, Some(1_610_612_736));
         assert!(o.ooms.iter().all(|r| !r.survived));
-        // One sample after all of them: all went on.
-        o.went_on(Some(30));
+        // One sample after all of them: all went on, the omitted ones counted too.
+        assert_eq!(o.went_on(Some(30)), 6);
         assert!(o
             .ooms
             .iter()
