@@ -13,7 +13,8 @@
 //! and JSON outputs never go through here (they carry the true string, escaped as JSON).
 //! The TUI keeps a rule of its own for the controls: ratatui drops every grapheme that holds a
 //! control character when it draws (so a hostile name loses its escapes rather than showing
-//! them); the bidirectional controls are not control characters to it and are drawn as text.
+//! them); the bidirectional controls, which it would draw, are removed from each snapshot it
+//! fetches ([`strip_bidi`]).
 
 use std::borrow::Cow;
 
@@ -48,6 +49,27 @@ fn escape(s: &str, bad: impl Fn(char) -> bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Removes the bidirectional controls (see [`escaped`]) from UTF-8 text, in place: for the TUI,
+/// which draws them as text. Each is three bytes (E2 80 AA–AE, E2 81 A6–A9), so what is left is
+/// still UTF-8, and still JSON when the text was (serde_json writes them raw, never as `\u`).
+pub fn strip_bidi(text: &mut Vec<u8>) {
+    let bidi = |w: &[u8]| matches!(w, [0xe2, 0x80, 0xaa..=0xae] | [0xe2, 0x81, 0xa6..=0xa9]);
+    if !text.windows(3).any(bidi) {
+        return;
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        if text.get(i..i + 3).is_some_and(bidi) {
+            i += 3;
+        } else {
+            out.push(text[i]);
+            i += 1;
+        }
+    }
+    *text = out;
 }
 
 /// Every string in a JSON document, map keys included, through [`printable`]: a whole snapshot
@@ -127,6 +149,23 @@ impl tracing::field::Visit for LogVisitor {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn bidi_controls_are_stripped_from_utf8_and_the_json_stays_valid() {
+        let v = serde_json::json!({"job": "gro\u{202e}yp.\u{2066}x\u{2069}", "ok": "caf\u{e9} \u{2028}"});
+        let mut bytes = serde_json::to_vec(&v).unwrap();
+        strip_bidi(&mut bytes);
+        let back: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back["job"], "groyp.x");
+        assert_eq!(
+            back["ok"], "caf\u{e9} \u{2028}",
+            "other characters are kept"
+        );
+        let mut plain = b"{\"a\":\"b\"}".to_vec();
+        strip_bidi(&mut plain);
+        assert_eq!(plain, b"{\"a\":\"b\"}");
+    }
+
     use super::*;
 
     #[test]

@@ -22,10 +22,16 @@ pub use crate::daemon_client::normalize_url;
 fn fetch(client: &DaemonClient, base: &str, history: f64) -> Result<Snapshot, String> {
     let url = format!("{base}/api/v1/snapshot?history={}", history.ceil() as u64);
     let mut resp = client.get(&url).map_err(|e| format!("{base}: {e}"))?;
-    resp.body_mut()
+    let mut body = resp
+        .body_mut()
         .with_config()
         .limit(64 << 20)
-        .read_json::<Snapshot>()
+        .read_to_vec()
+        .map_err(|e| format!("{base}: {e}"))?;
+    // ratatui drops control characters when it draws, not the bidirectional ones: those go
+    // here, once per poll, so no trainer's name reorders what the screen shows.
+    crate::util::printable::strip_bidi(&mut body);
+    serde_json::from_slice(&body)
         .map_err(|e| format!("{base} answered, but not with a gpumon snapshot: {e}"))
 }
 
