@@ -410,8 +410,10 @@ fn evict(
     stats: &IngestStats,
     send: impl Fn(&[u8]),
 ) -> End {
-    if matches!(why, Eviction::Fair { .. }) {
-        stats.reject(Code::Evicted);
+    match why {
+        Eviction::Fair { .. } => stats.reject(Code::Evicted),
+        Eviction::Full(_) => stats.reject(Code::TooManyConnections),
+        _ => {}
     }
     send(&evicted_line(conn, uid, why, limits));
     End::Closed(Close::Evicted)
@@ -444,6 +446,13 @@ fn evicted_line(conn: &mut Conn, uid: u32, why: Eviction, limits: Limits) -> Vec
         Eviction::Fair { .. } => {
             let msg = evicted_message(uid, why, limits);
             return reply_line(conn.reject(Rejection::new(Code::Evicted, msg)));
+        }
+        Eviction::Full(share) => {
+            let msg = format!(
+                "connection limit of {} reached (ingest.max_connections), every slot has said hello, and a user's fair share is {} ({} / {} users holding slots): uid {uid} holds {} already, or no user holds more than that; retry later",
+                limits.max_connections, share.share, limits.max_connections, share.users, share.held
+            );
+            return reply_line(conn.reject(Rejection::new(Code::TooManyConnections, msg)));
         }
         Eviction::PerUid => format!(
             "no hello yet, and this uid holds {} connections (ingest.max_connections_per_uid): closing its oldest without hello to make room; send hello as soon as you connect",

@@ -5,9 +5,11 @@
 //! it, the oldest one of the user holding the most such connections is evicted instead of
 //! refusing the newcomer. When every slot has said hello, a newcomer whose uid holds less than
 //! its fair share (`max_connections / users holding slots`, the newcomer's counted, at least 1)
-//! takes the slot of the quietest session of the user holding the most over that share: one
-//! that never sent a line after its hello first, then the one silent longest. So no set of
-//! users can keep another user's trainer out.
+//! is let in to wait for its hello (one such connection beyond the cap at a time: the next
+//! connect evicts it as pending), and its hello takes the slot of the quietest session of the
+//! user holding the most over that share: one that never sent a line after its hello first,
+//! then the one silent longest. So no set of users can keep another user's trainer out, and a
+//! connection that never says hello never evicts a session.
 //!
 //! A hello takes its session slot (`Slot::claim`) before the hello is applied, so an evicted
 //! connection never opens a session, and a session evicted to make room counts against the
@@ -69,6 +71,9 @@ pub enum Eviction {
     PerUid,
     /// No hello yet, and the slots open to connections without hello were all taken.
     Pending,
+    /// Its hello found every slot taken by sessions, and its uid at its fair share already (or
+    /// no other uid over it): refused, as `Refusal::Full` is at connect.
+    Full(Share),
     /// A session of a user over its fair share, its quietest, made room for another user.
     Fair {
         share: Share,
@@ -91,6 +96,9 @@ struct Shared {
     last: AtomicU64,
     /// A line came after its hello: not merely a quiet session.
     active: AtomicBool,
+    /// Its hello evicted a session over its user's fair share: it evicts no second one while
+    /// that one closes.
+    made_room: AtomicBool,
 }
 
 #[derive(Default)]
@@ -138,8 +146,10 @@ impl Table {
         self.uids.get(&uid).map_or(0, Uid::held)
     }
 
-    /// Takes a slot for `uid`, evicting a connection without hello, or the quietest session of
-    /// a user over its fair share, where one must make room.
+    /// Takes a slot for `uid` to wait for its hello, evicting a connection without hello where
+    /// one must make room. Never a session: those give way to a hello only (`claim`). When every
+    /// slot has said hello, it is let in only if its hello could take a fair slot; it is then
+    /// the only connection beyond the cap, as the next connect evicts it as pending.
     fn admit(&mut self, uid: u32) -> Result<(u64, Arc<Shared>), Refusal> {
         if self.held_by(uid) >= self.caps.max_per_uid && !self.evict_pending(uid, Eviction::PerUid)
         {
@@ -157,7 +167,7 @@ impl Table {
                 .map(|(_, _, u)| u);
             let made_room = heaviest.is_some_and(|u| self.evict_pending(u, Eviction::Pending));
             if !made_room && self.total() >= self.caps.max_connections {
-                self.evict_fair(uid)?;
+                self.fair_victim(uid, 0)?;
             }
         }
         self.next += 1;
@@ -184,26 +194,40 @@ impl Table {
         true
     }
 
-    /// Every slot has said hello: takes one for `newcomer` from the user most over its fair
-    /// share, or refuses with the share that applied.
-    fn evict_fair(&mut self, newcomer: u32) -> Result<(), Refusal> {
+    /// Every slot has said hello: the user most over its fair share, who would give a session
+    /// to `newcomer` (holding `own` slots that are not counted: the claiming connection's),
+    /// with that share; or the refusal that applies.
+    fn fair_victim(
+        &self,
+        newcomer: u32,
+        own: usize,
+    ) -> Result<(u32, usize, usize, usize), Refusal> {
         let users = self.uids.len() + usize::from(!self.uids.contains_key(&newcomer));
         let share = (self.caps.max_connections / users.max(1)).max(1);
-        let held = self.held_by(newcomer);
+        let held = self.held_by(newcomer).saturating_sub(own);
         let full = Refusal::Full(Share { held, share, users });
         if held >= share {
             return Err(full);
         }
         // The most over; among equals the lowest uid, so the choice is reproducible.
-        let victim = self
-            .uids
+        self.uids
             .iter()
-            .filter(|(u, e)| **u != newcomer && e.held() > share)
+            .filter(|(u, e)| **u != newcomer && e.held() > share && !e.greeted.is_empty())
             .max_by_key(|(u, e)| (e.held(), std::cmp::Reverse(**u)))
-            .map(|(u, e)| (*u, e.held()));
-        let Some((victim, victim_held)) = victim else {
-            return Err(full);
-        };
+            .map(|(u, e)| (*u, e.held(), share, users))
+            .ok_or(full)
+    }
+
+    /// A hello found every slot taken by sessions: takes one for `newcomer` (whose claiming
+    /// connection is not counted) from the user most over its fair share, or refuses with the
+    /// share that applied.
+    fn evict_fair(&mut self, newcomer: u32) -> Result<(), Refusal> {
+        let (victim, victim_held, share, users) = self.fair_victim(newcomer, 1)?;
+        let full = Refusal::Full(Share {
+            held: self.held_by(newcomer).saturating_sub(1),
+            share,
+            users,
+        });
         let now = self.now_ms();
         let Some(e) = self.uids.get_mut(&victim) else {
             return Err(full);
@@ -248,15 +272,33 @@ impl Table {
     fn claim(&mut self, uid: u32, id: u64, shared: &Shared) -> Claim {
         let now = self.now_ms();
         let within = self.greeted + self.leaving < self.caps.max_connections;
-        let Some(e) = self.uids.get_mut(&uid) else {
-            return Claim::Evicted(evicted_for(shared));
-        };
-        if !e.pending.contains_key(&id) {
+        if !self
+            .uids
+            .get(&uid)
+            .is_some_and(|e| e.pending.contains_key(&id))
+        {
             return Claim::Evicted(evicted_for(shared));
         }
         if !within {
-            return Claim::Wait;
+            // Fair-share eviction happens here, when the newcomer claims a session slot, never
+            // at connect: a connection that never says hello evicts no session. One per hello;
+            // while sessions evicted (for it or others) are still closing, wait for them.
+            if shared.made_room.load(Ordering::Relaxed) && self.leaving > 0 {
+                return Claim::Wait;
+            }
+            return match self.evict_fair(uid) {
+                Ok(()) => {
+                    shared.made_room.store(true, Ordering::Relaxed);
+                    Claim::Wait
+                }
+                Err(_) if self.leaving > 0 => Claim::Wait,
+                Err(Refusal::Full(share)) => Claim::Evicted(Eviction::Full(share)),
+                Err(Refusal::PerUid) => Claim::Wait,
+            };
         }
+        let Some(e) = self.uids.get_mut(&uid) else {
+            return Claim::Evicted(evicted_for(shared));
+        };
         if let Some(s) = e.pending.remove(&id) {
             s.last.store(now, Ordering::Relaxed);
             e.greeted.insert(id, s);

@@ -20,6 +20,16 @@ fn greet(slot: &mut Slot) -> Result<(), Eviction> {
         .block_on(slot.claim())
 }
 
+/// Says hello on `slot`, waiting at most 50 ms: None while sessions evicted for it close.
+fn try_greet(slot: &mut Slot) -> Option<Result<(), Eviction>> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async { tokio::time::timeout(Duration::from_millis(50), slot.claim()).await })
+        .ok()
+}
+
 fn evicted(s: &Slot) -> bool {
     s.eviction().is_cancelled()
 }
@@ -87,6 +97,17 @@ fn a_user_over_its_fair_share_gives_a_session_to_a_user_under_it() {
     heavy[0].touch();
     heavy[2].touch();
     let mut second = a.admit(3).unwrap();
+    assert!(heavy.iter().all(|s| !evicted(s)), "not before its hello");
+    assert_eq!(
+        a.counts(),
+        (5, 1, 0),
+        "one waits for its hello beyond the cap"
+    );
+    assert_eq!(
+        try_greet(&mut second),
+        None,
+        "its hello waits for the evicted one"
+    );
     let share = Share {
         held: 3,
         share: 2,
@@ -124,7 +145,9 @@ fn among_active_sessions_the_one_silent_longest_gives_way() {
     std::thread::sleep(Duration::from_millis(20));
     s[0].touch();
     s[2].touch();
-    let _n = a.admit(2).unwrap();
+    let mut n = a.admit(2).unwrap();
+    assert!(s.iter().all(|x| !evicted(x)));
+    assert_eq!(try_greet(&mut n), None);
     match s[1].evicted_now() {
         Some(Eviction::Fair {
             active: true,
@@ -149,8 +172,8 @@ fn root_and_every_uid_are_treated_alike() {
     }
     // Share 8 / 5 = 1: every user holds 2, so the lowest uid's oldest quiet session goes.
     let mut root = a.admit(0).unwrap();
-    assert!(evicted(&all[0]) && all[1..].iter().all(|s| !evicted(s)));
-    // That session's task has not closed it yet: root's hello waits for it.
+    assert!(all.iter().all(|s| !evicted(s)), "not before its hello");
+    // Its hello evicts; that session's task has not closed it yet: root's hello waits for it.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -159,12 +182,53 @@ fn root_and_every_uid_are_treated_alike() {
         let waiting = tokio::time::timeout(Duration::from_millis(50), root.claim()).await;
         assert!(waiting.is_err(), "the cap holds while it closes");
     });
+    assert!(evicted(&all[0]) && all[1..].iter().all(|s| !evicted(s)));
+    // Waiting again evicts no second session.
+    rt.block_on(async {
+        let waiting = tokio::time::timeout(Duration::from_millis(50), root.claim()).await;
+        assert!(waiting.is_err());
+    });
+    assert!(all[1..].iter().all(|s| !evicted(s)), "one per hello");
     drop(all.remove(0));
     rt.block_on(async {
         let claim = tokio::time::timeout(Duration::from_secs(5), root.claim()).await;
         assert_eq!(claim.unwrap(), Ok(()));
     });
     assert_eq!(a.counts(), (8, 0, 0));
+}
+
+#[test]
+fn connects_without_hello_never_evict_a_session() {
+    // Every slot said hello; uid 1 holds 3 of 4, over its share. An attacker (uid 66) connects
+    // over and over and never says hello: each connect evicts only its own previous one.
+    let a = table(4, 100, 1);
+    let heavy: Vec<Slot> = (0..3)
+        .map(|_| {
+            let mut s = a.admit(1).unwrap();
+            greet(&mut s).unwrap();
+            s
+        })
+        .collect();
+    let mut other = a.admit(2).unwrap();
+    greet(&mut other).unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        conns.push(a.admit(66).unwrap());
+        assert!(heavy.iter().all(|s| !evicted(s)) && !evicted(&other));
+        assert_eq!(a.counts(), (5, 1, 0), "at most one beyond the cap");
+    }
+    let (last, earlier) = conns.split_last().unwrap();
+    assert!(earlier
+        .iter()
+        .all(|c| c.evicted_now() == Some(Eviction::Pending)));
+    assert!(!evicted(last));
+    // A newcomer with a hello still gets its fair slot: its hello evicts uid 1's quietest.
+    let mut trainer = a.admit(3).unwrap();
+    assert_eq!(last.evicted_now(), Some(Eviction::Pending));
+    assert!(heavy.iter().all(|s| !evicted(s)));
+    assert_eq!(try_greet(&mut trainer), None);
+    assert_eq!(heavy.iter().filter(|s| evicted(s)).count(), 1);
+    assert!(!evicted(&other));
 }
 
 #[test]
