@@ -32,7 +32,8 @@ pub struct Snapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingest: Option<IngestView>,
     /// Each session's OOMs, in the order of `sessions`: written into that session's entry
-    /// (`ooms`, `ooms_omitted`). Not read back: the findings carry the newest explanation.
+    /// (`ooms`, `ooms_omitted`), without `explanation` (`/api/v1/sessions/{id}` has it). Not
+    /// read back: the findings carry the newest explanation.
     #[serde(skip)]
     pub session_ooms: Vec<Ooms>,
 }
@@ -208,7 +209,9 @@ impl Snapshot {
                 .sessions
                 .live()
                 .chain(store.sessions.ended())
-                .map(|sess| sess.oom_log.clone())
+                // Summaries only: the whole explanation is in /api/v1/sessions/{id} and in the
+                // oom finding's evidence, not copied once more per session per snapshot.
+                .map(|sess| sess.oom_log.summaries())
                 .collect(),
         }
     }

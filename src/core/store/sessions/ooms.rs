@@ -83,6 +83,32 @@ impl Ooms {
         }
     }
 
+    /// The same OOMs without the newest's whole explanation (its summary fields kept), for
+    /// `/api/v1/snapshot`: the explanation is up to tens of KB per session, and the oom
+    /// finding's `evidence.explanation` and `/api/v1/sessions/{id}` carry it.
+    pub fn summaries(&self) -> Self {
+        Self {
+            ooms: self
+                .ooms
+                .iter()
+                .map(|o| OomRecord {
+                    ts: o.ts,
+                    step: o.step,
+                    request_bytes: o.request_bytes,
+                    pattern: o.pattern,
+                    failing_site: o.failing_site.clone(),
+                    top_live_site: o.top_live_site.clone(),
+                    top_live_bytes: o.top_live_bytes,
+                    survived: o.survived,
+                    survived_step: o.survived_step,
+                    explanation: None,
+                })
+                .collect(),
+            ooms_omitted: self.ooms_omitted,
+            unsurvived: self.unsurvived,
+        }
+    }
+
     /// A sample arrived: every OOM before it was caught, and the run went on. Returns how many
     /// `oom` events this marked survived (omitted ones included), each counted once: the node's
     /// `gpumon_ooms_survived_total` counts these, so it never exceeds `gpumon_ooms_total`.

@@ -146,3 +146,27 @@ fn an_oom_followed_by_the_trainer_s_death_stays_critical() {
     let log = &s.ended().next().unwrap().oom_log;
     assert!(!log.ooms[0].survived && log.ooms[0].explanation.is_some());
 }
+
+#[test]
+fn the_snapshot_lists_ooms_without_the_explanation_and_the_session_entry_keeps_it() {
+    use crate::core::snapshot::{SessionEntry, Snapshot};
+    use crate::core::store::{HistoryLimits, Store};
+    let (sessions, _) = after_oom();
+    let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
+    store.sessions = sessions;
+    let snap = serde_json::to_value(Snapshot::build(&store, "h", 60.0)).unwrap();
+    let o = &snap["sessions"][0]["ooms"][0];
+    assert_eq!(o["pattern"], "fragmentation");
+    assert_eq!(o["failing_site"], "oomlib.py:37");
+    assert_eq!(o["top_live_site"], "oomlib.py:32");
+    assert!(o.get("explanation").is_none(), "{o}");
+    // The oom finding's evidence still carries it, and so does the session's own entry.
+    let findings = snap["findings"].as_array().unwrap();
+    assert!(findings
+        .iter()
+        .any(|f| f["evidence"]["explanation"]["pattern"] == "fragmentation"));
+    let id = store.sessions.live().next().unwrap().id.clone();
+    let one = serde_json::to_value(SessionEntry::lookup(&store, &id).unwrap()).unwrap();
+    assert_eq!(one["ooms"][0]["explanation"]["pattern"], "fragmentation");
+    assert_eq!(one["ooms"][0]["top_live_site"], "oomlib.py:32");
+}
