@@ -20,8 +20,8 @@ use crate::core::model::Timestamp;
 
 pub use policy::{OomPolicy, MAX_ENTRIES};
 
-/// An `armed` or `peak` whose id answers no open arm request (the connection replies
-/// `bad_field`).
+/// An `armed` or `peak` whose id answers no open arm request, nor (once each) the last one
+/// that ended (the connection replies `bad_field`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} with id {id} answers no open arm request; send {what} only to answer an arm request, with its id (once)")]
 pub struct UnaskedArm {
@@ -107,6 +107,21 @@ pub struct Arming {
     /// A `peak` is still expected for the open arming.
     peak_open: bool,
     last_arm: Option<Timestamp>,
+    /// The last arming that ended (disarm, time cap, the trainer's error): its `armed` and
+    /// `peak` may still be in flight (a peak comes some 20 steps after the request), and one
+    /// late answer of each is taken.
+    closed: Option<Closed>,
+}
+
+/// An ended arming whose answers may still come.
+#[derive(Debug, Clone, Default)]
+struct Closed {
+    id: u64,
+    finding: String,
+    /// No `armed` answer came while it was open.
+    armed_due: bool,
+    /// It asked for a peak and none came while it was open.
+    peak_due: bool,
 }
 
 impl Arming {
@@ -252,10 +267,16 @@ impl Sessions {
             what: "armed",
             id: a.id,
         };
+        let mut late = false;
         if !replay {
-            match sess.arming.open.as_mut() {
-                Some(open) if open.id == a.id && !open.recording => {
+            match (sess.arming.open.as_mut(), sess.arming.closed.as_mut()) {
+                (Some(open), _) if open.id == a.id && !open.recording => {
                     open.recording = a.error.is_none();
+                }
+                // The arming ended while this answer was on its way: taken once, as an event.
+                (_, Some(c)) if c.id == a.id && c.armed_due => {
+                    c.armed_due = false;
+                    late = true;
                 }
                 _ => return Err(unasked),
             }
@@ -263,12 +284,24 @@ impl Sessions {
         match a.error.as_deref() {
             Some(error) => {
                 if !replay {
-                    sess.arming.end();
+                    if !late {
+                        sess.arming.end();
+                        // This was its answer: a second is not late but twice.
+                        if let Some(c) = sess.arming.closed.as_mut() {
+                            c.armed_due = false;
+                        }
+                    }
                     sess.arming.unavailable |= error == "unavailable";
                 }
                 let detail = format!("{error}: {}", a.detail.as_deref().unwrap_or(""));
                 event(sess, a.ts, "arm_failed", detail);
             }
+            None if late => event(
+                sess,
+                a.ts,
+                "armed",
+                format!("recording (request {}, answered after it ended)", a.id),
+            ),
             None => event(sess, a.ts, "armed", format!("recording (request {})", a.id)),
         }
         Ok(())
@@ -285,10 +318,16 @@ impl Sessions {
         let finding = if replay {
             sess.detect.near_limit().map(|f| f.id.clone())
         } else {
-            match sess.arming.open.as_ref() {
-                Some(a) if a.id == p.id && sess.arming.peak_open => {
+            match (sess.arming.open.as_ref(), sess.arming.closed.as_mut()) {
+                (Some(a), _) if a.id == p.id && sess.arming.peak_open => {
                     sess.arming.peak_open = false;
                     Some(a.finding.clone())
+                }
+                // The arming ended (disarm, time cap) while its peak was on its way: taken once;
+                // it goes on the finding if that is still pending or firing, else is an event.
+                (_, Some(c)) if c.id == p.id && c.peak_due => {
+                    c.peak_due = false;
+                    Some(c.finding.clone())
                 }
                 _ => {
                     return Err(UnaskedArm {
@@ -324,7 +363,14 @@ impl Sessions {
 
 impl Arming {
     fn end(&mut self) {
-        self.open = None;
+        if let Some(a) = self.open.take() {
+            self.closed = Some(Closed {
+                id: a.id,
+                finding: a.finding,
+                armed_due: !a.recording,
+                peak_due: self.peak_open,
+            });
+        }
         self.peak_open = false;
     }
 }

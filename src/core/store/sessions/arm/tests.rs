@@ -326,8 +326,47 @@ fn an_arming_ends_at_its_time_cap() {
     );
     r.run(100, tight);
     assert_eq!(r.lines.len(), 1);
-    // A peak that comes after is for no open arming.
-    assert!(r.peak(attention(1)).is_err());
+    // Its peak, on its way when the cap ended it, is taken once, on the finding still firing.
+    r.peak(attention(1)).unwrap();
+    assert!(r.near_limit().unwrap().peak.is_some());
+    assert!(r.peak(attention(1)).is_err(), "once");
+    assert!(r.answer(1, None).is_err(), "it had answered armed already");
+}
+
+#[test]
+fn late_answers_to_a_disarmed_request_are_taken_once() {
+    let policy = OomPolicy {
+        rearm_seconds: 600.0,
+        ..OomPolicy::default()
+    };
+    let mut r = Rig::live(&["oom_history"], policy);
+    r.until_near_limit();
+    // Disarmed before the trainer's armed and peak arrive.
+    r.until_resolved();
+    assert!(r.armed().is_none());
+    r.answer(1, None).unwrap();
+    assert!(r.armed().is_none(), "a late armed does not reopen it");
+    assert!(r.events("armed")[0].contains("after it ended"));
+    assert!(r.answer(1, None).is_err(), "once");
+    // The finding resolved: the peak is an event only.
+    r.peak(attention(1)).unwrap();
+    assert!(r.near_limit().is_none());
+    assert_eq!(
+        r.events("peak"),
+        ["50% of the 4.0 GiB step peak at model.py:88 in attention"]
+    );
+    assert!(r.peak(attention(1)).is_err(), "once");
+    assert!(r.peak(attention(2)).is_err(), "never asked");
+}
+
+#[test]
+fn an_armed_error_is_its_only_answer() {
+    let mut r = Rig::capable();
+    r.until_near_limit();
+    r.answer(1, Some("failed")).unwrap();
+    assert!(r.armed().is_none());
+    assert!(r.answer(1, Some("failed")).is_err(), "answered once");
+    assert!(r.answer(1, None).is_err());
 }
 
 #[test]
