@@ -27,18 +27,7 @@ pub(super) fn attribution(r: Raw) -> Result<Attribution, Rejection> {
         }
         other => other,
     };
-    // A window that ends before it starts would be shown as no window at all, and the growth
-    // over it can only be a mix-up of the two: refused rather than guessed at.
-    if let (Some(from), Some(to)) = (r.step_from, r.step_to) {
-        if from > to {
-            return Err(Rejection::new(
-                Code::BadField,
-                format!(
-                    "step_from = {from} is after step_to = {to}: the window runs from step_from to step_to (send the earlier step as step_from)"
-                ),
-            ));
-        }
-    }
+    window(r.step_from, r.step_to)?;
     Ok(Attribution {
         id: required("attribution", "id", r.id)?,
         ts: ts("ts", required("attribution", "ts", r.ts)?)?,
@@ -54,6 +43,21 @@ pub(super) fn attribution(r: Raw) -> Result<Attribution, Rejection> {
     })
 }
 
+/// A step window (`attribution`, `peak`): one that ends before it starts would be shown as no
+/// window at all, and what was measured over it can only be a mix-up of the two: refused
+/// rather than guessed at.
+pub(super) fn window(from: Option<u64>, to: Option<u64>) -> Result<(), Rejection> {
+    match (from, to) {
+        (Some(from), Some(to)) if from > to => Err(Rejection::new(
+            Code::BadField,
+            format!(
+                "step_from = {from} is after step_to = {to}: the window runs from step_from to step_to (send the earlier step as step_from)"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn sites(v: Option<Value>) -> Result<Vec<Site>, Rejection> {
     list_of(
         "sites",
@@ -66,6 +70,13 @@ pub(super) fn sites(v: Option<Value>) -> Result<Vec<Site>, Rejection> {
     .enumerate()
     .map(|(i, s)| site(&format!("sites[{i}]"), s))
     .collect()
+}
+
+/// Sites largest first (bytes descending; equals keep the order sent): what names the top site
+/// (`Peak::top`, `Explanation::top_live`) takes the first, whatever order the client sent.
+pub(super) fn largest_first(mut sites: Vec<Site>) -> Vec<Site> {
+    sites.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+    sites
 }
 
 /// A list field of at most `max` entries (absent or null: none); over the limit, or not a

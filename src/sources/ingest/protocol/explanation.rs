@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use super::attribution::{frame_fields, list_of, object, site, stack, string};
+use super::attribution::{frame_fields, largest_first, list_of, object, site, stack, string};
 use super::{bounded, byte_value, not_a, too_long, Code, Rejection, MAX_LABEL};
 use crate::core::detect::attribution::{Frame, MAX_SITES, MAX_STR};
 use crate::core::detect::explanation::{Explanation, FailingSite, Pattern, MAX_NOTES};
@@ -33,17 +33,20 @@ pub(super) fn explanation(v: Value) -> Result<Box<Explanation>, Rejection> {
             Some(other) => return Err(not_a(&format!("{AT}.history"), &other, "true or false")),
         },
         failing_site: failing_site(m.remove("failing_site"))?,
-        live_sites: list_of(
-            &format!("{AT}.live_sites"),
-            m.remove("live_sites"),
-            MAX_SITES,
-            "a list of sites",
-            "(send the largest)",
-        )?
-        .into_iter()
-        .enumerate()
-        .map(|(i, s)| site(&format!("{AT}.live_sites[{i}]"), s))
-        .collect::<Result<_, _>>()?,
+        // Largest first, so `top_live` names the largest whatever order the client sent.
+        live_sites: largest_first(
+            list_of(
+                &format!("{AT}.live_sites"),
+                m.remove("live_sites"),
+                MAX_SITES,
+                "a list of sites",
+                "(send the largest)",
+            )?
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| site(&format!("{AT}.live_sites[{i}]"), s))
+            .collect::<Result<_, _>>()?,
+        ),
         reasons: notes("reasons", m.remove("reasons"))?,
         remedies: notes("remedies", m.remove("remedies"))?,
         message: string(AT, "message", m.remove("message"))?.unwrap_or_default(),

@@ -2,7 +2,7 @@
 //! the attribution's checks and limits (sites, stacks, strings), before anything is kept; one
 //! bad value refuses the message, naming the field and the limit.
 
-use super::attribution::{sites, MAX_ERROR};
+use super::attribution::{largest_first, sites, window, MAX_ERROR};
 use super::{bounded, byte_value, required, ts, Raw, Rejection};
 use crate::core::detect::attribution::MAX_STR;
 use crate::core::detect::peak::Peak;
@@ -18,6 +18,7 @@ pub(super) fn armed(r: Raw) -> Result<ArmAnswer, Rejection> {
 }
 
 pub(super) fn peak(r: Raw) -> Result<Peak, Rejection> {
+    window(r.step_from, r.step_to)?;
     Ok(Peak {
         id: required("peak", "id", r.id)?,
         ts: ts("ts", required("peak", "ts", r.ts)?)?,
@@ -26,7 +27,7 @@ pub(super) fn peak(r: Raw) -> Result<Peak, Rejection> {
         step_from: r.step_from,
         step_to: r.step_to,
         peak_bytes: byte_value("peak_bytes", r.peak_bytes)?.unwrap_or(0),
-        sites: sites(r.sites)?,
+        sites: largest_first(sites(r.sites)?),
         error: bounded("error", r.error, MAX_ERROR)?,
         detail: bounded("detail", r.detail, MAX_STR)?,
     })
@@ -75,6 +76,26 @@ mod tests {
     }
 
     #[test]
+    fn sites_are_kept_largest_first_whatever_the_order_sent() {
+        let mut v = example();
+        let small = json!({"file":"/x/a.py","line":1,"function":"small","bytes":1024,"blocks":1});
+        let big =
+            json!({"file":"/x/b.py","line":2,"function":"big","bytes":8589934592u64,"blocks":2});
+        v["sites"].as_array_mut().unwrap().insert(0, small);
+        v["sites"].as_array_mut().unwrap().push(big);
+        let Ok(Message::Peak(p)) = parse(v.to_string().as_bytes()) else {
+            panic!("not a peak");
+        };
+        let order: Vec<_> = p.sites.iter().map(|s| s.function.as_str()).collect();
+        assert_eq!(order, ["big", "attention", "small"]);
+        assert_eq!(p.top().unwrap().function, "big");
+        // An equal window (one step) is fine.
+        let mut v = example();
+        v["step_from"] = 1230.into();
+        assert!(parse(v.to_string().as_bytes()).is_ok());
+    }
+
+    #[test]
     fn a_peak_or_armed_over_a_limit_is_refused_naming_the_field() {
         let site = example()["sites"][0].clone();
         let frame = json!({"file":"a.py","line":1,"function":"f"});
@@ -112,6 +133,10 @@ mod tests {
                 "peak_bytes = \"4 GiB\"",
             ),
             (edit(&|v| v["ts"] = 5.into()), "ts = 5"),
+            (
+                edit(&|v| (v["step_from"], v["step_to"]) = (1230.into(), 1210.into())),
+                "step_from = 1230 is after step_to = 1210",
+            ),
             (
                 edit(&|v| {
                     v.as_object_mut()

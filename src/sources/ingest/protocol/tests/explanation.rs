@@ -56,6 +56,24 @@ fn the_real_fragmentation_explanation_is_read_whole() {
 }
 
 #[test]
+fn live_sites_are_kept_largest_first_whatever_the_order_sent() {
+    let line = oom_with(|x| {
+        let sites = x["live_sites"].as_array_mut().unwrap();
+        let mut small = sites[0].clone();
+        small["bytes"] = 1024.into();
+        small["function"] = "small".into();
+        sites.insert(0, small);
+    });
+    let Message::Event(e) = parse(line.as_bytes()).unwrap() else {
+        panic!()
+    };
+    let x = e.explanation.unwrap();
+    assert_eq!(x.top_live().unwrap().bytes, 1_321_205_760);
+    assert_eq!(x.live_sites.last().unwrap().function, "small");
+    assert!(x.live_sites.windows(2).all(|w| w[0].bytes >= w[1].bytes));
+}
+
+#[test]
 fn without_history_or_with_unknown_patterns_it_still_reads() {
     let line = oom_with(|x| {
         *x = json!({"pattern": "fragmentation", "history": false, "failing_site": null,
