@@ -318,7 +318,18 @@ fn the_socket_activated_daemon_serves_a_pushing_trainer() {
 
     // The first connection starts the daemon; the hello waits in the socket until it runs.
     let started = Instant::now();
-    let mut w = UnixStream::connect(&sock).unwrap();
+    // The socket file appears at bind(), a moment before listen(): refused until then.
+    let mut w = loop {
+        match UnixStream::connect(&sock) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && started.elapsed() < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other.unwrap(),
+        }
+    };
     w.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut r = BufReader::new(w.try_clone().unwrap());
     w.write_all(
