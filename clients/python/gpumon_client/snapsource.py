@@ -135,6 +135,10 @@ class ReplaySnapshotSource(SnapshotSource):
         self.recording = False
         self._next = 0
 
+    def fresh(self) -> "ReplaySnapshotSource":
+        # Its own turn and call log: an arming must not move the attribution windows' replay.
+        return ReplaySnapshotSource(*self.paths)
+
     def start(self, max_entries: int) -> None:
         self.calls.append(("start", int(max_entries)))
         self.recording = True
