@@ -326,8 +326,9 @@ fn connections_whose_output_goes_unread_give_way_first_and_are_closed() {
     let m = metrics(addr, "");
     report("pipelined scrapes never read", answered, &m);
     assert_eq!(answered, SCRAPES);
-    // Each scrape closes its own connection, so one eviction makes room for all of them: the
-    // stalled connection, not an idle or unproven one.
+    // Each scrape closes its own connection, so one eviction makes room for all of them: one of
+    // the flood's (stalled, or, on a loaded machine, one whose first response is not out yet),
+    // never an idle one.
     let evicted = |why: &str| {
         sample(
             &m,
@@ -335,8 +336,8 @@ fn connections_whose_output_goes_unread_give_way_first_and_are_closed() {
         )
         .unwrap()
     };
-    assert!(evicted("unread_output") >= 1.0);
-    assert_eq!(evicted("idle") + evicted("unproven"), 0.0);
+    assert!(evicted("unread_output") + evicted("unproven") >= 1.0);
+    assert_eq!(evicted("idle"), 0.0);
     // Unread for the keep-alive timeout, the rest are closed.
     d.wait_for(Duration::from_secs(6), "unread_output closes", || {
         let m = metrics(addr, "");
