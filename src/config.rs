@@ -160,6 +160,9 @@ pub struct RecordConfig {
     pub max_file_bytes: u64,
     /// The oldest finished traces are deleted to keep the directory under this size.
     pub max_total_bytes: u64,
+    /// ...and under this many trace files: what the recorder remembers about them stays
+    /// bounded whatever the number of sessions.
+    pub max_files: usize,
 }
 
 impl Default for RecordConfig {
@@ -168,6 +171,7 @@ impl Default for RecordConfig {
             dir: None,
             max_file_bytes: 64 << 20,
             max_total_bytes: 1 << 30,
+            max_files: 10_000,
         }
     }
 }
@@ -192,6 +196,9 @@ pub struct IngestConfig {
     /// Slots of `max_connections` that connections without a hello may never take, so a
     /// trainer's hello always finds room.
     pub reserved_connections: usize,
+    /// Bytes all connections together may buffer past their first 4 KiB (bursts, and lines up
+    /// to the 64 KiB cap); a connection sitting on a long line unfinished gives way to others.
+    pub max_line_buffer_bytes: usize,
 }
 
 impl Default for IngestConfig {
@@ -203,6 +210,7 @@ impl Default for IngestConfig {
             idle_timeout_seconds: 900.0,
             max_connections_per_uid: 256,
             reserved_connections: 32,
+            max_line_buffer_bytes: 16 << 20,
         }
     }
 }
@@ -481,6 +489,14 @@ impl Config {
                 });
             }
         }
+        // At least one whole line must fit, past the 4 KiB every connection has.
+        if !(128 * 1024..=1 << 30).contains(&i.max_line_buffer_bytes) {
+            return Err(ConfigError::Invalid {
+                key: "ingest.max_line_buffer_bytes",
+                value: i.max_line_buffer_bytes.to_string(),
+                reason: "set it between 131072 and 1073741824".into(),
+            });
+        }
         // A reserve of every slot would leave none for a connection to say its hello in.
         if i.reserved_connections >= i.max_connections {
             return Err(ConfigError::Invalid {
@@ -574,6 +590,13 @@ impl Config {
                     reason: "keep it at least 4096".into(),
                 });
             }
+        }
+        if !(1..=1_000_000).contains(&r.max_files) {
+            return Err(ConfigError::Invalid {
+                key: "record.max_files",
+                value: r.max_files.to_string(),
+                reason: "set it between 1 and 1000000".into(),
+            });
         }
         if r.max_file_bytes > r.max_total_bytes {
             // Name the key the user most likely set: the one that is not at its default.
@@ -727,6 +750,10 @@ max_connections_per_uid = {max_connections_per_uid}
 # Slots of max_connections that connections without a hello may never take, so a trainer's
 # hello always finds room (connections still waiting for theirs make way for newcomers).
 reserved_connections = {reserved_connections}
+# Bytes all connections together may buffer past their first 4 KiB (the 16 KiB reads of a burst,
+# lines up to the 64 KiB cap). Past it a connection needing more waits, and one that has sat on
+# an unfinished line for a second is closed (line_stalled) to make room.
+max_line_buffer_bytes = {max_line_buffer_bytes}
 
 [http]
 # HTTP connections open at most (scrapers, the TUI, the API); one more is closed at once and
@@ -752,8 +779,10 @@ shutdown_grace_seconds = {shutdown_grace_seconds:?}
 # dir = "/var/lib/gpumon/traces"
 # A trace past this size continues in a new part file, which starts with the hello again.
 max_file_bytes = {max_file_bytes}
-# The oldest finished traces are deleted to keep the directory under this size.
+# The oldest finished traces are deleted to keep the directory under this size...
 max_total_bytes = {max_total_bytes}
+# ...and under this many trace files (a flood of short sessions leaves many small ones).
+max_files = {max_files}
 
 [detect]
 # near_limit also fires when headroom at the step peak (device free + reserved - peak allocated)
@@ -842,6 +871,7 @@ insecure_skip_verify = {insecure_skip_verify}
         idle_timeout_seconds = d.ingest.idle_timeout_seconds,
         max_connections_per_uid = d.ingest.max_connections_per_uid,
         reserved_connections = d.ingest.reserved_connections,
+        max_line_buffer_bytes = d.ingest.max_line_buffer_bytes,
         connection_limit = d.http.connection_limit,
         header_timeout_seconds = d.http.header_timeout_seconds,
         keepalive_timeout_seconds = d.http.keepalive_timeout_seconds,
@@ -849,6 +879,7 @@ insecure_skip_verify = {insecure_skip_verify}
         shutdown_grace_seconds = d.http.shutdown_grace_seconds,
         max_file_bytes = d.record.max_file_bytes,
         max_total_bytes = d.record.max_total_bytes,
+        max_files = d.record.max_files,
         headroom_margin_bytes = d.detect.headroom_margin_bytes,
         leak_materiality_ratio = d.detect.leak_materiality_ratio,
         crash_hold = humantime::format_duration(d.detect.crash_hold),

@@ -13,7 +13,7 @@ use crate::core::store::{HistoryLimits, Store};
 use crate::outputs::http::web_config::WebConfigWatch;
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
-use crate::outputs::record::Recorder;
+use crate::outputs::record::{self, Recorder};
 use crate::sources::ingest::server::{IngestStats, Limits};
 use crate::sources::GpuSource;
 use crate::{core::aggregator, outputs::prometheus};
@@ -72,7 +72,14 @@ pub async fn run(
         })?;
 
     let recorder = config.record.dir.as_deref().and_then(|dir| {
-        match Recorder::new(dir, config.record.max_file_bytes, config.record.max_total_bytes) {
+        match Recorder::new(
+            dir,
+            record::Caps {
+                file_bytes: config.record.max_file_bytes,
+                total_bytes: config.record.max_total_bytes,
+                files: config.record.max_files,
+            },
+        ) {
             Ok(r) => Some(r),
             Err(e) => {
                 // Like a missing NVML: the daemon still serves, and /metrics says so
@@ -165,6 +172,7 @@ fn ingest_limits(c: &crate::config::IngestConfig) -> Limits {
         idle_timeout: secs(c.idle_timeout_seconds, d.idle_timeout),
         max_per_uid: c.max_connections_per_uid,
         reserved: c.reserved_connections,
+        line_buffer_bytes: c.max_line_buffer_bytes,
     }
 }
 

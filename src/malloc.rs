@@ -27,16 +27,44 @@ pub fn burst_freed() {
     TRIM_DUE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Free memory below the tops of the heaps grown by this much since the last trim (or since
+/// it was lowest) makes a trim worth doing: what a flood of connections or an expiry of held
+/// findings leaves behind, whoever freed it.
+const FREED_ENOUGH: u64 = 2 << 20;
+
+/// Bytes the allocator holds free below the tops of its heaps, all arenas together: what only
+/// `malloc_trim` can give back. 0 where that cannot be asked.
+fn free_below_top() -> u64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo only reads the allocator's statistics, under each arena's lock.
+        // (mallinfo2 would need glibc 2.33; these ints cover what is measured here, < 2 GiB.)
+        #[allow(deprecated)]
+        let m = unsafe { libc::mallinfo() };
+        let free = u64::try_from(m.fordblks).unwrap_or(0);
+        free.saturating_sub(u64::try_from(m.keepcost).unwrap_or(0))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    0
+}
+
 /// glibc gives memory back to the system only from the top of each arena. What is freed below
-/// it (the buffers 64 trainers' history bursts grew) stays resident until `malloc_trim`, which
-/// returns every whole free page. Done only after a burst, at most every 10 s: trimming the
+/// it (the buffers 64 trainers' history bursts grew, a flood's connections, expired findings)
+/// stays resident until `malloc_trim`, which returns every whole free page. Done at most every
+/// 10 s, after a burst or once 2 MiB more lie free than after the last trim: trimming the
 /// steady churn of polls and scrapes as well made RSS swing by up to 1 MiB as it grew back.
+/// A trimmed chunk still counts as free, so the mark is reset to what is free after each trim.
 pub async fn give_back_free_pages() {
     let mut every = tokio::time::interval(TRIM_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut mark = free_below_top();
     loop {
         every.tick().await;
-        if !TRIM_DUE.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        let free = free_below_top();
+        let due = TRIM_DUE.swap(false, std::sync::atomic::Ordering::Relaxed)
+            || free > mark.saturating_add(FREED_ENOUGH);
+        mark = mark.min(free);
+        if !due {
             continue;
         }
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -44,5 +72,29 @@ pub async fn give_back_free_pages() {
         unsafe {
             libc::malloc_trim(0);
         }
+        mark = free_below_top();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What lies free below the top is seen: a block freed under a live one counts.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn memory_freed_below_the_top_is_seen() {
+        let before = free_below_top();
+        // Below the mmap threshold, so carved from the heap; the live block after it keeps
+        // the freed ones from being the top.
+        let blocks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 64 * 1024]).collect();
+        let pin = vec![2u8; 1024];
+        drop(blocks);
+        let after = free_below_top();
+        assert!(
+            after >= before + (2 << 20),
+            "free below the top {before} -> {after} after freeing 4 MiB under a live block"
+        );
+        drop(pin);
     }
 }

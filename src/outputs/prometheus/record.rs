@@ -63,7 +63,7 @@ pub fn record_families(s: &RecordStats, out: &mut Vec<MetricFamily>) {
     );
     counter(
         "gpumon_record_deleted_files_total",
-        "gpumon's own finished traces deleted to stay under record.max_total_bytes.",
+        "gpumon's own finished traces deleted to stay under record.max_total_bytes and record.max_files.",
         load(&s.deleted_files),
         out,
     );

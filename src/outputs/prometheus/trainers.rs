@@ -314,9 +314,16 @@ pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
     );
     f.add(&[], stats.requests.load(Ordering::Relaxed) as f64);
     f.finish(out);
+    let mut f = Family::gauge(
+        "gpumon_ingest_line_buffer_bytes",
+        "Bytes trainer connections buffer past their first 4 KiB (bursts, lines longer than that), all together; kept within ingest.max_line_buffer_bytes.",
+        &[],
+    );
+    f.add(&[], stats.line_buffer_bytes.load(Ordering::Relaxed) as f64);
+    f.finish(out);
     let mut f = Family::new(
         "gpumon_ingest_closed_total",
-        "Connections the daemon closed or refused, by reason: no hello in time, idle past the timeout, over the per-uid cap, evicted before hello to make room.",
+        "Connections the daemon closed or refused, by reason: no hello in time, idle past the timeout, over the per-uid cap, evicted before hello to make room, sitting on an unfinished long line while others needed the line buffer.",
         MetricType::COUNTER,
         &["reason"],
     );

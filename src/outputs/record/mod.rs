@@ -3,8 +3,9 @@
 //! new part begins with the hello again (every part is a valid trace).
 //!
 //! The directory is shared with nobody's data: gpumon deletes only files it names
-//! `gpumon-*.trace.jsonl` that begin with a hello (names.rs), and keeps the bytes of those,
-//! files being written included, under `max_total_bytes` (writer.rs).
+//! `gpumon-*.trace.jsonl` that begin with a hello (names.rs), and keeps the bytes and the
+//! number of those, files being written included, under `max_total_bytes` and `max_files`
+//! (writer.rs).
 //!
 //! Ingest only appends a line to the trace's buffer (on the aggregator's thread: a copy,
 //! nothing more) and hands full buffers to the recorder thread, which owns the files. Lines wait at most
@@ -12,6 +13,7 @@
 //! the session ends. A recorder thread behind by more than `MAX_QUEUED` stops recording the
 //! session whose chunk does not fit, counted, rather than growing memory.
 
+mod index;
 mod names;
 pub mod stats;
 mod writer;
@@ -24,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use stats::{Reason, RecordStats, STATS};
+pub use writer::Caps;
 use writer::{Msg, Writer};
 
 /// A trace's buffer goes to the recorder thread at this size...
@@ -62,18 +65,13 @@ pub struct Trace {
 impl Recorder {
     /// Takes over `dir` (absolute; created if missing) and starts the recorder thread. An error
     /// means the daemon runs without recording.
-    pub fn new(
-        dir: &Path,
-        max_file_bytes: u64,
-        max_total_bytes: u64,
-    ) -> std::io::Result<Arc<Self>> {
-        Self::with_stats(dir, max_file_bytes, max_total_bytes, &STATS)
+    pub fn new(dir: &Path, caps: Caps) -> std::io::Result<Arc<Self>> {
+        Self::with_stats(dir, caps, &STATS)
     }
 
     pub fn with_stats(
         dir: &Path,
-        max_file_bytes: u64,
-        max_total_bytes: u64,
+        caps: Caps,
         stats: &'static RecordStats,
     ) -> std::io::Result<Arc<Self>> {
         if dir.as_os_str().is_empty() || !dir.is_absolute() {
@@ -88,7 +86,7 @@ impl Recorder {
         std::fs::create_dir_all(dir)?;
         // Proves the directory writable and says whose it is.
         std::fs::write(dir.join(names::MARKER), names::MARKER_TEXT)?;
-        let writer = Writer::new(dir, max_file_bytes, max_total_bytes, stats)?;
+        let writer = Writer::new(dir, caps, stats)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("gpumon-record".into())

@@ -1,9 +1,9 @@
 //! The recorder thread: owns every trace file, rotates parts, and keeps gpumon's files (open ones
-//! included) under `max_total_bytes`: it deletes its own finished traces oldest first, and when
-//! none is left it stops recording the session that would cross the cap. Ingest only hands it
+//! included) under `max_total_bytes` and `max_files`: it deletes its own finished traces oldest
+//! first, and when none is left it stops recording the session that would cross the cap. Ingest only hands it
 //! chunks of lines, so neither disk I/O nor pruning ever runs on the aggregator's thread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,12 +11,35 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
+use super::index::Index;
 use super::names::{self, Ident};
 use super::stats::{Reason, RecordStats};
 
 /// Room kept per open session for the line that says its recording stopped, so that line never
 /// takes the directory over its cap.
 pub const MARKER_RESERVE: u64 = 256;
+
+/// What the recorder keeps the directory under.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    /// A part past this size is closed and the session goes on in the next.
+    pub file_bytes: u64,
+    /// Bytes of gpumon's traces here, those being written included.
+    pub total_bytes: u64,
+    /// gpumon's trace files here, those being written included.
+    pub files: usize,
+}
+
+impl Caps {
+    /// Byte caps, with the default file cap.
+    pub fn bytes(file_bytes: u64, total_bytes: u64) -> Self {
+        Self {
+            file_bytes,
+            total_bytes,
+            files: crate::config::RecordConfig::default().max_files,
+        }
+    }
+}
 
 pub enum Msg {
     Open {
@@ -42,13 +65,6 @@ pub enum Msg {
     Finish,
 }
 
-/// A finished trace file of gpumon's, deletable when the directory needs room.
-struct Owned {
-    path: PathBuf,
-    len: u64,
-    ident: Ident,
-}
-
 struct Open {
     base: String,
     hello: Vec<u8>,
@@ -66,10 +82,11 @@ pub struct Writer {
     dir: PathBuf,
     max_file: u64,
     max_total: u64,
+    max_files: usize,
     stats: &'static RecordStats,
     open: HashMap<u64, Open>,
-    /// Oldest first.
-    finished: VecDeque<Owned>,
+    /// gpumon's finished traces here, deletable when the directory needs room; oldest first.
+    finished: Index,
     /// Bytes of all gpumon files here, open ones included.
     total: u64,
 }
@@ -77,12 +94,7 @@ pub struct Writer {
 impl Writer {
     /// Takes over the directory: gpumon's traces from earlier runs become finished traces
     /// (oldest first); every other file is counted once in the log and never touched.
-    pub fn new(
-        dir: &Path,
-        max_file: u64,
-        max_total: u64,
-        stats: &'static RecordStats,
-    ) -> std::io::Result<Self> {
+    pub fn new(dir: &Path, caps: Caps, stats: &'static RecordStats) -> std::io::Result<Self> {
         let mut earlier = Vec::new();
         let mut foreign = Vec::new();
         for e in std::fs::read_dir(dir)?.filter_map(Result::ok) {
@@ -104,15 +116,19 @@ impl Writer {
             tracing::info!(dir = %dir.display(), count = foreign.len(), first = ?some, "record dir: leaving alone files gpumon did not write (only gpumon-*.trace.jsonl traces are ever deleted)");
         }
         earlier.sort_by_key(|e| e.0);
-        let finished: VecDeque<Owned> = earlier
-            .into_iter()
-            .map(|(_, path, len, ident)| Owned { path, len, ident })
-            .collect();
-        let total = finished.iter().map(|o| o.len).sum();
+        let mut finished = Index::default();
+        let mut total = 0;
+        for (_, path, len, ident) in earlier {
+            if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                finished.push(name, len, ident);
+                total += len;
+            }
+        }
         let w = Self {
             dir: dir.to_path_buf(),
-            max_file,
-            max_total,
+            max_file: caps.file_bytes,
+            max_total: caps.total_bytes,
+            max_files: caps.files.max(1),
             stats,
             open: HashMap::new(),
             finished,
@@ -123,8 +139,8 @@ impl Writer {
     }
 
     pub fn run(mut self, rx: Receiver<Msg>) {
-        // Earlier runs may have left more than the cap allows now.
-        self.make_room(0);
+        // Earlier runs may have left more than the caps allow now.
+        self.make_room(0, false);
         self.publish();
         while let Ok(msg) = rx.recv() {
             let started = std::time::Instant::now();
@@ -153,6 +169,8 @@ impl Writer {
                     }
                     if let Some(s) = self.open.remove(&id) {
                         self.finish_part(s.file);
+                        // Past max_files only while more were open at once than it allows.
+                        self.make_room(0, false);
                     }
                 }
                 Msg::Finish => break,
@@ -169,38 +187,51 @@ impl Writer {
 
     fn publish(&self) {
         self.stats.bytes.store(self.total, Ordering::Relaxed);
-        let files = self.finished.len() + self.open.values().filter(|s| s.file.is_some()).count();
-        self.stats.files.store(files as u64, Ordering::Relaxed);
+        self.stats
+            .files
+            .store(self.files() as u64, Ordering::Relaxed);
     }
 
     fn reserve(&self) -> u64 {
         self.open.len() as u64 * MARKER_RESERVE
     }
 
-    /// Deletes finished traces, oldest first, until `n` more bytes fit; false when they cannot.
-    fn make_room(&mut self, n: u64) -> bool {
-        while self.total + self.reserve() + n > self.max_total {
-            let Some(old) = self.finished.pop_front() else {
-                return false;
+    /// Files of gpumon's here, finished and being written.
+    fn files(&self) -> usize {
+        self.finished.len() + self.open.values().filter(|s| s.file.is_some()).count()
+    }
+
+    /// Deletes finished traces, oldest first, until `n` more bytes (and a new file, if
+    /// `new_file`) fit; false when they cannot.
+    fn make_room(&mut self, n: u64, new_file: bool) -> bool {
+        loop {
+            let over_bytes = self.total + self.reserve() + n > self.max_total;
+            let over_files = self.files() + usize::from(new_file) > self.max_files;
+            if !over_bytes && !over_files {
+                return true;
+            }
+            let Some(old) = self.finished.pop_oldest() else {
+                // Too many files open at once is no reason to stop recording: only bytes are.
+                return !over_bytes;
             };
-            self.total = self.total.saturating_sub(old.len);
+            self.total = self.total.saturating_sub(old.bytes);
+            let path = self.dir.join(&old.name);
             // Deleted only if it is still the file gpumon wrote there (not replaced or a link).
-            let same = std::fs::symlink_metadata(&old.path)
+            let same = std::fs::symlink_metadata(&path)
                 .is_ok_and(|m| m.file_type().is_file() && Ident::of(&m) == old.ident);
             if !same {
                 continue;
             }
-            match std::fs::remove_file(&old.path) {
+            match std::fs::remove_file(&path) {
                 Ok(()) => {
                     self.stats.deleted_files.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(file = %old.path.display(), "record dir at its size cap (record.max_total_bytes): deleted the oldest finished trace");
+                    tracing::debug!(file = %path.display(), "record dir at its cap (record.max_total_bytes, record.max_files): deleted the oldest finished trace");
                 }
                 Err(e) => {
-                    tracing::warn!(file = %old.path.display(), error = %e, "cannot delete an old trace")
+                    tracing::warn!(file = %path.display(), error = %e, "cannot delete an old trace")
                 }
             }
         }
-        true
     }
 
     fn open_session(
@@ -239,7 +270,7 @@ impl Writer {
         s.written = 0;
         let hello_len = s.hello.len() as u64 + 1;
         self.finish_part(old);
-        if !self.make_room(hello_len) {
+        if !self.make_room(hello_len, true) {
             self.stop(id, Reason::OverCap);
             return false;
         }
@@ -286,7 +317,9 @@ impl Writer {
     fn finish_part(&mut self, file: Option<(File, PathBuf, Ident)>) {
         if let Some((f, path, ident)) = file {
             let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            self.finished.push_back(Owned { path, len, ident });
+            if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                self.finished.push(name, len, ident);
+            }
         }
     }
 
@@ -352,7 +385,7 @@ impl Writer {
                 (take, n)
             };
             let chunk = &bytes[..take];
-            if !self.make_room(chunk.len() as u64) {
+            if !self.make_room(chunk.len() as u64, false) {
                 self.stop(id, Reason::OverCap);
                 self.stats.dropped_lines.fetch_add(lines, Ordering::Relaxed);
                 return;

@@ -394,6 +394,7 @@ mod arm_tests;
 mod tests {
     use super::*;
     use crate::core::store::sessions::SessionLimits;
+    use crate::outputs::record::Caps;
 
     const PEER: Peer = Peer {
         pid: 77,
@@ -639,7 +640,7 @@ mod tests {
     fn a_recorded_session_is_acknowledged_only_as_far_as_its_trace_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let stats = Box::leak(Box::new(crate::outputs::record::RecordStats::new()));
-        let rec = Recorder::with_stats(dir.path(), 1 << 30, 1 << 30, stats).unwrap();
+        let rec = Recorder::with_stats(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
         let mut s = Sessions::new(SessionLimits::default());
         let mut c = Conn::new(PEER)
             .acking(Arc::default())
@@ -677,7 +678,7 @@ mod tests {
     fn an_idle_close_is_written_to_the_trace() {
         let dir = tempfile::tempdir().unwrap();
         let stats = Box::leak(Box::new(crate::outputs::record::RecordStats::new()));
-        let rec = Recorder::with_stats(dir.path(), 1 << 30, 1 << 30, stats).unwrap();
+        let rec = Recorder::with_stats(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
         let mut s = Sessions::new(SessionLimits::default());
         let mut c = Conn::new(PEER).recording(Some(rec.clone()));
         reply_of(c.handle(HELLO, &mut s, 1.0));

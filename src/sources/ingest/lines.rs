@@ -4,8 +4,11 @@
 //! a client cannot make the daemon hold more than one cap's worth of bytes per connection.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::line_budget::{Grant, LineBudget, BASE};
 
 /// What the reader found next.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,6 +48,11 @@ pub struct LineReader<R> {
     quiet: u32,
     /// Where the last `Frame::Line` lies in `buf`.
     last_line: Range<usize>,
+    /// Shared by all connections: a buffer past `BASE` grows only with a grant from it.
+    budget: Option<Arc<LineBudget>>,
+    grant: Option<Grant>,
+    /// The budget took the grant back from this reader, sitting on an unfinished line.
+    reclaimed: bool,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -62,7 +70,28 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             full_read: false,
             quiet: 0,
             last_line: 0..0,
+            budget: None,
+            grant: None,
+            reclaimed: false,
         }
+    }
+
+    /// Lines longer than `BASE` are buffered within `budget`, shared with other connections.
+    pub fn with_budget(mut self, budget: Arc<LineBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    fn reclaimed_error(&mut self) -> std::io::Error {
+        self.reclaimed = true;
+        std::io::Error::other(
+            "an unfinished line's buffer was taken back (ingest.max_line_buffer_bytes)",
+        )
+    }
+
+    /// The read failed because the line budget took this connection's share back.
+    pub fn reclaimed(&self) -> bool {
+        self.reclaimed
     }
 
     /// Waits until at least one frame is buffered. After the `Eof` frame was taken it returns
@@ -98,6 +127,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             to -= 1;
         }
         self.last_line = from..to;
+        if let Some(g) = &self.grant {
+            g.progressed();
+        }
         Some(Frame::Line(&self.buf[from..to]))
     }
 
@@ -163,19 +195,54 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             self.buf.len().min(CHUNK)
         }
         .min(self.max + 1);
-        if self.end == 0 && self.buf.len() > size {
-            // A long line or a burst has gone; give its memory back.
-            self.buf.truncate(size);
+        // What is pending fits the read size: a long line or a burst has gone, so its memory
+        // goes back. Else a line longer than the buffer (but within the cap) grows it.
+        let mut want = if self.end <= size {
+            size
+        } else {
+            self.buf.len()
+        };
+        if self.end == want {
+            want = (want * 2).min(self.max + 1);
+        }
+        if want != self.buf.len() {
+            if let Some(budget) = &self.budget {
+                match want.saturating_sub(BASE) {
+                    0 => self.grant = None,
+                    extra => budget.resize(&mut self.grant, extra).await,
+                }
+            }
+            if self.grant.as_ref().is_some_and(Grant::is_reclaimed) {
+                // Taken back while it waited for more.
+                if self.end > 0 {
+                    return Err(self.reclaimed_error());
+                }
+                self.grant = None;
+                want = BASE.min(self.max + 1);
+            }
+            if want < self.buf.len() {
+                self.buf.truncate(want);
+                self.buf.shrink_to_fit();
+            } else {
+                self.buf.resize(want, 0);
+            }
+        }
+        let n = loop {
+            let Some(g) = &self.grant else {
+                break self.inner.read(&mut self.buf[self.end..]).await?;
+            };
+            tokio::select! {
+                r = self.inner.read(&mut self.buf[self.end..]) => break r?,
+                _ = g.reclaimed() => {}
+            }
+            if self.end > 0 {
+                return Err(self.reclaimed_error());
+            }
+            // Nothing unfinished, only a big read buffer: give it back and read on.
+            self.grant = None;
+            self.buf.truncate(BASE.min(self.max + 1));
             self.buf.shrink_to_fit();
-        } else if self.buf.len() < size {
-            self.buf.resize(size, 0);
-        }
-        if self.end == self.buf.len() {
-            // A line longer than the buffer but within the cap (plus its newline).
-            let grown = (self.buf.len() * 2).min(self.max + 1);
-            self.buf.resize(grown, 0);
-        }
-        let n = self.inner.read(&mut self.buf[self.end..]).await?;
+        };
         if n == 0 {
             self.eof = true;
         }

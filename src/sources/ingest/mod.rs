@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod conn;
+pub mod line_budget;
 pub mod lines;
 pub mod protocol;
 pub mod resume;

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use super::batch::Batch;
 use super::conn::{Conn, Outcome};
+use super::line_budget::{LineBudget, STALE};
 use super::lines::LineReader;
 use super::protocol::{Code, Rejection, MAX_LINE};
 use super::resume::Resume;
@@ -48,6 +49,8 @@ pub struct Limits {
     pub max_per_uid: usize,
     /// Slots connections without hello may never take, so a hello always finds room.
     pub reserved: usize,
+    /// Bytes all connections together may buffer past their first 4 KiB.
+    pub line_buffer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -60,6 +63,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(900),
             max_per_uid: 256,
             reserved: 32,
+            line_buffer_bytes: 16 << 20,
         }
     }
 }
@@ -75,14 +79,17 @@ pub enum Close {
     PerUidLimit,
     /// Closed before its hello to make room for a new connection.
     Evicted,
+    /// Sat on an unfinished long line while others needed the line buffer budget.
+    LineStalled,
 }
 
 impl Close {
-    pub const ALL: [Close; 4] = [
+    pub const ALL: [Close; 5] = [
         Close::HelloTimeout,
         Close::IdleTimeout,
         Close::PerUidLimit,
         Close::Evicted,
+        Close::LineStalled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -91,6 +98,7 @@ impl Close {
             Close::IdleTimeout => "idle_timeout",
             Close::PerUidLimit => "per_uid_limit",
             Close::Evicted => "evicted",
+            Close::LineStalled => "line_stalled",
         }
     }
 }
@@ -111,6 +119,8 @@ pub struct IngestStats {
     pub dropped: AtomicU64,
     /// Connections the daemon closed, by `Close` (in `Close::ALL` order).
     pub closed: [AtomicU64; Close::ALL.len()],
+    /// Bytes granted from the line buffer budget now, all connections together.
+    pub line_buffer_bytes: AtomicU64,
 }
 
 impl IngestStats {
@@ -175,6 +185,7 @@ pub async fn serve(
         stats.clone(),
     );
     let resume = Arc::new(Resume::default());
+    let budget = LineBudget::reporting(limits.line_buffer_bytes, stats.clone());
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -209,13 +220,19 @@ pub async fn serve(
             }
         };
         let (aggregator, stats, shutdown) = (aggregator.clone(), stats.clone(), shutdown.clone());
-        let (recorder, resume) = (recorder.clone(), resume.clone());
+        let (recorder, resume, budget) = (recorder.clone(), resume.clone(), budget.clone());
         tracker.spawn(async move {
             let conn = Conn::new(peer)
                 .recording(recorder)
                 .acking(resume)
                 .rate_limited(limits.max_lines_per_second);
-            handle(stream, conn, slot, &aggregator, &stats, limits, shutdown).await;
+            let ctx = Ctx {
+                aggregator: &aggregator,
+                stats: &stats,
+                limits,
+                budget,
+            };
+            handle(stream, conn, slot, ctx, shutdown).await;
         });
     }
     tracker.close();
@@ -259,17 +276,29 @@ enum End {
     Closed(Close),
 }
 
+/// What every connection's task shares.
+struct Ctx<'a> {
+    aggregator: &'a Handle,
+    stats: &'a Arc<IngestStats>,
+    limits: Limits,
+    budget: Arc<LineBudget>,
+}
+
 async fn handle(
     stream: UnixStream,
     mut conn: Conn,
     mut slot: Slot,
-    aggregator: &Handle,
-    stats: &Arc<IngestStats>,
-    limits: Limits,
+    ctx: Ctx<'_>,
     shutdown: CancellationToken,
 ) {
+    let Ctx {
+        aggregator,
+        stats,
+        limits,
+        budget,
+    } = ctx;
     let (read, write) = stream.into_split();
-    let mut reader = LineReader::new(read, MAX_LINE);
+    let mut reader = LineReader::new(read, MAX_LINE).with_budget(budget);
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
     let mut batch = Batch::default().keeping_raw(conn.records());
     let send = |line: &[u8]| {
@@ -309,6 +338,10 @@ async fn handle(
             }
             r = reader.fill() => {
                 if r.is_err() {
+                    if reader.reclaimed() {
+                        send(&line_stalled_line(&mut conn, limits));
+                        break End::Closed(Close::LineStalled);
+                    }
                     break End::Peer;
                 }
                 last_read = Instant::now();
@@ -366,12 +399,13 @@ async fn handle(
     let idle = match slot.evicted_now() {
         // Closed like an idle session: the trainer may well be alive, and reconnects.
         Some(why @ Eviction::Fair { .. }) => evicted_message(slot.uid(), why, limits),
+        _ if matches!(end, End::Closed(Close::LineStalled)) => line_stalled_message(limits),
         _ => format!(
             "nothing sent for {} (ingest.idle_timeout_seconds); the daemon closed the connection",
             seconds(limits.idle_timeout)
         ),
     };
-    let quiet = matches!(end, End::Closed(Close::IdleTimeout))
+    let quiet = matches!(end, End::Closed(Close::IdleTimeout | Close::LineStalled))
         || matches!(slot.evicted_now(), Some(Eviction::Fair { .. }));
     aggregator
         .update(Source::Close, move |s| {
@@ -399,6 +433,21 @@ fn hello_timeout_line(conn: &mut Conn, limits: Limits) -> Vec<u8> {
         seconds(limits.hello_timeout)
     );
     reply_line(conn.reject(Rejection::new(Code::NoHello, msg)))
+}
+
+fn line_stalled_message(limits: Limits) -> String {
+    format!(
+        "a line longer than 4 KiB stayed unfinished for over {} s while other connections needed the {} bytes all connections may buffer for long lines (ingest.max_line_buffer_bytes); the daemon closed the connection. Write each line whole, in one write",
+        STALE.as_secs(),
+        limits.line_buffer_bytes
+    )
+}
+
+fn line_stalled_line(conn: &mut Conn, limits: Limits) -> Vec<u8> {
+    reply_line(conn.reject(Rejection::new(
+        Code::LineTooLong,
+        line_stalled_message(limits),
+    )))
 }
 
 /// Sends the last line to an evicted connection and says how its loop ends.

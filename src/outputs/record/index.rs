@@ -1,0 +1,125 @@
+//! The finished traces the recorder may delete, oldest first. Kept in two contiguous buffers
+//! (names in one, the rest in a ring), not an allocation per file: a flood of short sessions
+//! leaves tens of thousands of entries, and small long-lived allocations scattered among the
+//! flood's short-lived ones pin pages the allocator can then never give back.
+
+use std::collections::VecDeque;
+
+use super::names::Ident;
+
+struct Entry {
+    /// Where the file name lies in `names`.
+    at: usize,
+    len: usize,
+    bytes: u64,
+    ident: Ident,
+}
+
+/// A finished trace: its file name in the record directory, size and identity.
+pub struct Finished {
+    pub name: String,
+    pub bytes: u64,
+    pub ident: Ident,
+}
+
+#[derive(Default)]
+pub struct Index {
+    names: Vec<u8>,
+    entries: VecDeque<Entry>,
+    /// Bytes at the front of `names` whose entries were taken (entries leave oldest first).
+    dead: usize,
+}
+
+/// Names given up are compacted away once they are this many bytes and half the buffer.
+const COMPACT_AT: usize = 64 * 1024;
+
+impl Index {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn push(&mut self, name: &str, bytes: u64, ident: Ident) {
+        self.entries.push_back(Entry {
+            at: self.names.len(),
+            len: name.len(),
+            bytes,
+            ident,
+        });
+        self.names.extend_from_slice(name.as_bytes());
+    }
+
+    /// Takes the oldest.
+    pub fn pop_oldest(&mut self) -> Option<Finished> {
+        let e = self.entries.pop_front()?;
+        let name = self
+            .names
+            .get(e.at..e.at + e.len)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        self.dead = e.at + e.len;
+        if self.entries.is_empty() {
+            self.names.clear();
+            self.dead = 0;
+        } else if self.dead >= COMPACT_AT && self.dead * 2 >= self.names.len() {
+            self.names.drain(..self.dead);
+            for e in &mut self.entries {
+                e.at -= self.dead;
+            }
+            self.dead = 0;
+        }
+        if self.names.capacity() > COMPACT_AT && self.names.len() * 4 < self.names.capacity() {
+            self.names.shrink_to(self.names.len() * 2);
+        }
+        if self.entries.capacity() > 1024 && self.entries.len() * 4 < self.entries.capacity() {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+        Some(Finished {
+            name,
+            bytes: e.bytes,
+            ident: e.ident,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(ino: u64) -> Ident {
+        Ident { dev: 1, ino }
+    }
+
+    #[test]
+    fn entries_leave_oldest_first_with_their_names_through_compaction() {
+        let mut ix = Index::default();
+        let name = |i: usize| format!("gpumon-{i}-s-{i}-job-r{}.trace.jsonl", i % 7);
+        // Enough to compact several times while some are still held.
+        for i in 0..30_000 {
+            ix.push(&name(i), i as u64, id(i as u64));
+            if i % 3 == 2 {
+                let j = i / 3 * 2;
+                let f = ix.pop_oldest().unwrap();
+                assert_eq!(
+                    (f.name, f.bytes, f.ident),
+                    (name(j), j as u64, id(j as u64))
+                );
+                let f = ix.pop_oldest().unwrap();
+                assert_eq!(f.name, name(j + 1));
+            }
+        }
+        assert_eq!(ix.len(), 10_000);
+        let mut next = 20_000;
+        while let Some(f) = ix.pop_oldest() {
+            assert_eq!(f.name, name(next));
+            next += 1;
+        }
+        assert_eq!(next, 30_000);
+        // Empty again: the buffers went back.
+        assert!(
+            ix.names.capacity() <= 2 * COMPACT_AT,
+            "{}",
+            ix.names.capacity()
+        );
+        assert!(ix.entries.capacity() <= 2048);
+    }
+}
