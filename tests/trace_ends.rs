@@ -143,3 +143,102 @@ fn an_empty_directory_is_an_error_naming_it() {
         "{err}"
     );
 }
+
+/// A client with `ack` and an `instance`: hello, then samples `from..=to` numbered by step.
+fn acking_client(d: &Daemon, from: u64, to: u64, t0: f64) -> UnixStream {
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    writeln!(
+        s,
+        r#"{{"type":"hello","v":1,"pid":1,"job":"ft","instance":"1-abcdef012345","caps":["ack"]}}"#
+    )
+    .unwrap();
+    let mut welcome = String::new();
+    BufReader::new(s.try_clone().unwrap())
+        .read_line(&mut welcome)
+        .unwrap();
+    assert!(welcome.contains("welcome"), "{welcome}");
+    for step in from..=to {
+        writeln!(
+            s,
+            r#"{{"type":"sample","seq":{step},"ts":{},"step":{step},"stats":{{"allocated_bytes.all.current":1073741824,"reserved_bytes.all.current":2147483648}}}}"#,
+            t0 + step as f64
+        )
+        .unwrap();
+    }
+    s
+}
+
+/// A daemon restart splits a run in two traces; the second names the first, and `gpumon
+/// analyze DIR` reads them as one run: no crash, every step once though the client resent the
+/// lines the old daemon had not acknowledged.
+#[test]
+fn a_run_across_a_daemon_restart_is_one_run_with_resent_lines_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 100.0;
+    let mut d = start(dir.path());
+    let _c = acking_client(&d, 1, 30, t0);
+    d.wait_for(Duration::from_secs(5), "step 30", || {
+        d.snapshot()["sessions"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x["step"] == 30))
+    });
+    let first = recorded_trace(dir.path());
+    assert!(d
+        .signal_and_wait(libc::SIGTERM, Duration::from_secs(10))
+        .is_some_and(|s| s.success()));
+
+    // The client resends steps 21..30 (not acknowledged, as far as it knows), then goes on.
+    let d = start(dir.path());
+    let mut c = acking_client(&d, 21, 50, t0);
+    writeln!(c, r#"{{"type":"bye","ts":{}}}"#, t0 + 51.0).unwrap();
+    drop(c);
+    d.wait_for(Duration::from_secs(5), "the second session ended", || {
+        sample(&d.metrics(), "gpumon_ingest_connections") == Some(0.0)
+    });
+    drop(d);
+    let second: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && *p != first)
+        .collect();
+    assert_eq!(second.len(), 1, "{second:?}");
+    let text = std::fs::read_to_string(&second[0]).unwrap();
+    let link: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(link["type"], "trace_resumes", "{text}");
+    assert_eq!(
+        link["file"].as_str(),
+        first.file_name().unwrap().to_str(),
+        "{text}"
+    );
+
+    let (code, report) = analyze(dir.path());
+    assert_eq!(code, Some(0), "{report}");
+    let traces = report["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 1, "{report}");
+    let run = &traces[0];
+    assert_eq!(run["file"], first.display().to_string());
+    assert_eq!(run["continued_in"][0], second[0].display().to_string());
+    assert_eq!(run["samples"], 50, "{report}");
+    assert_eq!(run["duplicates"], 10, "{report}");
+    assert!(run.get("ended").is_none(), "{report}");
+    assert!(!kinds(&report).contains(&"crash".to_string()), "{report}");
+
+    // Read alone, the second trace is a run of its own that began with a resent step.
+    let (_, alone) = analyze(&second[0]);
+    assert_eq!(alone["traces"][0]["samples"], 30, "{alone}");
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("continued in") && text.contains("10 resent line(s)"),
+        "{text}"
+    );
+}

@@ -45,6 +45,23 @@ pub fn gpu_line(gpu: u32, uuid: &str, ts: f64) -> Vec<u8> {
         .into_bytes()
 }
 
+/// The recorder's note, after the hello of a session's first part, of the trace the same client
+/// (hello's `instance`) wrote last: its connection before a daemon restart or a reconnect, so
+/// `gpumon analyze` can read the two as one run. `file` is a name in the same directory.
+pub fn resumes_line(file: &str, ts: f64) -> Vec<u8> {
+    let file = serde_json::Value::from(file);
+    format!("{{\"type\":\"trace_resumes\",\"file\":{file},\"ts\":{ts:.3}}}\n").into_bytes()
+}
+
+/// The `instance` a hello line names, if any.
+pub fn hello_instance(line: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Instance {
+        instance: Option<String>,
+    }
+    serde_json::from_slice::<Instance>(line).ok()?.instance
+}
+
 /// A line only the recorder writes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RecorderLine {
@@ -54,6 +71,8 @@ pub enum RecorderLine {
     Gpu(String),
     /// `trace_end`, with its reason: the daemon stopped while the session was open.
     Ended(String),
+    /// `trace_resumes`: the file this trace continues.
+    Resumes(String),
 }
 
 /// The recorder line `line` is, if it is one (protocol lines are left to the protocol parser).
@@ -64,6 +83,7 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         kind: String,
         reason: Option<String>,
         gpu: Option<String>,
+        file: Option<String>,
     }
     // A cheap look first: nearly every line is a sample.
     memchr::memmem::find(line, b"\"trace_")?;
@@ -76,6 +96,7 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         "trace_end" => Some(RecorderLine::Ended(
             m.reason.unwrap_or_else(|| "no reason given".into()),
         )),
+        "trace_resumes" => Some(RecorderLine::Resumes(m.file?)),
         _ => None,
     }
 }
@@ -96,6 +117,16 @@ mod tests {
             recorder_line(&e),
             Some(RecorderLine::Ended("daemon_stopped".into()))
         );
+        let r = resumes_line("gpumon-1-s-1-job.trace.jsonl", 4.0);
+        assert_eq!(
+            recorder_line(r.strip_suffix(b"\n").unwrap()),
+            Some(RecorderLine::Resumes("gpumon-1-s-1-job.trace.jsonl".into()))
+        );
+        assert_eq!(
+            hello_instance(br#"{"type":"hello","v":1,"instance":"42-ab"}"#).as_deref(),
+            Some("42-ab")
+        );
+        assert_eq!(hello_instance(br#"{"type":"hello","v":1}"#), None);
         let g = gpu_line(3, "MIG-1", 2.0);
         assert_eq!(recorder_line(&g), Some(RecorderLine::Gpu("3".into())));
         // A trainer's event whose detail mentions the marker is still a protocol line.

@@ -11,10 +11,11 @@
 //! with what was live at the peak, the same way.
 
 mod expand;
+mod stitch;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,14 @@ pub struct Report {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TraceReport {
     pub file: String,
+    /// Traces that continue this one, in order: the same client's connections after a daemon
+    /// restart or a reconnect (each names the one before in a `trace_resumes` line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continued_in: Vec<String>,
+    /// Lines a later trace of the run held again (resent after the restart, the same `seq`):
+    /// counted once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicates: u64,
     pub job: Option<String>,
     pub rank: Option<u64>,
     /// The GPU the daemon resolved the trainer's `gpu_uuid` to when it recorded the trace (its
@@ -100,6 +109,10 @@ pub struct FoundFinding {
     pub explanation: Option<Box<Explanation>>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A trace that could not be read at all.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {reason}")]
@@ -114,8 +127,8 @@ pub const OPEN: &str = "open";
 pub fn analyze(paths: &[PathBuf], cfg: DetectConfig) -> (Report, Vec<Unreadable>) {
     let mut traces = Vec::new();
     let mut errors = Vec::new();
-    for p in expand(paths, &mut errors) {
-        match analyze_one(&p, cfg) {
+    for run in stitch::runs(expand(paths, &mut errors)) {
+        match analyze_run(&run, cfg) {
             Ok(t) => traces.push(t),
             Err(e) => errors.push(e),
         }
@@ -123,33 +136,33 @@ pub fn analyze(paths: &[PathBuf], cfg: DetectConfig) -> (Report, Vec<Unreadable>
     (Report { traces }, errors)
 }
 
-fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable> {
-    let file = path.display().to_string();
-    let unreadable = |reason: String| Unreadable {
-        file: file.clone(),
-        reason,
+/// One trace, or a run of traces that continue one another (stitch.rs), replayed as one
+/// session: a later file's hello is the same client's and is not read again, and lines the
+/// client resent after the restart (the same `seq`) are counted once.
+fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unreadable> {
+    let Some(first) = paths.first() else {
+        return Err(Unreadable {
+            file: String::new(),
+            reason: "no trace given".into(),
+        });
     };
-    let f = std::fs::File::open(path)
-        .map_err(|e| unreadable(format!("cannot open: {e}; check the path")))?;
-    // The recorder locks the part it is writing: such a trace has no end yet, so no crash.
-    let open = matches!(
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
-        Err(rustix::io::Errno::WOULDBLOCK)
-    );
-    let mut reader = BufReader::with_capacity(256 * 1024, f);
     let limits = SessionLimits {
         points: 1,
         events: 1,
         ended_kept: 1,
     };
     let mut sessions = Sessions::new(limits).with_detect(cfg);
+    // Acknowledging, so a resent line (an `instance` and `seq` already taken) is dropped.
     let mut conn = Conn::new(Peer {
         pid: 0,
         uid: 0,
         gid: 0,
-    });
+    })
+    .acking(std::sync::Arc::default());
     let mut report = TraceReport {
-        file: file.clone(),
+        file: first.display().to_string(),
+        continued_in: Vec::new(),
+        duplicates: 0,
         job: None,
         rank: None,
         gpu: None,
@@ -158,87 +171,125 @@ fn analyze_one(path: &Path, cfg: DetectConfig) -> Result<TraceReport, Unreadable
         bad_lines: Vec::new(),
         bad_line_count: 0,
         truncated: None,
-        ended: open.then(|| OPEN.to_string()),
+        ended: None,
     };
     let mut seen = HashMap::new();
     let mut clock = 0.0;
-    let mut buf = Vec::new();
     let mut accepted = 0u64;
-    // Lines of the file, recorder lines and blank ones included: what an editor shows.
-    let mut file_line = 0u64;
-    loop {
-        buf.clear();
-        let n = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| unreadable(format!("read failed after line {file_line}: {e}")))?;
-        if n == 0 {
-            break;
+    for (k, path) in paths.iter().enumerate() {
+        let file = path.display().to_string();
+        if k > 0 {
+            report.continued_in.push(file.clone());
         }
-        file_line += 1;
-        if !buf.ends_with(b"\n") && buf.len() <= MAX_LINE {
-            // The last line has no newline: the writer stopped in the middle of it.
-            report.truncated = Some("the trace ends mid-line".into());
-        }
-        let line = strip_newline(&buf);
-        if line.is_empty() {
-            continue;
-        }
-        match trace::recorder_line(line) {
-            // The recorder's own closing line, not the trainer's: it says why recording stopped.
-            Some(RecorderLine::Truncated(reason)) => {
-                report.truncated = Some(format!("recording stopped: {reason}"));
-                continue;
-            }
-            Some(RecorderLine::Gpu(gpu)) => {
-                report.gpu = Some(gpu);
-                continue;
-            }
-            // The daemon stopped while the session was open: no crash is read into this end.
-            Some(RecorderLine::Ended(reason)) => {
-                report.ended = Some(reason);
-                continue;
-            }
-            None => {}
-        }
-        if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
-            // Over-long: skip to the end of the line, as the daemon does.
-            let mut rest = Vec::new();
-            reader
-                .read_until(b'\n', &mut rest)
-                .map_err(|e| unreadable(format!("read failed: {e}")))?;
-        }
-        clock = line_ts(line).unwrap_or(clock);
-        match conn.handle(line, &mut sessions, clock) {
-            Outcome::Reply {
-                rejected: Some(_),
-                line: reply,
-            } => {
-                report.bad_line_count += 1;
-                if report.bad_lines.len() < BAD_KEPT {
-                    report
-                        .bad_lines
-                        .push(format!("line {file_line}: {}", reply_message(&reply)));
-                }
-            }
-            Outcome::Reply { .. } => {
-                accepted += 1;
-                if let Some(s) = sessions.live().next() {
-                    report.job = s.hello.job.clone();
-                    report.rank = s.hello.rank;
-                }
-            }
-            Outcome::Accepted | Outcome::Bye => accepted += 1,
-            // Only a connection that acknowledges drops resends; a replay does not.
-            Outcome::Duplicate => {}
-        }
-        collect(
-            &mut sessions,
-            &mut seen,
-            &mut report.findings,
-            report.gpu.as_deref(),
+        let unreadable = |reason: String| Unreadable {
+            file: file.clone(),
+            reason,
+        };
+        let f = std::fs::File::open(path)
+            .map_err(|e| unreadable(format!("cannot open: {e}; check the path")))?;
+        // The recorder locks the part it is writing: such a trace has no end yet, so no crash.
+        let open = matches!(
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+            Err(rustix::io::Errno::WOULDBLOCK)
         );
+        // How the run ended is how its last file ended.
+        report.truncated = None;
+        report.ended = open.then(|| OPEN.to_string());
+        let mut reader = BufReader::with_capacity(256 * 1024, f);
+        let mut buf = Vec::new();
+        // Lines of the file, recorder lines and blank ones included: what an editor shows.
+        let mut file_line = 0u64;
+        // Bad lines of a later file name it.
+        let at = if k == 0 {
+            String::new()
+        } else {
+            format!(
+                "{} ",
+                path.file_name()
+                    .map_or(file.clone(), |n| n.to_string_lossy().into_owned())
+            )
+        };
+        loop {
+            buf.clear();
+            let n = (&mut reader)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| unreadable(format!("read failed after line {file_line}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            file_line += 1;
+            if !buf.ends_with(b"\n") && buf.len() <= MAX_LINE {
+                // The last line has no newline: the writer stopped in the middle of it.
+                report.truncated = Some("the trace ends mid-line".into());
+            }
+            let line = strip_newline(&buf);
+            if line.is_empty() {
+                continue;
+            }
+            if k > 0 && file_line == 1 && trace::is_hello(line) {
+                // The same client going on (stitch.rs checked its instance): one session.
+                continue;
+            }
+            match trace::recorder_line(line) {
+                // The recorder's own closing line, not the trainer's: it says why recording stopped.
+                Some(RecorderLine::Truncated(reason)) => {
+                    report.truncated = Some(format!("recording stopped: {reason}"));
+                    continue;
+                }
+                Some(RecorderLine::Gpu(gpu)) => {
+                    report.gpu = Some(gpu);
+                    continue;
+                }
+                // The daemon stopped while the session was open: no crash is read into this end.
+                Some(RecorderLine::Ended(reason)) => {
+                    report.ended = Some(reason);
+                    continue;
+                }
+                Some(RecorderLine::Resumes(_)) => continue,
+                None => {}
+            }
+            if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
+                // Over-long: skip to the end of the line, as the daemon does.
+                let mut rest = Vec::new();
+                reader
+                    .read_until(b'\n', &mut rest)
+                    .map_err(|e| unreadable(format!("read failed: {e}")))?;
+            }
+            clock = line_ts(line).unwrap_or(clock);
+            match conn.handle(line, &mut sessions, clock) {
+                Outcome::Reply {
+                    rejected: Some(_),
+                    line: reply,
+                } => {
+                    report.bad_line_count += 1;
+                    if report.bad_lines.len() < BAD_KEPT {
+                        report
+                            .bad_lines
+                            .push(format!("{at}line {file_line}: {}", reply_message(&reply)));
+                    }
+                }
+                Outcome::Reply { .. } => {
+                    accepted += 1;
+                    if let Some(s) = sessions.live().next() {
+                        report.job = s.hello.job.clone();
+                        report.rank = s.hello.rank;
+                    }
+                }
+                Outcome::Accepted | Outcome::Bye => accepted += 1,
+                // Sent again after a restart: in the earlier trace already.
+                Outcome::Duplicate => report.duplicates += 1,
+            }
+            collect(
+                &mut sessions,
+                &mut seen,
+                &mut report.findings,
+                report.gpu.as_deref(),
+            );
+        }
     }
+    let file = report.file.clone();
+    let unreadable = |reason: String| Unreadable { file, reason };
     if let Some(s) = sessions.live().next() {
         report.samples = s.samples;
     }
@@ -380,6 +431,16 @@ pub fn text(report: &Report) -> String {
             let _ = write!(out, " rank={r}");
         }
         let _ = writeln!(out, "  {} samples", t.samples);
+        for c in &t.continued_in {
+            let _ = writeln!(out, "  continued in {c} (the same client after a restart)");
+        }
+        if t.duplicates > 0 {
+            let _ = writeln!(
+                out,
+                "  {} resent line(s) counted once (in two traces: the client sent them again after the restart)",
+                t.duplicates
+            );
+        }
         if let Some(why) = &t.truncated {
             let _ = writeln!(
                 out,

@@ -8,9 +8,10 @@ use std::collections::VecDeque;
 use super::names::Ident;
 
 struct Entry {
-    /// Where the file name lies in `names`.
+    /// Where the file name lies in `names`; its hello's `instance` follows it there.
     at: usize,
     len: usize,
+    instance_len: usize,
     bytes: u64,
     ident: Ident,
 }
@@ -38,14 +39,28 @@ impl Index {
         self.entries.len()
     }
 
-    pub fn push(&mut self, name: &str, bytes: u64, ident: Ident) {
+    pub fn push(&mut self, name: &str, instance: Option<&str>, bytes: u64, ident: Ident) {
+        let instance = instance.unwrap_or_default();
         self.entries.push_back(Entry {
             at: self.names.len(),
             len: name.len(),
+            instance_len: instance.len(),
             bytes,
             ident,
         });
         self.names.extend_from_slice(name.as_bytes());
+        self.names.extend_from_slice(instance.as_bytes());
+    }
+
+    /// The newest trace whose hello named `instance`.
+    pub fn newest_of(&self, instance: &str) -> Option<String> {
+        let e = self.entries.iter().rev().find(|e| {
+            let from = e.at + e.len;
+            e.instance_len == instance.len()
+                && self.names.get(from..from + e.instance_len) == Some(instance.as_bytes())
+        })?;
+        let name = self.names.get(e.at..e.at + e.len)?;
+        Some(String::from_utf8_lossy(name).into_owned())
     }
 
     /// Takes the oldest.
@@ -56,7 +71,7 @@ impl Index {
             .get(e.at..e.at + e.len)
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default();
-        self.dead = e.at + e.len;
+        self.dead = e.at + e.len + e.instance_len;
         if self.entries.is_empty() {
             self.names.clear();
             self.dead = 0;
@@ -95,7 +110,8 @@ mod tests {
         let name = |i: usize| format!("gpumon-{i}-s-{i}-job-r{}.trace.jsonl", i % 7);
         // Enough to compact several times while some are still held.
         for i in 0..30_000 {
-            ix.push(&name(i), i as u64, id(i as u64));
+            let inst = format!("{}-x", i % 100);
+            ix.push(&name(i), Some(&inst), i as u64, id(i as u64));
             if i % 3 == 2 {
                 let j = i / 3 * 2;
                 let f = ix.pop_oldest().unwrap();
@@ -108,6 +124,8 @@ mod tests {
             }
         }
         assert_eq!(ix.len(), 10_000);
+        assert_eq!(ix.newest_of("42-x"), Some(name(29_942)));
+        assert_eq!(ix.newest_of("42-"), None);
         let mut next = 20_000;
         while let Some(f) = ix.pop_oldest() {
             assert_eq!(f.name, name(next));

@@ -61,7 +61,16 @@ pub fn has_our_name(name: &str) -> bool {
 }
 
 /// A file gpumon wrote: our name, a regular file, and a hello first. Its size and identity.
-pub fn ours(path: &Path) -> Option<(u64, std::time::SystemTime, Ident)> {
+/// A trace of gpumon's found in the directory.
+pub struct Ours {
+    pub len: u64,
+    pub modified: std::time::SystemTime,
+    pub ident: Ident,
+    /// Its hello's `instance`.
+    pub instance: Option<String>,
+}
+
+pub fn ours(path: &Path) -> Option<Ours> {
     let name = path.file_name()?.to_str()?;
     if !has_our_name(name) {
         return None;
@@ -80,7 +89,12 @@ pub fn ours(path: &Path) -> Option<(u64, std::time::SystemTime, Ident)> {
     if !trace::is_hello(line) {
         return None;
     }
-    Some((m.len(), m.modified().ok()?, Ident::of(&m)))
+    Some(Ours {
+        len: m.len(),
+        modified: m.modified().ok()?,
+        ident: Ident::of(&m),
+        instance: trace::hello_instance(line),
+    })
 }
 
 /// Job names and session ids come from clients or restarts: keep file names to a safe alphabet

@@ -338,3 +338,57 @@ fn a_trace_being_written_is_locked_and_released_when_its_session_ends() {
         "a finished trace must not stay locked"
     );
 }
+
+/// A client's next connection (same `instance`) names its trace before, finished or still open;
+/// another client's does not, and later parts of a trace carry no link.
+#[test]
+fn a_reconnect_s_trace_names_the_one_it_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::with_stats(dir.path(), Caps::bytes(200, 1 << 20), stats()).unwrap();
+    let hello = br#"{"type":"hello","v":1,"instance":"9-aa"}"#;
+    let other = br#"{"type":"hello","v":1,"instance":"9-bb"}"#;
+    let first = rec.start("s-1", None, None, 1.0, hello);
+    let first_name = first.path().file_name().unwrap().to_str().unwrap().to_owned();
+    // Opened while the first is still open (a hello before the old connection closed).
+    let mut second = rec.start("s-2", None, None, 2.0, hello);
+    let second_path = second.path().to_path_buf();
+    let lone = rec.start("s-3", None, None, 3.0, other);
+    let lone_path = lone.path().to_path_buf();
+    for i in 0..10 {
+        // Past 200 bytes: a second part.
+        second.write(format!(r#"{{"type":"sample","step":{i}}}"#).as_bytes(), 0);
+    }
+    drop((first, second, lone));
+    let third = rec.start("s-4", None, None, 4.0, hello);
+    let third_path = third.path().to_path_buf();
+    drop(third);
+    rec.finish();
+    let link = |p: &Path| -> Option<String> {
+        let l = lines(p);
+        let v: serde_json::Value = serde_json::from_str(l.get(1)?).ok()?;
+        (v["type"] == "trace_resumes").then(|| v["file"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(link(&second_path), Some(first_name));
+    assert_eq!(link(&lone_path), None);
+    // The newest trace of the instance: the second session's last part.
+    let part = |p: &PathBuf| -> u32 {
+        let name = p.file_name().unwrap().to_str().unwrap();
+        name.split(".p")
+            .nth(1)
+            .and_then(|r| r.split('.').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let parts: Vec<PathBuf> = files(dir.path())
+        .into_iter()
+        .filter(|p| p.to_str().unwrap().contains("-s-2-"))
+        .collect();
+    assert!(parts.len() >= 2, "{parts:?}");
+    for p in parts.iter().filter(|p| part(p) > 0) {
+        assert_eq!(link(p), None, "{p:?}");
+    }
+    let last = parts.iter().max_by_key(|p| part(p)).unwrap();
+    assert_eq!(
+        link(&third_path).as_deref(),
+        last.file_name().unwrap().to_str()
+    );
+}

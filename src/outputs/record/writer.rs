@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::index::Index;
 use super::names::{self, Ident};
 use super::stats::{Reason, RecordStats};
+use crate::core::trace;
 
 /// Room kept per open session for the line that says its recording stopped, so that line never
 /// takes the directory over its cap.
@@ -68,6 +69,8 @@ pub enum Msg {
 struct Open {
     base: String,
     hello: Vec<u8>,
+    /// The hello's `instance`: the client's id across its connections.
+    instance: Option<String>,
     part: u32,
     file: Option<(File, PathBuf, Ident)>,
     /// Bytes in the current part.
@@ -103,7 +106,7 @@ impl Writer {
                 continue;
             }
             match names::ours(&path) {
-                Some((len, mtime, ident)) => earlier.push((mtime, path, len, ident)),
+                Some(o) => earlier.push((o.modified, path, o.len, o.ident, o.instance)),
                 None => foreign.push(path),
             }
         }
@@ -118,9 +121,9 @@ impl Writer {
         earlier.sort_by_key(|e| e.0);
         let mut finished = Index::default();
         let mut total = 0;
-        for (_, path, len, ident) in earlier {
+        for (_, path, len, ident, instance) in earlier {
             if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
-                finished.push(name, len, ident);
+                finished.push(name, instance.as_deref(), len, ident);
                 total += len;
             }
         }
@@ -168,7 +171,7 @@ impl Writer {
                         self.stop(id, r);
                     }
                     if let Some(s) = self.open.remove(&id) {
-                        self.finish_part(s.file);
+                        self.finish_part(s.file, s.instance.as_deref());
                         // Past max_files only while more were open at once than it allows.
                         self.make_room(0, false);
                     }
@@ -180,7 +183,7 @@ impl Writer {
             self.stats.busy_ns.fetch_add(ns, Ordering::Relaxed);
         }
         for (_, s) in std::mem::take(&mut self.open) {
-            self.finish_part(s.file);
+            self.finish_part(s.file, s.instance.as_deref());
         }
         self.publish();
     }
@@ -243,11 +246,14 @@ impl Writer {
         durable: Arc<AtomicU64>,
     ) {
         self.stats.sessions.fetch_add(1, Ordering::Relaxed);
+        let first = hello.split(|c| *c == b'\n').next().unwrap_or_default();
+        let instance = trace::hello_instance(first);
         self.open.insert(
             id,
             Open {
                 base,
                 hello,
+                instance,
                 part: 0,
                 file: None,
                 written: 0,
@@ -265,11 +271,16 @@ impl Writer {
             return false;
         };
         let old = s.file.take();
-        let (base, part) = (s.base.clone(), s.part);
+        let (base, part, instance) = (s.base.clone(), s.part, s.instance.clone());
         s.part += 1;
         s.written = 0;
         let hello_len = s.hello.len() as u64 + 1;
-        self.finish_part(old);
+        self.finish_part(old, instance.as_deref());
+        // Found before this part exists, so it never names itself.
+        let previous = match (&instance, part) {
+            (Some(i), 0) => self.previous_trace(id, i),
+            _ => None,
+        };
         if !self.make_room(hello_len, true) {
             self.stop(id, Reason::OverCap);
             return false;
@@ -309,16 +320,32 @@ impl Writer {
             let mut line = hello.clone();
             line.push(b'\n');
             s.hello = hello;
+            if let Some(p) = previous {
+                line.extend_from_slice(&trace::resumes_line(&p, now_seconds()));
+            }
             return self.append(id, &line);
         }
         false
     }
 
-    fn finish_part(&mut self, file: Option<(File, PathBuf, Ident)>) {
+    /// The trace the client `instance` wrote last, other than session `id`'s: an open one (a
+    /// reconnect before the old connection closed) before the finished ones.
+    fn previous_trace(&self, id: u64, instance: &str) -> Option<String> {
+        let open = self
+            .open
+            .iter()
+            .filter(|(k, s)| **k != id && s.instance.as_deref() == Some(instance))
+            .max_by_key(|(k, _)| **k)
+            .and_then(|(_, s)| s.file.as_ref())
+            .and_then(|(_, p, _)| p.file_name()?.to_str().map(str::to_owned));
+        open.or_else(|| self.finished.newest_of(instance))
+    }
+
+    fn finish_part(&mut self, file: Option<(File, PathBuf, Ident)>, instance: Option<&str>) {
         if let Some((f, path, ident)) = file {
             let len = f.metadata().map(|m| m.len()).unwrap_or(0);
             if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
-                self.finished.push(name, len, ident);
+                self.finished.push(name, instance, len, ident);
             }
         }
     }
@@ -415,6 +442,7 @@ impl Writer {
         let written = s.written;
         let file = s.file.take();
         let base = s.base.clone();
+        let instance = s.instance.clone();
         let hint = match reason {
             Reason::OverCap => "the record dir holds record.max_total_bytes in traces still being written: raise record.max_total_bytes or lower record.max_file_bytes",
             Reason::DiskFull => "the disk holding the record dir is full",
@@ -440,7 +468,7 @@ impl Writer {
             }
             let now = f.metadata().map(|m| m.len()).unwrap_or(kept);
             self.total = (self.total + now).saturating_sub(written);
-            self.finish_part(Some((f, path, ident)));
+            self.finish_part(Some((f, path, ident)), instance.as_deref());
         }
     }
 }
@@ -486,4 +514,11 @@ fn fit(b: &[u8], room: usize) -> (usize, u64) {
         Some(i) => (i + 1, lines(&b[..=i])),
         None => (0, 0),
     }
+}
+
+/// Now, as the Unix seconds trace lines carry.
+fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

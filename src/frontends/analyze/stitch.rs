@@ -1,0 +1,130 @@
+//! A run split across traces: when the daemon restarts (or the client reconnects), the client's
+//! next connection is a new trace whose first lines name the one it continues (`trace_resumes`,
+//! written for the same client `instance`). Given both, `gpumon analyze` replays them as one.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use crate::core::trace::{self, RecorderLine, MAX_LINE};
+
+/// Lines looked at for the link: the hello, `trace_gpu`, `trace_resumes`.
+const HEAD_LINES: usize = 4;
+
+struct Head {
+    instance: Option<String>,
+    resumes: Option<String>,
+}
+
+fn head(path: &Path) -> Option<Head> {
+    let mut r = BufReader::new(std::fs::File::open(path).ok()?);
+    let mut out = Head {
+        instance: None,
+        resumes: None,
+    };
+    for k in 0..HEAD_LINES {
+        let mut line = Vec::new();
+        if (&mut r)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .ok()?
+            == 0
+        {
+            break;
+        }
+        let line = line.strip_suffix(b"\n").unwrap_or(&line);
+        if k == 0 {
+            out.instance = trace::hello_instance(line);
+        } else if let Some(RecorderLine::Resumes(f)) = trace::recorder_line(line) {
+            out.resumes = Some(f);
+        }
+    }
+    Some(out)
+}
+
+/// The files in runs, each in the order written: a file follows the one its `trace_resumes`
+/// names when that one is given too (matched by file name) and its hello names the same
+/// `instance`. Every other file is a run of its own. Runs keep the order of their first file.
+pub(super) fn runs(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
+    let heads: Vec<Option<Head>> = files.iter().map(|p| head(p)).collect();
+    let by_name: HashMap<&str, usize> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((p.file_name()?.to_str()?, i)))
+        .collect();
+    // next[i]: the file that continues file i (the first given, if two name it).
+    let mut next: Vec<Option<usize>> = vec![None; files.len()];
+    let mut follows = vec![false; files.len()];
+    for (i, h) in heads.iter().enumerate() {
+        let Some(h) = h else { continue };
+        let (Some(prev), Some(instance)) = (&h.resumes, &h.instance) else {
+            continue;
+        };
+        let Some(&p) = by_name.get(prev.as_str()) else {
+            continue;
+        };
+        let same = heads[p]
+            .as_ref()
+            .is_some_and(|ph| ph.instance.as_deref() == Some(instance.as_str()));
+        if p != i && same && next[p].is_none() {
+            next[p] = Some(i);
+            follows[i] = true;
+        }
+    }
+    let mut taken = vec![false; files.len()];
+    let mut out = Vec::new();
+    for start in 0..files.len() {
+        if follows[start] || taken[start] {
+            continue;
+        }
+        let mut run = Vec::new();
+        let mut at = Some(start);
+        while let Some(i) = at.filter(|i| !taken[*i]) {
+            taken[i] = true;
+            run.push(files[i].clone());
+            at = next[i];
+        }
+        out.push(run);
+    }
+    // A loop of links (files renamed into one another) has no start: each is read alone.
+    for (i, f) in files.iter().enumerate() {
+        if !taken[i] {
+            out.push(vec![f.clone()]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, lines: &[&str]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p
+    }
+
+    #[test]
+    fn a_file_follows_the_one_it_resumes_when_the_instance_matches() {
+        let d = tempfile::tempdir().unwrap();
+        let h = r#"{"type":"hello","v":1,"instance":"7-ab"}"#;
+        let other = r#"{"type":"hello","v":1,"instance":"8-cd"}"#;
+        let a = write(d.path(), "a.trace.jsonl", &[h]);
+        let link = r#"{"type":"trace_resumes","file":"a.trace.jsonl","ts":2}"#;
+        let b = write(d.path(), "b.trace.jsonl", &[h, link]);
+        let link_b = r#"{"type":"trace_resumes","file":"b.trace.jsonl","ts":3}"#;
+        let c = write(d.path(), "c.trace.jsonl", &[h, link_b]);
+        // Names a file it is not the same client as: read alone.
+        let x = write(d.path(), "x.trace.jsonl", &[other, link]);
+        let lone = write(d.path(), "lone.trace.jsonl", &[other]);
+        let got = runs(vec![
+            c.clone(),
+            lone.clone(),
+            a.clone(),
+            b.clone(),
+            x.clone(),
+        ]);
+        assert_eq!(got, vec![vec![lone], vec![a, b, c], vec![x]]);
+    }
+}
