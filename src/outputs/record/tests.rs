@@ -348,7 +348,13 @@ fn a_reconnect_s_trace_names_the_one_it_continues() {
     let hello = br#"{"type":"hello","v":1,"instance":"9-aa"}"#;
     let other = br#"{"type":"hello","v":1,"instance":"9-bb"}"#;
     let first = rec.start("s-1", None, None, 1.0, hello);
-    let first_name = first.path().file_name().unwrap().to_str().unwrap().to_owned();
+    let first_name = first
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
     // Opened while the first is still open (a hello before the old connection closed).
     let mut second = rec.start("s-2", None, None, 2.0, hello);
     let second_path = second.path().to_path_buf();
