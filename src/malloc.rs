@@ -34,7 +34,7 @@ const FREED_ENOUGH: u64 = 2 << 20;
 
 /// Bytes the allocator holds free below the tops of its heaps, all arenas together: what only
 /// `malloc_trim` can give back. 0 where that cannot be asked.
-fn free_below_top() -> u64 {
+pub fn free_below_top() -> u64 {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallinfo only reads the allocator's statistics, under each arena's lock.
@@ -73,28 +73,5 @@ pub async fn give_back_free_pages() {
             libc::malloc_trim(0);
         }
         mark = free_below_top();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What lies free below the top is seen: a block freed under a live one counts.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[test]
-    fn memory_freed_below_the_top_is_seen() {
-        let before = free_below_top();
-        // Below the mmap threshold, so carved from the heap; the live block after it keeps
-        // the freed ones from being the top.
-        let blocks: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 64 * 1024]).collect();
-        let pin = vec![2u8; 1024];
-        drop(blocks);
-        let after = free_below_top();
-        assert!(
-            after >= before + (2 << 20),
-            "free below the top {before} -> {after} after freeing 4 MiB under a live block"
-        );
-        drop(pin);
     }
 }

@@ -242,3 +242,69 @@ fn a_run_across_a_daemon_restart_is_one_run_with_resent_lines_counted_once() {
         "{text}"
     );
 }
+
+/// A daemon killed outright writes no end on the traces it was writing; the next one, started
+/// on the same directory, ends them (`daemon_killed`), so they do not read as crashes. A
+/// trainer that closed without bye before the kill still reads as one.
+#[test]
+fn a_killed_daemon_s_open_traces_are_ended_by_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = start(dir.path());
+    let crashed = trainer(&d, 3);
+    d.wait_for(Duration::from_secs(5), "the first session", || {
+        d.snapshot()["sessions"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x["step"] == 3))
+    });
+    let crashed_trace = recorded_trace(dir.path());
+    drop(crashed);
+    d.wait_for(Duration::from_secs(5), "the crash", || {
+        sample(&d.metrics(), "gpumon_findings_total{kind=\"crash\"}") == Some(1.0)
+    });
+    let _alive = trainer(&d, 5);
+    d.wait_for(Duration::from_secs(5), "the second session", || {
+        d.snapshot()["sessions"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x["step"] == 5))
+    });
+    let open_trace = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl") && *p != crashed_trace)
+        .unwrap();
+    // Lines wait up to a second for company before they go to the file: one more, later,
+    // takes them all there.
+    std::thread::sleep(Duration::from_millis(1100));
+    writeln!(
+        &_alive,
+        r#"{{"type":"sample","ts":{},"step":6,"stats":{{"allocated_bytes.all.current":1073741824}}}}"#,
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    )
+    .unwrap();
+    d.wait_for(Duration::from_secs(5), "the samples on disk", || {
+        std::fs::read_to_string(&open_trace)
+            .unwrap()
+            .lines()
+            .count()
+            >= 7
+    });
+    d.signal_and_wait(libc::SIGKILL, Duration::from_secs(10))
+        .unwrap();
+    // Killed: nothing marks the end yet.
+    assert!(!std::fs::read_to_string(&open_trace)
+        .unwrap()
+        .contains("trace_end"));
+
+    let d = start(dir.path());
+    let (code, report) = analyze(&open_trace);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["traces"][0]["ended"], "daemon_killed", "{report}");
+    assert_eq!(report["traces"][0]["samples"], 6);
+    let (code, report) = analyze(&crashed_trace);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(kinds(&report).contains(&"crash".to_string()), "{report}");
+    assert!(d.log_contains("daemon_killed"));
+}

@@ -3,6 +3,11 @@
 //! looked at, so a wrong-password flood costs its sender a round trip and the daemon a map
 //! lookup, never a bcrypt check; credentials verified before (remembered by `Auth`) are let in
 //! without consulting the bucket, so a scraper behind the same address is not locked out.
+//!
+//! An IPv6 peer is counted by its /64 (one host holds a whole /64 and could otherwise spend a
+//! new address per try). When the table is full of peers still throttled (a flood from more
+//! networks than it holds), newcomers share one overflow bucket rather than the table being
+//! cleared: the flood keeps paying, and nobody's throttle is lifted by it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,27 +20,70 @@ pub const BURST: f64 = 5.0;
 pub const REFILL: Duration = Duration::from_secs(2);
 /// Peers remembered at most; when full, those whose bucket has refilled are forgotten first.
 const PEERS: usize = 65_536;
+/// The overflow bucket holds this many peers' bursts: a few newcomers still get through.
+const OVERFLOW_BURST: f64 = 4.0 * BURST;
 
 struct Bucket {
     tokens: f64,
     at: Instant,
+    /// Tokens it holds at most: `BURST`, or `OVERFLOW_BURST` for the shared one.
+    cap: f64,
 }
 
 impl Bucket {
     fn refill(&mut self, now: Instant) {
         let gained = now.saturating_duration_since(self.at).as_secs_f64() / REFILL.as_secs_f64();
-        self.tokens = (self.tokens + gained).min(BURST);
+        self.tokens = (self.tokens + gained).min(self.cap);
         self.at = now;
     }
 }
 
-#[derive(Default)]
 pub struct AuthThrottle {
-    peers: Mutex<HashMap<IpAddr, Bucket>>,
+    peers: Mutex<Table>,
+    /// Peers remembered at most (`PEERS`; smaller in tests).
+    cap: usize,
+}
+
+struct Table {
+    peers: HashMap<IpAddr, Bucket>,
+    /// Shared by peers that found the table full of throttled ones.
+    overflow: Bucket,
+}
+
+impl Default for AuthThrottle {
+    fn default() -> Self {
+        Self::with_cap(PEERS)
+    }
+}
+
+/// What a peer is counted as: its address, or for IPv6 its /64 (an IPv4-mapped address is the
+/// IPv4 address it maps).
+fn key(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
 }
 
 impl AuthThrottle {
-    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Bucket>> {
+    fn with_cap(cap: usize) -> Self {
+        Self {
+            peers: Mutex::new(Table {
+                peers: HashMap::new(),
+                overflow: Bucket {
+                    tokens: OVERFLOW_BURST,
+                    at: Instant::now(),
+                    cap: OVERFLOW_BURST,
+                },
+            }),
+            cap,
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // Nothing panics while holding the lock (arithmetic and map operations); recover anyway.
         self.peers.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -45,42 +93,51 @@ impl AuthThrottle {
     /// at once from one peer cannot all slip through before the first failure is counted.
     pub fn take(&self, peer: IpAddr) -> Option<Duration> {
         let now = Instant::now();
-        let mut peers = self.peers();
-        if let Some(b) = peers.get_mut(&peer) {
-            b.refill(now);
-            if b.tokens < 1.0 {
-                return Some(REFILL.mul_f64(1.0 - b.tokens));
-            }
+        let peer = key(peer);
+        let mut t = self.table();
+        let cap = self.cap;
+        let b = t.bucket(peer, now, cap);
+        b.refill(now);
+        if b.tokens < 1.0 {
+            return Some(REFILL.mul_f64(1.0 - b.tokens));
         }
-        self.charge(&mut peers, peer, now);
+        b.tokens -= 1.0;
         None
     }
 
     /// The credentials `peer` tried were right: its try is given back.
     pub fn passed(&self, peer: IpAddr) {
-        if let Some(b) = self.peers().get_mut(&peer) {
-            b.tokens = (b.tokens + 1.0).min(BURST);
-        }
+        let mut t = self.table();
+        let b = t.existing(key(peer));
+        b.tokens = (b.tokens + 1.0).min(b.cap);
     }
+}
 
-    fn charge(&self, peers: &mut HashMap<IpAddr, Bucket>, peer: IpAddr, now: Instant) {
-        if peers.len() >= PEERS && !peers.contains_key(&peer) {
-            peers.retain(|_, b| {
+impl Table {
+    /// The peer's bucket, or the overflow's when the table is full of throttled peers.
+    fn bucket(&mut self, peer: IpAddr, now: Instant, cap: usize) -> &mut Bucket {
+        if !self.peers.contains_key(&peer) && self.peers.len() >= cap {
+            self.peers.retain(|_, b| {
                 b.refill(now);
                 b.tokens < BURST
             });
-            if peers.len() >= PEERS {
-                // Every one is still throttled (a flood from many addresses): start over
-                // rather than grow; each gets its burst again.
-                peers.clear();
+            if self.peers.len() >= cap {
+                return &mut self.overflow;
             }
         }
-        let b = peers.entry(peer).or_insert(Bucket {
+        self.peers.entry(peer).or_insert(Bucket {
             tokens: BURST,
             at: now,
-        });
-        b.refill(now);
-        b.tokens = (b.tokens - 1.0).max(0.0);
+            cap: BURST,
+        })
+    }
+
+    /// The bucket the peer's last try was taken from.
+    fn existing(&mut self, peer: IpAddr) -> &mut Bucket {
+        match self.peers.get_mut(&peer) {
+            Some(b) => b,
+            None => &mut self.overflow,
+        }
     }
 }
 
@@ -101,5 +158,44 @@ mod tests {
             assert_eq!(t.take(good), None, "right credentials give their try back");
             t.passed(good);
         }
+    }
+
+    #[test]
+    fn an_ipv6_host_is_counted_by_its_slash_64() {
+        let t = AuthThrottle::default();
+        let addr = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        for i in 0..BURST as u16 {
+            assert_eq!(t.take(addr(i)), None, "failure {i}");
+        }
+        // A new address in the same /64 is the same peer.
+        assert!(t.take(addr(999)).is_some());
+        // Another /64 is another peer; a mapped IPv4 address is that IPv4 peer.
+        assert_eq!(
+            t.take(IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1])),
+            None
+        );
+        let v4: IpAddr = "10.1.2.3".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        for _ in 0..BURST as usize {
+            assert_eq!(t.take(v4), None);
+        }
+        assert!(t.take(mapped).is_some());
+    }
+
+    #[test]
+    fn a_full_table_of_throttled_peers_is_kept_and_newcomers_share_one_bucket() {
+        let t = AuthThrottle::with_cap(8);
+        let peer = |i: u8| IpAddr::from([10, 0, 1, i]);
+        for i in 0..8 {
+            for _ in 0..BURST as usize {
+                assert_eq!(t.take(peer(i)), None);
+            }
+        }
+        // Full, every peer throttled: none of them gets its burst back...
+        assert!(t.take(peer(0)).is_some());
+        // ...and newcomers share the overflow bucket: a few get through, then none.
+        let through = (100..200u8).filter(|i| t.take(peer(*i)).is_none()).count();
+        assert_eq!(through, OVERFLOW_BURST as usize);
+        assert!(t.take(peer(3)).is_some(), "the table was not cleared");
     }
 }

@@ -14,6 +14,7 @@
 //! session whose chunk does not fit, counted, rather than growing memory.
 
 mod index;
+mod journal;
 mod names;
 pub mod stats;
 mod writer;

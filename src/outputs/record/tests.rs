@@ -18,7 +18,10 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap() != names::MARKER)
+        .filter(|p| {
+            let n = p.file_name().unwrap();
+            n != names::MARKER && n != journal::NAME
+        })
         .collect();
     v.sort();
     v

@@ -12,6 +12,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use super::index::Index;
+use super::journal::{self, Journal};
 use super::names::{self, Ident};
 use super::stats::{Reason, RecordStats};
 use crate::core::trace;
@@ -90,6 +91,8 @@ pub struct Writer {
     open: HashMap<u64, Open>,
     /// gpumon's finished traces here, deletable when the directory needs room; oldest first.
     finished: Index,
+    /// The parts open now, on disk, so that the next daemon can end them if this one is killed.
+    journal: Journal,
     /// Bytes of all gpumon files here, open ones included.
     total: u64,
 }
@@ -98,11 +101,15 @@ impl Writer {
     /// Takes over the directory: gpumon's traces from earlier runs become finished traces
     /// (oldest first); every other file is counted once in the log and never touched.
     pub fn new(dir: &Path, caps: Caps, stats: &'static RecordStats) -> std::io::Result<Self> {
+        // First, so the traces a killed daemon left open are ended (and sized) before the scan.
+        let (journal, _) = Journal::recover(dir);
         let mut earlier = Vec::new();
         let mut foreign = Vec::new();
         for e in std::fs::read_dir(dir)?.filter_map(Result::ok) {
             let path = e.path();
-            if path.file_name().is_some_and(|n| n == names::MARKER) {
+            if path.file_name().is_some_and(|n| {
+                n == names::MARKER || n == journal::NAME || n == journal::REWRITTEN
+            }) {
                 continue;
             }
             match names::ours(&path) {
@@ -135,6 +142,7 @@ impl Writer {
             stats,
             open: HashMap::new(),
             finished,
+            journal,
             total,
         };
         w.publish();
@@ -185,6 +193,7 @@ impl Writer {
         for (_, s) in std::mem::take(&mut self.open) {
             self.finish_part(s.file, s.instance.as_deref());
         }
+        self.journal.clean();
         self.publish();
     }
 
@@ -310,6 +319,9 @@ impl Writer {
         // Held while the part is written, released when its file closes: `gpumon analyze` reads
         // a locked trace as one still being written, not as a trainer that crashed.
         let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+        if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+            self.journal.opened(name);
+        }
         let ident = file
             .metadata()
             .map(|m| Ident::of(&m))
@@ -345,6 +357,11 @@ impl Writer {
         if let Some((f, path, ident)) = file {
             let len = f.metadata().map(|m| m.len()).unwrap_or(0);
             if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                let open = self
+                    .open
+                    .values()
+                    .filter_map(|s| s.file.as_ref()?.1.file_name()?.to_str());
+                self.journal.closed(name, open);
                 self.finished.push(name, instance, len, ident);
             }
         }
