@@ -67,11 +67,15 @@ pub async fn give_back_free_pages() {
         if !due {
             continue;
         }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim takes each arena's lock itself; it is safe from any thread.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        // Off the runtime's threads: a trim of a fragmented heap takes milliseconds.
+        let _ = tokio::task::spawn_blocking(|| {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim takes each arena's lock itself; it is safe from any thread.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        })
+        .await;
         mark = free_below_top();
     }
 }

@@ -213,12 +213,17 @@ fn a_crash_flood_keeps_memory_snapshots_and_the_good_trainer_bounded() {
         start_rss >> 20
     );
     assert!(biggest <= 1 << 20, "snapshot of {biggest} bytes");
-    // The bounds, met by the debug build too (18 ms and 5.5 ms seen on 2 loaded cores).
+    // Bounds, not benchmarks (the figures come from scripts/bench-floods on a release build):
+    // before the bounds the snapshot took 1.3 s and the trainer's p99 was 1.6 s. A debug build
+    // on 2 cores shared with the rest of the suite has shown 18-52 ms and 5.5-6.4 ms.
     assert!(
-        slowest <= Duration::from_millis(50),
+        slowest <= Duration::from_millis(250),
         "snapshot took {slowest:?}"
     );
-    assert!(p99 <= Duration::from_millis(20), "good trainer p99 {p99:?}");
+    assert!(
+        p99 <= Duration::from_millis(100),
+        "good trainer p99 {p99:?}"
+    );
 
     let after = rss(pid);
     eprintln!("after the flood, findings held: rss {} MB", after >> 20);

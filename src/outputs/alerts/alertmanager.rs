@@ -22,6 +22,7 @@ use super::{rfc3339, AlertSettings, Sink};
 use crate::core::detect::findings::Severity;
 use crate::core::detect::{Finding, FindingState, Kind};
 use crate::outputs::{attribution_text, explanation_text, peak_text};
+use crate::util::printable::{printable, printable_json, printable_lines};
 
 /// Frames of the top site's stack in the `attribution_stack` annotation, at most.
 const STACK_FRAMES: usize = 8;
@@ -84,7 +85,21 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
     if f.kind == Kind::Oom {
         oom_annotations(f, &mut annotations);
     }
-    json!({
+    // Read by people (Alertmanager's UI, mail, chat): a trainer's strings go there escaped. The
+    // stack keeps its line breaks; the webhook's JSON keeps the true values.
+    for (k, v) in annotations.iter_mut() {
+        if let Value::String(s) = v {
+            let safe = if k == "attribution_stack" {
+                printable_lines(s)
+            } else {
+                printable(s)
+            };
+            if let std::borrow::Cow::Owned(o) = safe {
+                *s = o;
+            }
+        }
+    }
+    let mut alert = json!({
         "labels": {
             "alertname": alertname(f.kind),
             "severity": serde_json::to_value(f.severity).unwrap_or(Value::Null),
@@ -102,7 +117,11 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
         "startsAt": rfc3339(f.since.unwrap_or(f.first_ts)),
         "endsAt": rfc3339(ends),
         "generatorURL": api_url,
-    })
+    });
+    if let Some(labels) = alert.get_mut("labels") {
+        printable_json(labels);
+    }
+    alert
 }
 
 fn oom_annotations(f: &Finding, annotations: &mut Map<String, Value>) {

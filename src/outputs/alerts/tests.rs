@@ -148,6 +148,35 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
     assert_eq!(a["startsAt"], "1970-01-01T00:00:01.000Z");
 }
 
+/// A trainer's strings reach Alertmanager (and the people reading it) escaped; the webhook's
+/// JSON keeps the true value.
+#[test]
+fn alertmanager_alerts_carry_a_trainer_s_strings_escaped() {
+    let mut f = finding("s-4/leak", FindingState::Firing);
+    f.subject.job = Some("evil\x1b[2J\x1b]0;pwned\x07".into());
+    f.message = "job evil\x1b[2J grows".into();
+    let a = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
+    let text = a.to_string();
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text}"
+    );
+    assert!(
+        a["labels"]["job"]
+            .as_str()
+            .unwrap()
+            .starts_with("evil\\u{1b}[2J"),
+        "{}",
+        a["labels"]["job"]
+    );
+    assert!(a["annotations"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("\\u{1b}[2J"));
+    let body = webhook::body("node1", std::slice::from_ref(&f));
+    assert!(body.to_string().contains("\\u001b[2J"), "{body}");
+}
+
 #[test]
 fn an_attributed_leak_alert_names_the_top_site_and_its_stack() {
     let mut f = finding("s-3/leak", FindingState::Firing);
