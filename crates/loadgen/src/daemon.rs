@@ -10,6 +10,8 @@ use anyhow::{anyhow, bail, Context};
 pub struct Api {
     agent: ureq::Agent,
     base: String,
+    /// An Authorization header's value, for a daemon asking basic auth.
+    auth: Option<String>,
 }
 
 impl Api {
@@ -22,13 +24,25 @@ impl Api {
         Self {
             agent,
             base: base.trim_end_matches('/').to_string(),
+            auth: None,
         }
+    }
+
+    /// Requests carry this Authorization header value (e.g. `Basic ...`). (gpumon-flood's.)
+    #[allow(dead_code)]
+    pub fn with_auth(mut self, value: String) -> Self {
+        self.auth = Some(value);
+        self
     }
 
     /// (status, body) of a GET on `path`.
     pub fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
         let url = format!("{}{path}", self.base);
-        let mut resp = self.agent.get(&url).call().with_context(|| {
+        let mut req = self.agent.get(&url);
+        if let Some(a) = &self.auth {
+            req = req.header("Authorization", a);
+        }
+        let mut resp = req.call().with_context(|| {
             format!("cannot reach the daemon's API at {url}; is it running? (--api)")
         })?;
         let code = resp.status().as_u16();

@@ -3,14 +3,19 @@
 //! flood and gives back after it is measured, not guessed (docs/operations.md quotes it).
 //!   crash:       sessions that say hello, send one step and close without bye;
 //!   hello-close: sessions that say hello and close at once;
-//!   partial:     connections that say hello, then hold a line they never finish.
+//!   partial:     connections that say hello, then hold a line they never finish;
+//!   http-auth, http-snapshot, http-pipeline: HTTP floods, with a scraper counting the scrapes
+//!                answered (flood_http.rs).
 //! Beside the flood a well-behaved trainer steps every 10 ms and times its round trip, and a
 //! scraper takes /api/v1/snapshot every 50 ms. Exit status 1 when a --max-* bound is passed.
+//! `gpumon-flood web-config --password P` prints a web config asking basic auth (user
+//! `scraper`), for the daemon of an http-auth flood.
 
 // Shared with gpumon-loadgen, which uses more of it.
 #[allow(dead_code)]
 #[path = "daemon.rs"]
 mod daemon;
+mod flood_http;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -26,6 +31,11 @@ enum Kind {
     Crash,
     HelloClose,
     Partial,
+    HttpAuth,
+    HttpSnapshot,
+    HttpPipeline,
+    /// Prints a web config asking basic auth of `scraper` with --password, and exits.
+    WebConfig,
 }
 
 #[derive(Parser, Debug)]
@@ -36,7 +46,7 @@ struct Args {
     kind: Kind,
     /// The daemon's ingest socket.
     #[arg(long, env = "GPUMON_SOCKET", value_name = "PATH")]
-    socket: PathBuf,
+    socket: Option<PathBuf>,
     /// The daemon's HTTP base URL.
     #[arg(long, default_value = "http://127.0.0.1:9477", value_name = "URL")]
     api: String,
@@ -64,6 +74,18 @@ struct Args {
     /// Fail when the trainer's p99 round trip during the flood is longer.
     #[arg(long, value_name = "MS")]
     max_p99_ms: Option<f64>,
+    /// HTTP floods: flooding clients.
+    #[arg(long, default_value_t = 512)]
+    clients: usize,
+    /// HTTP floods: seconds scraped during the flood.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// The password of user `scraper` (web-config; the scraper's, when the daemon asks it).
+    #[arg(long)]
+    password: Option<String>,
+    /// HTTP floods: fail when fewer scrapes are answered, in percent.
+    #[arg(long, value_name = "PERCENT")]
+    min_answered: Option<f64>,
 }
 
 const MB: f64 = 1_000_000.0;
@@ -153,14 +175,37 @@ fn percentile(v: &mut [Duration], p: usize) -> Duration {
         .unwrap_or_default()
 }
 
+/// The address of an `http://HOST:PORT` base URL.
+fn api_addr(api: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let hostport = api
+        .strip_prefix("http://")
+        .unwrap_or(api)
+        .trim_end_matches('/');
+    hostport
+        .parse()
+        .with_context(|| format!("--api {api}: give it as http://IP:PORT for an HTTP flood"))
+}
+
 fn run(args: &Args) -> anyhow::Result<bool> {
-    let probe = connect(&args.socket)?;
+    let Some(socket) = args.socket.as_deref() else {
+        bail!("give the daemon's ingest socket: --socket PATH (or GPUMON_SOCKET)");
+    };
+    let probe = connect(socket)?;
     let pid = daemon::peer_pid(&probe)?;
     drop(probe);
-    let api = daemon::Api::new(&args.api);
+    let user_password = args.password.as_ref().map(|p| format!("scraper:{p}"));
+    let mut api = daemon::Api::new(&args.api);
+    if let Some(up) = &user_password {
+        api = api.with_auth(flood_http::basic(up));
+    }
+    let scraper_auth = user_password
+        .as_deref()
+        .map(flood_http::auth_header)
+        .unwrap_or_default();
+    let mut http = None;
     api.counters()?;
     // What a normal run allocates once (a snapshot, a session) is in the start figure.
-    one_session(&args.socket, Kind::Crash, 0)?;
+    one_session(socket, Kind::Crash, 0)?;
     api.get("/api/v1/snapshot")?;
     std::thread::sleep(Duration::from_millis(500));
     let start = rss(pid);
@@ -172,7 +217,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let next = AtomicUsize::new(1);
     let t0 = Instant::now();
     let (mut rtt, flood_s, end_of_flood) = std::thread::scope(|sc| -> anyhow::Result<_> {
-        let bystander = sc.spawn(|| trainer(&args.socket, &stop));
+        let bystander = sc.spawn(|| trainer(socket, &stop));
         sc.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
@@ -209,7 +254,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
                             if rank > args.sessions {
                                 break;
                             }
-                            match one_session(&args.socket, args.kind, rank) {
+                            match one_session(socket, args.kind, rank) {
                                 Ok(true) => {}
                                 Ok(false) => {
                                     refused.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +270,22 @@ fn run(args: &Args) -> anyhow::Result<bool> {
                     let _ = w.join();
                 }
             }
+            Kind::HttpAuth | Kind::HttpSnapshot | Kind::HttpPipeline => {
+                let kind = match args.kind {
+                    Kind::HttpAuth => flood_http::Http::Auth,
+                    Kind::HttpSnapshot => flood_http::Http::Snapshot,
+                    _ => flood_http::Http::Pipeline,
+                };
+                let addr = api_addr(&args.api)?;
+                http = Some(flood_http::run(
+                    kind,
+                    addr,
+                    args.clients,
+                    args.seconds,
+                    &scraper_auth,
+                )?);
+            }
+            Kind::WebConfig => bail!("web-config prints a file; it floods nothing"),
             Kind::Partial => {
                 let mut held = Vec::with_capacity(args.sessions);
                 let line = format!(
@@ -232,7 +293,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
                     "x".repeat(args.bytes.saturating_sub(60))
                 );
                 for rank in 1..=args.sessions {
-                    let s = match connect(&args.socket) {
+                    let s = match connect(socket) {
                         Ok(s) => s,
                         Err(_) => {
                             errors.fetch_add(1, Ordering::Relaxed);
@@ -270,11 +331,19 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     let after = rss(pid);
     let peak = watch.peak.load(Ordering::Relaxed).max(after);
     let counters = api.counters()?;
-    let n = args.sessions;
+    let n = if http.is_some() {
+        args.clients
+    } else {
+        args.sessions
+    };
     let kind = format!("{:?}", args.kind).to_lowercase();
     println!(
         "flood {kind}: {n} {} in {flood_s:.1} s ({:.0}/s), {} refused, {} failed; the daemon's ingest counters: {:.0} lines, {:.0} rejected",
-        if args.kind == Kind::Partial { "connections" } else { "sessions" },
+        match args.kind {
+            Kind::Partial => "connections",
+            Kind::HttpAuth | Kind::HttpSnapshot | Kind::HttpPipeline => "clients",
+            _ => "sessions",
+        },
         n as f64 / flood_s.max(1e-9),
         refused.load(Ordering::Relaxed),
         errors.load(Ordering::Relaxed),
@@ -305,7 +374,33 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         p50.as_secs_f64() * 1e3,
         p99.as_secs_f64() * 1e3
     );
+    let mut answered_pct = None;
+    if let Some(h) = &mut http {
+        let pct = 100.0 * h.answered as f64 / h.scrapes.max(1) as f64;
+        answered_pct = Some(pct);
+        let n = h.latencies.len();
+        let (p50, p99) = (
+            percentile(&mut h.latencies, 50),
+            percentile(&mut h.latencies, 99),
+        );
+        println!(
+            "scraper (a new connection per scrape of /metrics, once a second): {} of {} answered ({pct:.0}%), p50 {:.1} ms, p99 {:.1} ms over {n}; the flood sent {} requests",
+            h.answered,
+            h.scrapes,
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3,
+            h.flood_requests
+        );
+    }
     let mut ok = true;
+    if let (Some(pct), Some(min)) = (answered_pct, args.min_answered) {
+        let pass = pct >= min;
+        ok &= pass;
+        println!(
+            "{}: scrapes answered {pct:.0}% (at least {min})",
+            if pass { "PASS" } else { "FAIL" }
+        );
+    }
     let mut check = |what: &str, got: f64, max: Option<f64>| {
         if let Some(max) = max {
             let pass = got <= max;
@@ -328,6 +423,22 @@ fn run(args: &Args) -> anyhow::Result<bool> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.kind == Kind::WebConfig {
+        let Some(p) = &args.password else {
+            eprintln!("gpumon-flood: web-config needs --password");
+            return std::process::ExitCode::from(2);
+        };
+        return match flood_http::web_config("scraper", p) {
+            Ok(text) => {
+                print!("{text}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gpumon-flood: {e:#}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
     match run(&args) {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => std::process::ExitCode::from(1),
