@@ -3,6 +3,7 @@
 
 pub mod aggregator;
 pub mod detect;
+pub mod ledger;
 pub mod model;
 pub mod snapshot;
 pub mod store;

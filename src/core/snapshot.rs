@@ -253,6 +253,10 @@ pub struct SessionView {
     /// This session's entry in NVML's process list, joined on (host pid, GPU UUID).
     #[serde(default)]
     pub nvml: Option<SessionNvml>,
+    /// NVML's figure for the process split into live tensors, the allocator's cache and what
+    /// lies outside the allocator (live sessions only).
+    #[serde(default)]
+    pub ledger: Option<crate::core::ledger::Ledger>,
     pub torch: Option<String>,
     pub client: Option<String>,
     pub started: Timestamp,
@@ -348,16 +352,16 @@ impl SessionView {
 
     fn of(s: &Session, store: &Store) -> Self {
         let latest = store.latest();
-        let nvml = latest
-            .and_then(|r| r.processes.iter().find(|p| joins(s, p)))
-            .map(|p| SessionNvml {
-                used_memory_bytes: p.used_memory_bytes,
-                process: p.info.name.clone(),
-                user: p.info.user.clone(),
-                container: p.info.container.clone(),
-                pod: p.info.pod.clone(),
-                namespace: p.info.namespace.clone(),
-            });
+        let process = latest.and_then(|r| r.processes.iter().find(|p| joins(s, p)));
+        let ledger = session_ledger(s, store);
+        let nvml = process.map(|p| SessionNvml {
+            used_memory_bytes: p.used_memory_bytes,
+            process: p.info.name.clone(),
+            user: p.info.user.clone(),
+            container: p.info.container.clone(),
+            pod: p.info.pod.clone(),
+            namespace: p.info.namespace.clone(),
+        });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
         Self {
             session: s.id.clone(),
@@ -375,6 +379,7 @@ impl SessionView {
                 .as_deref()
                 .and_then(|u| store.gpu_index_number(u)),
             nvml,
+            ledger,
             torch: s.hello.torch.clone(),
             client: s.hello.client.clone(),
             started: s.started,
@@ -395,6 +400,23 @@ impl SessionView {
             armed: s.arming.armed().cloned(),
         }
     }
+}
+
+/// A live session's ledger: NVML's figure for its process on its GPU, accounted (ledger.rs).
+pub fn session_ledger(s: &Session, store: &Store) -> Option<crate::core::ledger::Ledger> {
+    if s.ended.is_some() {
+        return None;
+    }
+    let latest = store.latest();
+    let process = latest.and_then(|r| r.processes.iter().find(|p| joins(s, p)));
+    Some(crate::core::ledger::ledger(&crate::core::ledger::Inputs {
+        nvml_used: process.and_then(|p| p.used_memory_bytes),
+        poll_ts: latest.map(|r| r.ts),
+        stats: s.last_sample.as_ref().map(|(_, x)| &x.stats),
+        sample_ts: s.last_sample.as_ref().map(|(t, _)| *t),
+        sessions_sharing: process
+            .map_or(1, |p| store.sessions.live().filter(|o| joins(o, p)).count()),
+    }))
 }
 
 pub fn hostname() -> String {

@@ -135,6 +135,7 @@ pub fn trainer(
         gpu_uuid: Some(format!("GPU-{gpu:08x}-2222-3333-4444-555555555555")),
         gpu: Some(gpu),
         nvml: None,
+        ledger: None,
         torch: Some("2.5.1".into()),
         client: Some("gpumon-client/0.1.0".into()),
         started: NOW - 600.0,

@@ -75,6 +75,10 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         "gpumon_trainer_alloc_limit_bytes",
         "Cap on the trainer's caching allocator (torch.cuda.set_per_process_memory_fraction), as reported; absent when none was.",
     );
+    let mut outside = g(
+        "gpumon_trainer_outside_allocator_bytes",
+        "NVML's used memory of the trainer's process on its GPU minus the caching allocator's reserved bytes: the CUDA context, NCCL, cuBLAS/cuDNN workspaces, raw cudaMalloc. Absent when it cannot be known (the API's ledger says why).",
+    );
     let mut step = g("gpumon_trainer_step", "Last step the trainer reported.");
     let mut last = g(
         "gpumon_trainer_last_sample_timestamp_seconds",
@@ -145,6 +149,10 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         if let Some(f) = st.fragmentation() {
             frag.add(&l, f);
         }
+        let ledger = crate::core::snapshot::session_ledger(s, store);
+        if let Some(b) = ledger.and_then(|x| x.outside_allocator_bytes) {
+            outside.add(&l, b as f64);
+        }
         if let Some(t) = s.last_arrival {
             last.add(&l, t);
         }
@@ -167,6 +175,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         active,
         inactive,
         alloc_limit,
+        outside,
         retries,
         ooms,
         survived,
