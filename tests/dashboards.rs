@@ -278,7 +278,24 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 
 /// Names on a real daemon's /metrics (fake NVML, one trainer session pushing).
 fn emitted_names() -> BTreeSet<String> {
-    let d = Daemon::with_scenario("two_gpus");
+    // The test process is the trainer, listed by the fake NVML on GPU 0, so that its memory
+    // ledger (gpumon_trainer_outside_allocator_bytes) is known.
+    let dir = tempfile::tempdir().unwrap();
+    let mut scen = std::fs::read_to_string(common::scenario("two_gpus")).unwrap();
+    scen = scen.replacen(
+        "[[gpu.process]]",
+        &format!(
+            "[[gpu.process]]\npid = {}\nname = \"python\"\nused = 1073741824\n\n[[gpu.process]]",
+            std::process::id()
+        ),
+        1,
+    );
+    let path = dir.path().join("with_me.toml");
+    std::fs::write(&path, scen).unwrap();
+    let d = Daemon::start(common::DaemonOpts {
+        scenario: Some(&path),
+        ..common::DaemonOpts::default()
+    });
     let s = UnixStream::connect(&d.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut w = s.try_clone().unwrap();

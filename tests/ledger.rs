@@ -89,6 +89,22 @@ fn nvml_s_figure_is_split_into_tensors_cache_and_memory_outside_the_allocator() 
         .unwrap_or_else(|| panic!("{m}"));
     assert!(series.ends_with(&format!(" {}", GIB)), "{series}");
 
+    // `gpumon status` shows the part outside the allocator beside allocated and reserved.
+    let out = std::process::Command::new(BIN)
+        .args(["status", "--listen", &d.addr.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().find(|l| l.starts_with("JOB")).unwrap();
+    assert!(
+        header.contains("RESERVED") && header.contains("OUTSIDE"),
+        "{text}"
+    );
+    let row = text.lines().find(|l| l.starts_with("ledger")).unwrap();
+    // Right-aligned, ten wide: the cell ends where its heading does.
+    let end = header.find("OUTSIDE").unwrap() + "OUTSIDE".len();
+    assert_eq!(row[end - 10..end].trim(), "1.0 GiB", "{text}");
+
     // A trainer on GPU 0, where NVML does not list this process: no figure, and why.
     let _b = trainer(&d, 2, GPU0, GIB, 2 * GIB);
     d.wait_for(Duration::from_secs(5), "the second ledger", || {

@@ -164,8 +164,8 @@ fn trainers(snap: &Snapshot, out: &mut String) {
     };
     let _ = writeln!(
         out,
-        "\n{:<20} {:>6} {:>4} {:>8} {:>9} {:>10} {:>10}  FINDINGS",
-        "JOB", "RANK", "GPU", "PID", "STEP", "ALLOCATED", "RESERVED"
+        "\n{:<20} {:>6} {:>4} {:>8} {:>9} {:>10} {:>10} {:>10}  FINDINGS",
+        "JOB", "RANK", "GPU", "PID", "STEP", "ALLOCATED", "RESERVED", "OUTSIDE"
     );
     let mut messages = Vec::new();
     for s in &live {
@@ -191,7 +191,7 @@ fn trainers(snap: &Snapshot, out: &mut String) {
         }
         let _ = writeln!(
             out,
-            "{:<20} {:>6} {:>4} {:>8} {:>9} {:>10} {:>10}  {}",
+            "{:<20} {:>6} {:>4} {:>8} {:>9} {:>10} {:>10} {:>10}  {}",
             truncate(s.job.as_deref().unwrap_or("-"), 20),
             rank,
             opt(s.gpu, |g| g.to_string()),
@@ -199,6 +199,12 @@ fn trainers(snap: &Snapshot, out: &mut String) {
             opt(s.step, |v| v.to_string()),
             opt(s.stats.and_then(|st| st.allocated), bytes),
             opt(s.stats.and_then(|st| st.reserved), bytes),
+            // Memory of the process outside PyTorch's allocator (the API's ledger says why
+            // when it cannot be known: "?").
+            match &s.ledger {
+                Some(l) => l.outside_allocator_bytes.map_or("?".into(), bytes),
+                None => "-".into(),
+            },
             if badges.is_empty() {
                 "-".to_string()
             } else {
