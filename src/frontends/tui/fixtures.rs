@@ -200,6 +200,25 @@ pub fn snapshot(
             }
         })
         .collect();
+    // And each live session's ledger from its process's NVML figure, as the daemon makes it.
+    let mut sessions = sessions;
+    for x in sessions
+        .iter_mut()
+        .filter(|x| x.ended.is_none() && x.ledger.is_none())
+    {
+        let used = s
+            .processes
+            .iter()
+            .find(|p| p.session.as_deref() == Some(x.session.as_str()))
+            .and_then(|p| p.used_memory_bytes);
+        x.ledger = Some(crate::core::ledger::ledger(&crate::core::ledger::Inputs {
+            nvml_used: used,
+            poll_ts: Some(NOW),
+            stats: x.stats.as_ref(),
+            sample_ts: x.last_sample_ts,
+            sessions_sharing: 1,
+        }));
+    }
     s.sessions = sessions;
     // A fixture that does not read as the daemon's findings is a broken test, not an empty screen.
     s.findings = serde_json::from_value(Value::Array(findings)).unwrap();

@@ -22,6 +22,7 @@ pub enum Column {
     Peak,
     Reserved,
     Frag,
+    Outside,
     Retries,
     Step,
     Findings,
@@ -29,7 +30,7 @@ pub enum Column {
 
 impl Column {
     /// Display order, left to right.
-    pub const ALL: [Column; 14] = [
+    pub const ALL: [Column; 15] = [
         Column::Node,
         Column::Gpu,
         Column::Pid,
@@ -41,13 +42,14 @@ impl Column {
         Column::Peak,
         Column::Reserved,
         Column::Frag,
+        Column::Outside,
         Column::Retries,
         Column::Step,
         Column::Findings,
     ];
 
     /// Which columns survive a narrow terminal, first to last.
-    pub const BY_PRIORITY: [Column; 14] = [
+    pub const BY_PRIORITY: [Column; 15] = [
         Column::Node,
         Column::Gpu,
         Column::Pid,
@@ -60,6 +62,7 @@ impl Column {
         Column::Reserved,
         Column::Frag,
         Column::Retries,
+        Column::Outside,
         Column::User,
         Column::Container,
     ];
@@ -77,6 +80,7 @@ impl Column {
             Column::Peak => "PEAK",
             Column::Reserved => "RESERVED",
             Column::Frag => "FRAG",
+            Column::Outside => "OUTSIDE",
             Column::Retries => "RETRY",
             Column::Step => "STEP",
             Column::Findings => "FINDINGS",
@@ -92,7 +96,7 @@ impl Column {
             Column::User => 10,
             Column::Container => 12,
             Column::Name => 14,
-            Column::Used | Column::Floor | Column::Peak | Column::Reserved => 10,
+            Column::Used | Column::Floor | Column::Peak | Column::Reserved | Column::Outside => 10,
             Column::Frag | Column::Retries => 5,
             Column::Step => 7,
             Column::Findings => 10,
@@ -143,11 +147,13 @@ pub struct ProcRow {
     pub peak: Option<u64>,
     pub reserved: Option<u64>,
     pub frag: Option<f64>,
+    /// NVML's figure minus reserved: memory of the process outside PyTorch's allocator.
+    pub outside: Option<u64>,
     pub retries: Option<u64>,
     pub step: Option<u64>,
     pub badges: Vec<Badge>,
     /// Display text per column, in `Column::ALL` order.
-    pub cells: [String; 14],
+    pub cells: [String; 15],
     /// Lower-case text the filter matches against.
     haystack: String,
 }
@@ -232,6 +238,8 @@ impl Draft<'_> {
         let peak = stats.and_then(|x| x.allocated_peak);
         let reserved = stats.and_then(|x| x.reserved);
         let frag = stats.and_then(|x| x.fragmentation());
+        let ledger = s.and_then(|s| s.ledger.as_ref());
+        let outside = ledger.and_then(|l| l.outside_allocator_bytes);
         let retries = s.map(|s| s.alloc_retries_total);
         let step = s.and_then(|s| s.step);
         let badges = badges(s, self.pid, self.gpu, findings);
@@ -259,6 +267,12 @@ impl Draft<'_> {
             b(reserved),
             frag.map(|f| format!("{:.0}%", f * 100.0))
                 .unwrap_or_else(|| "-".into()),
+            // "?": a trainer whose outside part cannot be known (the API's ledger says why).
+            match (outside, ledger) {
+                (Some(o), _) => bytes(o),
+                (None, Some(_)) => "?".into(),
+                (None, None) => "-".into(),
+            },
             retries.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
             step.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
             badges.iter().map(|b| b.kind).collect::<Vec<_>>().join(" "),
@@ -276,6 +290,7 @@ impl Draft<'_> {
             peak,
             reserved,
             frag,
+            outside,
             retries,
             step,
             badges,
@@ -375,6 +390,7 @@ pub fn compare(a: &ProcRow, b: &ProcRow, col: Column, desc: bool) -> Ordering {
         Column::Peak => by(f(a.peak), f(b.peak)),
         Column::Reserved => by(f(a.reserved), f(b.reserved)),
         Column::Frag => by(a.frag, b.frag),
+        Column::Outside => by(f(a.outside), f(b.outside)),
         Column::Retries => by(f(a.retries), f(b.retries)),
         Column::Step => by(f(a.step), f(b.step)),
         Column::Findings => by(severity(a), severity(b)),

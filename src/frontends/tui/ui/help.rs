@@ -7,7 +7,7 @@ use ratatui::Frame;
 
 use super::theme::Theme;
 
-const KEYS: [(&str, &str); 17] = [
+const KEYS: [(&str, &str); 18] = [
     ("tab ← → h l 1-3", "switch screen"),
     ("↑ ↓ j k", "move the selection, scroll"),
     ("PgUp PgDn ^u ^d", "page"),
@@ -25,6 +25,7 @@ const KEYS: [(&str, &str); 17] = [
     ("FLOOR", "allocated at step boundaries: the leak signal"),
     ("PEAK RESERVED", "from torch.cuda.memory_stats()"),
     ("FRAG", "(reserved − allocated) / reserved"),
+    ("OUTSIDE", "used − reserved, outside PyTorch (? unknown)"),
 ];
 
 pub fn render(f: &mut Frame, area: Rect, t: Theme) {
