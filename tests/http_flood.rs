@@ -5,16 +5,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+// The flood tool's connections from another peer and its response reader, shared.
+#[allow(dead_code)]
+#[path = "../crates/loadgen/src/flood_http.rs"]
+mod flood_http;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::{sample, Daemon, DaemonOpts};
+use flood_http::{connect_from_other_peer, read_response};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -40,73 +44,6 @@ fn daemon_with_limit(limit: usize, extra: &str) -> Daemon {
         config: format!("[http]\nconnection_limit = {limit}\n{extra}"),
         ..DaemonOpts::default()
     })
-}
-
-/// A connection from 127.0.0.2 (another peer than the scraper), with a receive buffer of
-/// `rcvbuf` bytes when given (set before connecting, so the window stays that small).
-fn connect_from_other_peer(addr: SocketAddr, rcvbuf: Option<i32>) -> Option<TcpStream> {
-    let SocketAddr::V4(to) = addr else {
-        panic!("the daemon listens on IPv4 loopback")
-    };
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0);
-        let s = TcpStream::from_raw_fd(fd);
-        if let Some(n) = rcvbuf {
-            let r = libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&n as *const i32).cast(),
-                4,
-            );
-            assert_eq!(r, 0);
-        }
-        let sin = |ip: [u8; 4], port: u16| libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes(ip),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let local = sin([127, 0, 0, 2], 0);
-        assert_eq!(
-            libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len),
-            0
-        );
-        let remote = sin(to.ip().octets(), to.port());
-        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
-            return None;
-        }
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
-        Some(s)
-    }
-}
-
-/// Reads one response (head and Content-Length body); its status, or None if the connection
-/// failed or closed.
-fn read_response(s: &mut TcpStream) -> Option<u16> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if s.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-    let status = head.get(9..12)?.parse().ok()?;
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).ok()?;
-    Some(status)
 }
 
 /// `SCRAPES` scrapes of /metrics, each on a new connection from 127.0.0.1, 150 ms apart:

@@ -353,7 +353,7 @@ impl SessionView {
     fn of(s: &Session, store: &Store) -> Self {
         let latest = store.latest();
         let process = latest.and_then(|r| r.processes.iter().find(|p| joins(s, p)));
-        let ledger = session_ledger(s, store);
+        let ledger = ledger_with(s, store, process);
         let nvml = process.map(|p| SessionNvml {
             used_memory_bytes: p.used_memory_bytes,
             process: p.info.name.clone(),
@@ -404,14 +404,24 @@ impl SessionView {
 
 /// A live session's ledger: NVML's figure for its process on its GPU, accounted (ledger.rs).
 pub fn session_ledger(s: &Session, store: &Store) -> Option<crate::core::ledger::Ledger> {
+    let process = store
+        .latest()
+        .and_then(|r| r.processes.iter().find(|p| joins(s, p)));
+    ledger_with(s, store, process)
+}
+
+/// The ledger of `s`, whose NVML entry (`process`) was looked up already.
+fn ledger_with(
+    s: &Session,
+    store: &Store,
+    process: Option<&ProcessReading>,
+) -> Option<crate::core::ledger::Ledger> {
     if s.ended.is_some() {
         return None;
     }
-    let latest = store.latest();
-    let process = latest.and_then(|r| r.processes.iter().find(|p| joins(s, p)));
     Some(crate::core::ledger::ledger(&crate::core::ledger::Inputs {
         nvml_used: process.and_then(|p| p.used_memory_bytes),
-        poll_ts: latest.map(|r| r.ts),
+        poll_ts: store.latest().map(|r| r.ts),
         stats: s.last_sample.as_ref().map(|(_, x)| &x.stats),
         sample_ts: s.last_sample.as_ref().map(|(t, _)| *t),
         sessions_sharing: process

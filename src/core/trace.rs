@@ -13,9 +13,14 @@ struct Head {
     kind: String,
 }
 
+/// The `type` of a JSON object line, if it is one.
+pub fn line_type(line: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Head>(line).ok().map(|h| h.kind)
+}
+
 /// Whether `line` is a JSON object whose `type` is `hello` (how every trace begins).
 pub fn is_hello(line: &[u8]) -> bool {
-    serde_json::from_slice::<Head>(line).is_ok_and(|h| h.kind == "hello")
+    line_type(line).is_some_and(|t| t == "hello")
 }
 
 /// The recorder's last line when recording stopped before the session ended, so a truncated

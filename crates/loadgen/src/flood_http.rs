@@ -6,6 +6,7 @@
 //!   http-snapshot: keep-alive clients looping GET /api/v1/snapshot;
 //!   http-pipeline: connections each pipelining 100 snapshot requests with a 1 KB receive
 //!                  buffer, never reading.
+//! tests/http_flood.rs floods with the same connections and reads (it includes this file).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -49,7 +50,7 @@ pub fn web_config(user: &str, password: &str) -> anyhow::Result<String> {
 
 /// A connection from 127.0.0.2, with a receive buffer of `rcvbuf` bytes when given (set
 /// before connecting, so the window stays that small).
-fn connect_from_other_peer(addr: SocketAddr, rcvbuf: Option<i32>) -> Option<TcpStream> {
+pub fn connect_from_other_peer(addr: SocketAddr, rcvbuf: Option<i32>) -> Option<TcpStream> {
     let SocketAddr::V4(to) = addr else {
         return None;
     };
@@ -95,7 +96,7 @@ fn connect_from_other_peer(addr: SocketAddr, rcvbuf: Option<i32>) -> Option<TcpS
 
 /// Reads one response (head and Content-Length body): its status, or None if the connection
 /// failed or closed.
-fn read_response(s: &mut TcpStream) -> Option<u16> {
+pub fn read_response(s: &mut TcpStream) -> Option<u16> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {

@@ -156,13 +156,8 @@ fn end_killed(path: &Path) -> bool {
 
 /// Whether `line` is one a trace may end with: the trainer's bye, or the daemon's own end.
 fn ends(line: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        #[serde(rename = "type")]
-        kind: String,
-    }
-    serde_json::from_slice::<Head>(line)
-        .is_ok_and(|h| matches!(h.kind.as_str(), "bye" | "trace_end" | "trace_truncated"))
+    trace::line_type(line)
+        .is_some_and(|t| matches!(t.as_str(), "bye" | "trace_end" | "trace_truncated"))
 }
 
 #[cfg(test)]
