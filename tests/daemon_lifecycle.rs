@@ -539,7 +539,7 @@ fn a_socket_path_that_cannot_be_used_is_named() {
     if root {
         cmd.uid(65534).gid(65534);
     }
-    let out = cmd.output().unwrap();
+    let out = common::retry_busy(|| cmd.output()).unwrap();
     mode(0o755);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -23,16 +23,15 @@ struct Demo {
 
 impl Demo {
     fn start(exe: &Path) -> Result<Self, String> {
-        let mut child = Command::new(exe)
-            .args(["demo", "--headless", "--listen", "127.0.0.1:0"])
+        let mut cmd = Command::new(exe);
+        cmd.args(["demo", "--headless", "--listen", "127.0.0.1:0"])
             .env("GPUMON_CONFIG", "/dev/null")
             .env("GPUMON_LOG_LEVEL", "info")
             .env("NO_COLOR", "1")
             .env_remove("GPUMON_NVML_LIB")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        let mut child = common::retry_busy(|| cmd.spawn()).unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let sink = log.clone();
         let stderr = child.stderr.take().unwrap();

@@ -300,3 +300,18 @@ pub fn analyze_json(trace: &Path) -> (Option<i32>, serde_json::Value) {
         serde_json::from_slice(&out.stdout).unwrap(),
     )
 }
+
+/// Runs `start` (a spawn or output of a freshly copied binary) again while exec says "text file
+/// busy": a fork in another test thread may briefly hold the copy's write descriptor open, the
+/// race every program that writes then executes a file meets.
+pub fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match start() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
