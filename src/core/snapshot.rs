@@ -334,15 +334,7 @@ impl ProcessView {
     }
 }
 
-/// A session is an NVML process entry when the kernel's pid for its socket is the host pid NVML
-/// reports and its device UUID is that GPU's (or, under MIG, that MIG device's).
-fn joins(s: &Session, p: &ProcessReading) -> bool {
-    s.peer.pid == p.pid
-        && s.hello
-            .gpu_uuid
-            .as_deref()
-            .is_some_and(|u| u == &*p.uuid || p.mig_uuid.as_deref() == Some(u))
-}
+use crate::core::store::sessions::nvml::joins;
 
 impl SessionView {
     /// One session, live or recently ended, as it appears in the snapshot's `sessions`.

@@ -58,6 +58,20 @@ pub fn resumes_line(file: &str, ts: f64) -> Vec<u8> {
     format!("{{\"type\":\"trace_resumes\",\"file\":{file},\"ts\":{ts:.3}}}\n").into_bytes()
 }
 
+/// The recorder's note of NVML's figure for the session's process on its GPU (`used_bytes`,
+/// polled at `ts`), written when it changes: `gpumon analyze` pairs the samples after it with it,
+/// as the daemon did. Without `used_bytes`, the daemon had no figure of the process's own from
+/// then on. No newline: written as a line of the session.
+pub fn nvml_line(used: Option<u64>, ts: Option<f64>) -> Vec<u8> {
+    match (used, ts) {
+        (Some(used), Some(ts)) => {
+            format!("{{\"type\":\"trace_nvml\",\"used_bytes\":{used},\"ts\":{ts:.3}}}")
+        }
+        _ => "{\"type\":\"trace_nvml\"}".to_string(),
+    }
+    .into_bytes()
+}
+
 /// The `instance` a hello line names, if any.
 pub fn hello_instance(line: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
@@ -78,6 +92,9 @@ pub enum RecorderLine {
     Ended(String),
     /// `trace_resumes`: the file this trace continues.
     Resumes(String),
+    /// `trace_nvml`: NVML's figure for the process and when it was polled; none when the
+    /// daemon had none of the process's own.
+    Nvml(Option<u64>, Option<f64>),
 }
 
 /// The recorder line `line` is, if it is one (protocol lines are left to the protocol parser).
@@ -89,6 +106,8 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         reason: Option<String>,
         gpu: Option<String>,
         file: Option<String>,
+        used_bytes: Option<u64>,
+        ts: Option<f64>,
     }
     // A cheap look first: nearly every line is a sample.
     memchr::memmem::find(line, b"\"trace_")?;
@@ -102,6 +121,10 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
             m.reason.unwrap_or_else(|| "no reason given".into()),
         )),
         "trace_resumes" => Some(RecorderLine::Resumes(m.file?)),
+        "trace_nvml" => Some(match (m.used_bytes, m.ts) {
+            (Some(used), Some(ts)) if ts.is_finite() => RecorderLine::Nvml(Some(used), Some(ts)),
+            _ => RecorderLine::Nvml(None, None),
+        }),
         _ => None,
     }
 }

@@ -24,6 +24,7 @@ use crate::core::detect::attribution::Site;
 use crate::core::detect::explanation::Explanation;
 use crate::core::detect::peak::Peak;
 use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
+use crate::core::store::sessions::nvml::NvmlFigure;
 use crate::core::store::sessions::{SessionLimits, Sessions};
 use crate::core::trace::{self, RecorderLine, MAX_LINE};
 use crate::core::trainer::EventKind;
@@ -247,6 +248,13 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                     continue;
                 }
                 Some(RecorderLine::Resumes(_)) => continue,
+                Some(RecorderLine::Nvml(used, ts)) => {
+                    if let Some(key) = conn.session() {
+                        let figure = used.zip(ts).map(|(used, ts)| NvmlFigure { used, ts });
+                        sessions.noted_nvml(key, figure);
+                    }
+                    continue;
+                }
                 None => {}
             }
             if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {

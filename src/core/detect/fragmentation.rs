@@ -89,6 +89,7 @@ mod tests {
             retries_total: 0,
             ooms_total: 0,
             alloc_limit: cap,
+            outside: None,
         };
         Fragmentation::new().sample(&obs)
     }

@@ -1,4 +1,8 @@
-//! `leak`: the memory that survives each training step keeps growing.
+//! `leak`: the memory that survives each training step keeps growing. The same test, on the
+//! process's memory outside the caching allocator at step boundaries (NVML's figure minus
+//! reserved), is `untracked_growth`: NCCL communicators made per step, workspaces, raw
+//! cudaMalloc. Its traps (the CUDA context at the first step, NCCL's warm-up, a one-time
+//! workspace) are the leak's: a warm-up, and a single level shift that is no spread rise.
 //!
 //! The signal is the per-step floor (`allocated_bytes.all.current` at step boundaries) of train
 //! samples. It is summarised as segment minima at several time scales at once: a level-0 segment
@@ -137,7 +141,17 @@ impl Level {
     }
 }
 
+/// Which floor a detector follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Floor {
+    /// `allocated_bytes.all.current`: live tensors (`leak`).
+    Allocated,
+    /// NVML's figure minus reserved (`untracked_growth`).
+    Outside,
+}
+
 pub struct Leak {
+    floor: Floor,
     materiality_ratio: f64,
     train_samples: u64,
     levels: Vec<Level>,
@@ -155,11 +169,23 @@ pub struct Leak {
     /// Step of the first train sample: the warm-up is counted from there.
     first_step: Option<u64>,
     warmed_up: bool,
+    /// The latest floor value seen (for `untracked_growth`'s "outside now").
+    last: f64,
 }
 
 impl Leak {
     pub fn new(materiality_ratio: f64) -> Self {
+        Self::of(Floor::Allocated, materiality_ratio)
+    }
+
+    /// The detector of growth outside the caching allocator.
+    pub fn outside(materiality_ratio: f64) -> Self {
+        Self::of(Floor::Outside, materiality_ratio)
+    }
+
+    fn of(floor: Floor, materiality_ratio: f64) -> Self {
         Self {
+            floor,
             materiality_ratio,
             train_samples: 0,
             levels: Vec::new(),
@@ -171,6 +197,7 @@ impl Leak {
             prev_step: None,
             first_step: None,
             warmed_up: false,
+            last: 0.0,
         }
     }
 
@@ -311,6 +338,7 @@ impl Leak {
                 oom_eta_steps: eta_steps,
                 oom_eta_seconds: eta_steps.zip(secs_per_step).map(|(n, s)| n as f64 * s),
                 alloc_limit: self.cap,
+                outside_allocator_bytes: (self.floor == Floor::Outside).then_some(self.last as u64),
                 step: Some(step),
                 detail: Some(format!("window of {span} steps")),
                 ..Evidence::default()
@@ -385,7 +413,10 @@ fn judge(done: &VecDeque<Seg>, trend: RunningMk, material: f64) -> Option<Verdic
 
 impl Detector for Leak {
     fn kind(&self) -> Kind {
-        Kind::Leak
+        match self.floor {
+            Floor::Allocated => Kind::Leak,
+            Floor::Outside => Kind::UntrackedGrowth,
+        }
     }
 
     fn sample(&mut self, obs: &Obs) -> Option<Signal> {
@@ -401,7 +432,11 @@ impl Detector for Leak {
         if !s.phase.is_train() {
             return None;
         }
-        let floor = s.stats.allocated?;
+        let floor = match self.floor {
+            Floor::Allocated => s.stats.allocated?,
+            Floor::Outside => obs.outside?,
+        };
+        self.last = floor as f64;
         self.train_samples += 1;
         let step = s.step.unwrap_or(self.train_samples);
         // A step count that starts over, or a repeated step, stands for one step.
@@ -420,7 +455,12 @@ impl Detector for Leak {
             t1: s.ts,
             min: floor as f64,
             min_step: step,
-            peak: s.stats.allocated_peak.unwrap_or(floor).max(floor),
+            // The forecast is to where the step peak meets the limit; memory outside the
+            // allocator moves the limit (less free on the device), not the peak.
+            peak: match self.floor {
+                Floor::Allocated => s.stats.allocated_peak.unwrap_or(floor).max(floor),
+                Floor::Outside => s.stats.allocated_peak.or(s.stats.allocated).unwrap_or(0),
+            },
             steps: covered,
         };
         if self.push(0, seg) {

@@ -21,20 +21,26 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             if let Some(g) = e.growth_bytes {
                 m.push_str(&format!(" (+{} so far)", bytes(g)));
             }
-            if let (Some(secs), Some(steps)) = (e.oom_eta_seconds, e.oom_eta_steps) {
-                let at = e.step.map(|s| s + steps);
-                let full = match e.alloc_limit {
-                    Some(cap) => format!("the {} allowed is used up", bytes_fine(cap)),
-                    None => "the GPU is full".into(),
-                };
-                m.push_str(&format!(
-                    "; at this rate {full} in ~{}",
-                    duration_coarse(secs)
-                ));
-                if let Some(at) = at {
-                    m.push_str(&format!(" (step ~{})", thousands(round_step(at))));
-                }
+            m.push_str(&forecast(e));
+            m
+        }
+        Kind::UntrackedGrowth => {
+            let slope = e.slope_bytes_per_step.unwrap_or(0.0);
+            let mut m = format!(
+                "memory outside PyTorch's allocator grows {}/step",
+                bytes(slope.max(0.0) as u64)
+            );
+            if let Some(s) = e.onset_step {
+                m.push_str(&format!(" since step {}", thousands(s)));
             }
+            match (e.growth_bytes, e.outside_allocator_bytes) {
+                (Some(g), Some(now)) => {
+                    m.push_str(&format!(" (+{} so far, {} now)", bytes(g), bytes(now)))
+                }
+                (Some(g), None) => m.push_str(&format!(" (+{} so far)", bytes(g))),
+                _ => {}
+            }
+            m.push_str(&forecast(e));
             m
         }
         Kind::NearLimit => {
@@ -57,11 +63,13 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                 )),
                 (None, _) => {}
             }
-            if parts.is_empty() {
+            let mut m = if parts.is_empty() {
                 "memory is near the device limit".into()
             } else {
                 parts.join("; ")
-            }
+            };
+            m.push_str(&outside(e, "is"));
+            m
         }
         Kind::Fragmentation => format!(
             "{:.0}% of reserved memory ({}) is cached but not allocated while {}",
@@ -77,6 +85,7 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                 Some(x) => explained::describe(e, x),
                 None => plain_oom(e),
             };
+            m.push_str(&outside(e, "was"));
             if e.survived == Some(true) {
                 m.push_str("; the run went on");
                 if let Some(s) = e.survived_step {
@@ -113,8 +122,37 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
         Kind::NearLimit => "little room is left at the step peak: lower the batch size or sequence length, or use gradient checkpointing",
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
         Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
+        Kind::UntrackedGrowth => "memory_stats() and snapshots cannot see this memory, and empty_cache() does not return it: look for NCCL communicators or process groups made per step (new_group, a model wrapped again in DDP/FSDP), cuBLAS/cuDNN workspaces growing with new shapes (CUBLAS_WORKSPACE_CONFIG), CUDA graphs captured again and again, or a library allocating with raw cudaMalloc (CuPy, custom extensions)",
         Kind::Crash | Kind::Unknown => return None,
     }))
+}
+
+/// "; 4.3 GiB of the process's memory is outside PyTorch's allocator": the part no allocator
+/// setting frees (the CUDA context, NCCL, workspaces), when the ledger could say and it is some.
+fn outside(e: &Evidence, verb: &str) -> String {
+    match e.outside_allocator_bytes {
+        Some(b) if b >= 1 << 20 => format!(
+            "; {} of the process's memory {verb} outside PyTorch's allocator",
+            bytes(b)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// "; at this rate the GPU is full in ~3 h (step ~40,000)": the forecast of a growing floor.
+fn forecast(e: &Evidence) -> String {
+    let (Some(secs), Some(steps)) = (e.oom_eta_seconds, e.oom_eta_steps) else {
+        return String::new();
+    };
+    let full = match e.alloc_limit {
+        Some(cap) => format!("the {} allowed is used up", bytes_fine(cap)),
+        None => "the GPU is full".into(),
+    };
+    let mut m = format!("; at this rate {full} in ~{}", duration_coarse(secs));
+    if let Some(at) = e.step.map(|s| s + steps) {
+        m.push_str(&format!(" (step ~{})", thousands(round_step(at))));
+    }
+    m
 }
 
 /// An OOM as the allocator's numbers tell it, without the trainer's explanation.
@@ -255,6 +293,37 @@ mod tests {
             describe(Kind::Leak, &e),
             "allocated floor grows 2.0 MiB/step since step 610 (+400.0 MiB so far); at this rate the GPU is full in ~4h10m (step ~31,000)"
         );
+    }
+
+    #[test]
+    fn pressure_and_ooms_say_what_lay_outside_the_allocator() {
+        let e = Evidence {
+            retries: Some(3),
+            headroom_bytes: Some(200 << 20),
+            outside_allocator_bytes: Some(4_617_089_843),
+            ..Evidence::default()
+        };
+        assert_eq!(
+            describe(Kind::NearLimit, &e),
+            "the allocator retried cudaMalloc 3 times recently (it had to free its cache to fit); headroom at the step peak is 200.0 MiB; 4.3 GiB of the process's memory is outside PyTorch's allocator"
+        );
+        let oom = Evidence {
+            alloc_bytes: Some(2 << 30),
+            device_free: Some(1 << 30),
+            step: Some(40_000),
+            outside_allocator_bytes: Some(4_617_089_843),
+            ..Evidence::default()
+        };
+        assert_eq!(
+            describe(Kind::Oom, &oom),
+            "CUDA out of memory: tried to allocate 2.0 GiB with 1.0 GiB free at step 40,000; 4.3 GiB of the process's memory was outside PyTorch's allocator"
+        );
+        // Nothing outside (or under a MiB): no clause.
+        let none = Evidence {
+            outside_allocator_bytes: Some(1000),
+            ..e
+        };
+        assert!(!describe(Kind::NearLimit, &none).contains("outside"));
     }
 
     fn attribution(sites: Vec<(&str, u64, &str, u64)>) -> Attribution {

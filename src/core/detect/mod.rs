@@ -34,6 +34,8 @@ pub enum Kind {
     Fragmentation,
     Oom,
     Crash,
+    /// Memory outside PyTorch's caching allocator (NVML's figure minus reserved) keeps growing.
+    UntrackedGrowth,
     /// A kind this build does not know (a newer daemon's): read, shown by name, never raised.
     #[serde(other)]
     Unknown,
@@ -41,14 +43,15 @@ pub enum Kind {
 
 impl Kind {
     /// Slots for per-kind counters: the known kinds, then `Unknown`.
-    pub const SLOTS: usize = 6;
+    pub const SLOTS: usize = Kind::ALL.len() + 1;
 
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Leak,
         Kind::NearLimit,
         Kind::Fragmentation,
         Kind::Oom,
         Kind::Crash,
+        Kind::UntrackedGrowth,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Kind {
             Kind::Fragmentation => "fragmentation",
             Kind::Oom => "oom",
             Kind::Crash => "crash",
+            Kind::UntrackedGrowth => "untracked_growth",
             Kind::Unknown => "unknown",
         }
     }
@@ -131,6 +135,10 @@ pub struct Evidence {
     /// oom: what the trainer read in its allocator at the OOM (pattern, lines, live sites).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Box<explanation::Explanation>>,
+    /// near_limit, oom, untracked_growth: the process's memory outside PyTorch's caching
+    /// allocator (NVML's figure minus reserved) at the time, when the ledger could say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_allocator_bytes: Option<u64>,
     /// oom: samples arrived after the OOM, so the trainer caught it and went on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survived: Option<bool>,
@@ -185,6 +193,9 @@ pub struct Obs<'a> {
     pub retries_total: u64,
     pub ooms_total: u64,
     pub alloc_limit: Option<u64>,
+    /// The process's memory outside the caching allocator at this sample (ledger.rs), when
+    /// NVML's figure for it is this session's alone and recent enough.
+    pub outside: Option<u64>,
 }
 
 impl Obs<'_> {

@@ -93,6 +93,7 @@ impl Detector for NearLimit {
                 retries: Some(recent),
                 headroom_bytes: headroom,
                 alloc_limit: obs.cap(),
+                outside_allocator_bytes: obs.outside,
                 step: obs.sample.step,
                 ..Evidence::default()
             },

@@ -26,6 +26,8 @@ pub struct Oom {
     /// From the latest samples: what the allocator held and the device's size.
     reserved: Option<u64>,
     device_total: Option<u64>,
+    /// Outside the allocator at the latest sample that could say.
+    outside: Option<u64>,
     evidence: Evidence,
     /// Whether the finding was told this evidence, and the activity it was told last.
     told: bool,
@@ -40,6 +42,7 @@ impl Oom {
             last_step: None,
             reserved: None,
             device_total: None,
+            outside: None,
             evidence: Evidence::default(),
             told: true,
             told_active: false,
@@ -69,6 +72,7 @@ impl Detector for Oom {
         self.last_step = s.step.or(self.last_step);
         self.reserved = s.stats.reserved.or(self.reserved);
         self.device_total = s.device_total.or(self.device_total);
+        self.outside = obs.outside.or(self.outside);
         if obs.ooms_total > self.last_total {
             self.last_total = obs.ooms_total;
             self.last_oom = Some(now);
@@ -78,6 +82,7 @@ impl Detector for Oom {
                 self.evidence.device_free = s.device_free;
                 self.evidence.reserved_bytes = s.stats.reserved;
                 self.evidence.alloc_limit = obs.cap();
+                self.evidence.outside_allocator_bytes = self.outside;
                 self.told = false;
             } else {
                 self.went_on(&now);
@@ -116,6 +121,7 @@ impl Detector for Oom {
             alloc_limit: cap(e.alloc_limit, self.device_total),
             detail: e.detail.clone(),
             step: self.last_step,
+            outside_allocator_bytes: self.outside,
             explanation: explanation.map(|x| Box::new(x.clone())),
             ..Evidence::default()
         };

@@ -73,6 +73,13 @@ impl SessionDetect {
                     FRAGMENTATION_HOLDS,
                     FRAGMENTATION_HOLDS,
                 ),
+                // Growth outside the allocator: the leak's test on another floor, and its
+                // lifecycle.
+                track(
+                    Box::new(leak::Leak::outside(cfg.leak_materiality_ratio)),
+                    Span::samples(1),
+                    Span::samples(leak::QUIET_EVALUATIONS),
+                ),
                 // The OOM detector holds its own signal for a while after the last OOM.
                 track(
                     Box::<oom::Oom>::default(),
@@ -325,6 +332,10 @@ fn severity(kind: Kind, e: &Evidence) -> Severity {
     match kind {
         Kind::Oom if e.survived == Some(true) => Severity::Warning,
         Kind::Oom | Kind::Crash => Severity::Critical,
-        Kind::Leak | Kind::NearLimit | Kind::Fragmentation | Kind::Unknown => Severity::Warning,
+        Kind::Leak
+        | Kind::NearLimit
+        | Kind::Fragmentation
+        | Kind::UntrackedGrowth
+        | Kind::Unknown => Severity::Warning,
     }
 }

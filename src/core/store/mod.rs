@@ -195,6 +195,7 @@ impl Store {
     fn apply_reading(&mut self, reading: Arc<NodeReading>) {
         let ts = reading.ts;
         self.sessions.tick(ts);
+        self.sessions.polled(&reading);
         self.sessions.devices = Some(reading.clone());
         self.generation += 1;
         self.gpu_series

@@ -4,6 +4,7 @@
 
 mod arm;
 mod attribute;
+pub mod nvml;
 pub mod ooms;
 
 use std::collections::BTreeMap;
@@ -101,6 +102,8 @@ pub struct Session {
     pub asking: Asking,
     /// Whether and for what the trainer is armed to record allocation history.
     pub arming: Arming,
+    /// NVML's figure for its process on its GPU from the latest poll, when it is its alone.
+    pub nvml: Option<nvml::NvmlFigure>,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -233,6 +236,7 @@ impl Sessions {
                 attribution: None,
                 asking,
                 arming,
+                nvml: None,
             },
         );
         (key, id)
@@ -281,6 +285,7 @@ impl Sessions {
             retries_total: sess.retries.total,
             ooms_total: sess.ooms.total,
             alloc_limit: sess.alloc_limit,
+            outside: nvml::outside_at(sess.nvml, &s),
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase.is_train());
@@ -767,3 +772,6 @@ mod tests {
 
 #[cfg(test)]
 mod survived_tests;
+
+#[cfg(test)]
+mod untracked_tests;

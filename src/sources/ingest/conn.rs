@@ -42,6 +42,8 @@ pub struct Conn {
     taken: u64,
     acked: u64,
     ack_sent: Option<Timestamp>,
+    /// NVML's figure for the session as its trace last noted it.
+    nvml_noted: Option<crate::core::store::sessions::nvml::NvmlFigure>,
 }
 
 /// What begins each part of a session's trace: the hello as received and, when the daemon
@@ -92,6 +94,7 @@ impl Conn {
             taken: 0,
             acked: 0,
             ack_sent: None,
+            nvml_noted: None,
         }
     }
 
@@ -117,6 +120,11 @@ impl Conn {
     /// Whether this connection's session is recorded (its lines' bytes are needed).
     pub fn records(&self) -> bool {
         self.recorder.is_some()
+    }
+
+    /// The key of this connection's session, once hello was accepted.
+    pub fn session(&self) -> Option<u64> {
+        self.session
     }
 
     pub fn line_number(&self) -> u64 {
@@ -231,6 +239,12 @@ impl Conn {
                 "send hello first: {\"type\":\"hello\",\"v\":1,...}",
             )),
             (Message::Sample(s), Some(key)) => {
+                if self.trace.is_some() {
+                    // The figure this sample is paired with, ahead of it, as analyze replays it.
+                    if let Some(line) = sessions.nvml_line(key, &mut self.nvml_noted) {
+                        self.record(&line, 0);
+                    }
+                }
                 sessions.sample(key, s, now);
                 self.record(raw, seq);
                 Outcome::Accepted

@@ -42,6 +42,7 @@ fn first_signal(
             retries_total: 0,
             ooms_total: 0,
             alloc_limit: None,
+            outside: None,
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             return Some((step, sig));
@@ -139,6 +140,7 @@ fn memory_is_bounded_over_a_very_long_run() {
             retries_total: 0,
             ooms_total: 0,
             alloc_limit: None,
+            outside: None,
         });
     }
     assert!(d.levels.len() <= LEVELS);
@@ -173,6 +175,7 @@ fn under_a_cap_the_forecast_is_to_the_cap() {
             retries_total: 0,
             ooms_total: 0,
             alloc_limit: Some(cap),
+            outside: None,
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             last = Some((step, sig));
@@ -301,6 +304,7 @@ fn signals(
             retries_total: 0,
             ooms_total: 0,
             alloc_limit: None,
+            outside: None,
         };
         if let Some(sig) = d.sample(&obs) {
             out.push((step, sig));

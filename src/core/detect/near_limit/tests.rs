@@ -43,6 +43,7 @@ impl Run {
             retries_total: self.retries,
             ooms_total: 0,
             alloc_limit: cap,
+            outside: None,
         };
         self.detect.sample(&self.who, &obs, &mut self.findings);
     }

@@ -31,6 +31,7 @@ fn feed(d: &mut Oom, s: &Sample, cap: Option<u64>) -> Option<Signal> {
         retries_total: 0,
         ooms_total: s.stats.ooms.unwrap_or(0),
         alloc_limit: cap,
+        outside: None,
     };
     d.sample(&obs)
 }

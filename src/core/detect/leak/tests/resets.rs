@@ -39,6 +39,7 @@ fn episodes(
             retries_total: 0,
             ooms_total: 0,
             alloc_limit: None,
+            outside: None,
         };
         d.sample(&who, &obs, &mut findings);
     }
