@@ -193,7 +193,7 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
     // Each trainer is a real child whose pid the simulated NVML lists, with the memory it reports
     // (reserved + a 512 MiB CUDA context), joined to its session.
     let sessions = s["sessions"].as_array().unwrap();
-    assert_eq!(sessions.len(), 3);
+    assert_eq!(sessions.len(), 4);
     let mut pids = Vec::new();
     for sess in sessions {
         let pid = sess["pid"].as_u64().unwrap();
@@ -201,7 +201,20 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
         assert!(alive(pid));
         let nvml = sess["nvml"]["used_memory_bytes"].as_f64().unwrap();
         let reserved = sess["stats"]["reserved"].as_f64().unwrap();
-        let expected = reserved + 512.0 * 1048576.0;
+        // The untracked trainer holds more outside its allocator as it goes.
+        let step = sess["step"].as_u64().unwrap_or(0);
+        let profile = match sess["job"].as_str() {
+            Some("demo-untracked") => Profile::Untracked,
+            _ => Profile::Healthy,
+        };
+        let expected = reserved + 512.0 * 1048576.0 + profile.outside_growth(step);
+        // The ledger says the same: what lies outside is NVML's figure less reserved.
+        let outside = sess["ledger"]["outside_allocator_bytes"].as_f64().unwrap();
+        assert!(
+            (outside - (nvml - reserved)).abs() < 1.0,
+            "{}",
+            sess["ledger"]
+        );
         // The leak moves 40 MiB/s between the two reads: allow a few seconds of it.
         assert!(
             (nvml - expected).abs() < 512.0 * 1048576.0,
@@ -226,6 +239,26 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
         "{a}"
     );
 
+    // The untracked trainer's allocator is flat while memory outside it grows: found by the
+    // ledger's trend, named for what it is, and no leak.
+    let s = demo.until(150, "untracked_growth firing for demo-untracked", |s| {
+        firing(s, "untracked_growth", "demo-untracked")
+    });
+    assert!(!firing(&s, "leak", "demo-untracked"));
+    let f = findings(&s, "untracked_growth")
+        .find(|f| f["job"] == "demo-untracked")
+        .unwrap();
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("memory outside PyTorch's allocator grows 2.0 MiB/step"),
+        "{f}"
+    );
+    for job in ["demo-healthy", "demo-leak", "demo-near-limit"] {
+        assert!(!firing(&s, "untracked_growth", job), "{job}");
+    }
+
     // Ctrl-C on the demo's terminal reaches every trainer too: one stopped so says bye, and its
     // session ends clean, not as a crash.
     let healthy = sessions
@@ -237,8 +270,8 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
     unsafe {
         libc::kill(healthy as i32, libc::SIGINT);
     }
-    // `until` counts from the demo's start: the leak above may take up to 120 s.
-    let s = demo.until(135, "the healthy trainer's session ended", |s| {
+    // `until` counts from the demo's start: the growth above may take up to 150 s.
+    let s = demo.until(165, "the healthy trainer's session ended", |s| {
         s["sessions"].as_array().is_some_and(|v| {
             v.iter()
                 .any(|x| x["job"] == "demo-healthy" && !x["ended"].is_null())

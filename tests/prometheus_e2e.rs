@@ -30,6 +30,13 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GpumonNearLimit", "demo-near-limit"),
 ];
 
+/// Alerts the demo may raise before the test ends, not waited for: the untracked trainer's
+/// growth outside its allocator is found about 110 s in, and its forecast follows.
+const MAY_FIRE: &[(&str, &str)] = &[
+    ("GpumonUntrackedGrowth", "demo-untracked"),
+    ("GpumonOOMForecast", "demo-untracked"),
+];
+
 /// Dashboard queries allowed to return nothing from the demo, as (panel title, refId), each with
 /// why. None today: the OOM panels use counters the demo exports at 0 from its first sample
 /// (`increase()` of them is 0, not nothing), the "NVML down" and "GPUs not answering" stats
@@ -285,7 +292,8 @@ fn check_alerts(run: &Run, nodes: &[DemoNode]) {
         let alerts = prom_alerts(&run.prom)?;
         for a in &alerts {
             let (name, job) = (label(a, "alertname"), label(a, "job"));
-            if job == "demo-healthy" || !EXPECTED.contains(&(name, job)) {
+            let known = EXPECTED.contains(&(name, job)) || MAY_FIRE.contains(&(name, job));
+            if job == "demo-healthy" || !known {
                 run.fail(&format!("unexpected alert {name} on job {job:?}: {a}"));
             }
         }
@@ -391,7 +399,12 @@ fn check_variables(run: &Run, dashboard: &Dashboard) {
         // The trainers' own job names: honor_labels keeps them.
         (
             "job",
-            set(&["demo-healthy", "demo-leak", "demo-near-limit"]),
+            set(&[
+                "demo-healthy",
+                "demo-leak",
+                "demo-near-limit",
+                "demo-untracked",
+            ]),
         ),
     ]
     .into();

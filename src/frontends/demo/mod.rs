@@ -113,7 +113,7 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
     let t0 = crate::core::model::now() - args.skip;
     let exe = std::env::current_exe()?;
     let mut pids = Vec::new();
-    for p in [Profile::Healthy, Profile::Leak, Profile::NearLimit] {
+    for p in profile::ALL {
         let child = Command::new(&exe)
             .arg("demo-trainer")
             .args(["--profile", profile_name(p), "--gpu-uuid"])
@@ -152,7 +152,7 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
         let mut banner = format!(
             "gpumon demo: http://{addr}  (metrics: http://{addr}/metrics, API: http://{addr}/api/v1/snapshot)\n\
              socket: {}\n\
-             simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), near-limit (GPU 1)\n",
+             simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), untracked (GPU 0), near-limit (GPU 1)\n",
             socket.display()
         );
         if let Some(d) = &config.record.dir {
@@ -221,6 +221,7 @@ fn profile_name(p: Profile) -> &'static str {
         Profile::Healthy => "healthy",
         Profile::Leak => "leak",
         Profile::NearLimit => "near-limit",
+        Profile::Untracked => "untracked",
     }
 }
 

@@ -24,6 +24,9 @@ pub enum Profile {
     Leak,
     /// Flat floor with the step peak at the device limit: the allocator keeps retrying.
     NearLimit,
+    /// Its allocator flat, but memory outside it grows 2 MiB per step after warm-up (as a
+    /// communicator made every step would), until its run is restarted.
+    Untracked,
 }
 
 /// The healthy trainer's reserved memory: it shares GPU 0 with the leaking one.
@@ -35,26 +38,36 @@ impl Profile {
             Profile::Healthy => "demo-healthy",
             Profile::Leak => "demo-leak",
             Profile::NearLimit => "demo-near-limit",
+            Profile::Untracked => "demo-untracked",
         }
     }
 
     /// Index of the simulated GPU it runs on.
     pub fn gpu(self) -> usize {
         match self {
-            Profile::Healthy | Profile::Leak => 0,
+            Profile::Healthy | Profile::Leak | Profile::Untracked => 0,
             Profile::NearLimit => 1,
         }
     }
 
-    /// Seconds between OOM restarts of the leaking trainer: until its peak meets the limit.
+    /// Seconds between restarts: the leaking trainer's OOMs (until its peak meets the limit,
+    /// beside the other two trainers of GPU 0 at their largest), the untracked one's reruns.
     pub fn period(self) -> Option<f64> {
         match self {
             Profile::Leak => {
-                let limit =
-                    TOTAL as f64 - DRIVER_RESERVED as f64 - HEALTHY_RESERVED - 2.0 * CONTEXT - GIB;
+                let limit = TOTAL as f64
+                    - DRIVER_RESERVED as f64
+                    - HEALTHY_RESERVED
+                    - 2.0 * CONTEXT
+                    - UNTRACKED_MOST
+                    - GIB;
                 let start = 8.0 * GIB + 7.0 * GIB;
                 Some((limit - start) / (LEAK_PER_STEP * STEPS_PER_SECOND))
             }
+            Profile::Untracked => Some(
+                (UNTRACKED_WARM_STEPS as f64 + UNTRACKED_GROWTH / UNTRACKED_PER_STEP)
+                    / STEPS_PER_SECOND,
+            ),
             _ => None,
         }
     }
@@ -70,6 +83,9 @@ impl Profile {
     /// When (seconds since the demo started) the run that is live at `t` runs out of memory:
     /// the first period boundary after `t`.
     pub fn oom_after(self, t: f64) -> Option<f64> {
+        if self != Profile::Leak {
+            return None;
+        }
         let p = self.period()?;
         let mut end = ((t.max(0.0) / p).floor() + 1.0) * p;
         // Rounding can land on `t` itself when `t` is a boundary: that run has already ended.
@@ -105,6 +121,10 @@ impl Profile {
                 let reserved = TOTAL as f64 - DRIVER_RESERVED as f64 - CONTEXT - 0.4 * GIB;
                 (floor, reserved - 0.2 * GIB, reserved, step / 25)
             }
+            Profile::Untracked => {
+                let floor = 3.0 * GIB + jitter;
+                (floor, floor + 1.5 * GIB, UNTRACKED_RESERVED, 0)
+            }
         };
         let stats = Stats {
             allocated: Some(floor as u64),
@@ -120,18 +140,44 @@ impl Profile {
         (step, stats)
     }
 
-    /// What NVML shows for the process: its reserved memory plus the CUDA context.
+    /// What NVML shows for the process: its reserved memory plus the CUDA context, plus what
+    /// the untracked trainer holds outside its allocator.
     pub fn nvml_used(self, t: f64) -> u64 {
-        let (_, s) = self.at(t);
-        s.reserved.unwrap_or(0) + CONTEXT as u64
+        let (step, s) = self.at(t);
+        s.reserved.unwrap_or(0) + CONTEXT as u64 + self.outside_growth(step) as u64
+    }
+
+    /// Bytes outside the allocator beyond the CUDA context at `step` (the untracked one only).
+    pub fn outside_growth(self, step: u64) -> f64 {
+        match self {
+            Profile::Untracked => (step.saturating_sub(UNTRACKED_WARM_STEPS) as f64
+                * UNTRACKED_PER_STEP)
+                .min(UNTRACKED_GROWTH),
+            _ => 0.0,
+        }
     }
 }
 
 const LEAK_PER_STEP: f64 = 8.0 * MIB;
+/// The untracked trainer: its allocator's reserve, its steps before the growth starts, the
+/// growth per step and in all (then it is restarted), and the most it holds on the GPU.
+const UNTRACKED_RESERVED: f64 = 5.0 * GIB;
+const UNTRACKED_WARM_STEPS: u64 = 200;
+const UNTRACKED_PER_STEP: f64 = 2.0 * MIB;
+const UNTRACKED_GROWTH: f64 = 3.0 * GIB;
+const UNTRACKED_MOST: f64 = UNTRACKED_RESERVED + CONTEXT + UNTRACKED_GROWTH;
+
+/// Every simulated trainer, in the order the demo starts them.
+pub const ALL: [Profile; 4] = [
+    Profile::Healthy,
+    Profile::Leak,
+    Profile::NearLimit,
+    Profile::Untracked,
+];
 
 /// Free memory a trainer on `gpu` sees at `t` (what `mem_get_info` would say).
 pub fn device_free(gpu: usize, t: f64) -> u64 {
-    let used: u64 = [Profile::Healthy, Profile::Leak, Profile::NearLimit]
+    let used: u64 = ALL
         .iter()
         .filter(|p| p.gpu() == gpu)
         .map(|p| p.nvml_used(t))
@@ -155,6 +201,25 @@ mod tests {
             let (_, s) = Profile::Leak.at(t);
             assert!(s.allocated_peak.unwrap() < s.reserved.unwrap());
         }
+    }
+
+    #[test]
+    fn the_untracked_trainer_grows_outside_a_flat_allocator_then_reruns() {
+        let p = Profile::Untracked;
+        let period = p.period().unwrap();
+        assert!(period > 200.0 && period < 600.0, "period {period}");
+        let outside = |t: f64| {
+            let (_, s) = p.at(t);
+            p.nvml_used(t) - s.reserved.unwrap()
+        };
+        assert_eq!(outside(10.0), CONTEXT as u64, "warm-up: the context alone");
+        assert_eq!(outside(140.0) - outside(100.0), (200.0 * 2.0 * MIB) as u64);
+        assert!(outside(period + 1.0) < outside(period - 1.0), "rerun");
+        assert_eq!(
+            p.oom_after(5.0),
+            None,
+            "it is restarted, not killed by an OOM"
+        );
     }
 
     #[test]

@@ -19,11 +19,15 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
     );
     let mut eta = g(
         "gpumon_oom_eta_seconds",
-        "Forecast seconds until the trainer's step peak reaches the device limit at the leak's rate.",
+        "Forecast seconds until the trainer's step peak reaches the device limit at the rate of its leak or of its growth outside the allocator, whichever is sooner.",
     );
     let mut near = g(
         "gpumon_near_limit",
         "1 while allocator retries are rising or headroom is under the margin.",
+    );
+    let mut untracked = g(
+        "gpumon_untracked_growth",
+        "1 while an untracked_growth finding is firing: the trainer's memory outside PyTorch's allocator keeps growing.",
     );
     let mut firing = Family::gauge(
         "gpumon_findings_firing",
@@ -50,10 +54,15 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
                 .and_then(|f| f.evidence.slope_bytes_per_step)
                 .unwrap_or(0.0),
         );
-        if let Some(secs) = leak_finding
+        let outside = s.detect.firing(Kind::UntrackedGrowth);
+        untracked.add(&l, if outside.is_some() { 1.0 } else { 0.0 });
+        let soonest = leak_finding
             .filter(|_| leak_firing)
-            .and_then(|f| f.evidence.oom_eta_seconds)
-        {
+            .into_iter()
+            .chain(outside)
+            .filter_map(|f| f.evidence.oom_eta_seconds)
+            .min_by(f64::total_cmp);
+        if let Some(secs) = soonest {
             eta.add(&l, secs);
         }
         let near_firing = s.detect.firing(Kind::NearLimit).is_some();
@@ -105,7 +114,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
     );
     armed.add(&[], store.sessions.armed_count() as f64);
     for f in [
-        leak, slope, eta, near, firing, total, suppressed, ooms, survived, armed,
+        leak, slope, eta, near, untracked, firing, total, suppressed, ooms, survived, armed,
     ] {
         f.finish(out);
     }
