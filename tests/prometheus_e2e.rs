@@ -25,7 +25,7 @@ const STEP: Duration = Duration::from_secs(30);
 /// the test, the healthy trainer's above all.
 const EXPECTED: &[(&str, &str)] = &[
     ("GpumonLeakSuspected", "demo-leak"),
-    // The leak's own forecast: the GPU is full in about 16 minutes.
+    // The leak's own forecast: the GPU is full in about 13 minutes.
     ("GpumonOOMForecast", "demo-leak"),
     ("GpumonNearLimit", "demo-near-limit"),
 ];

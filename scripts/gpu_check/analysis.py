@@ -507,3 +507,48 @@ def poll_verdict(daemon: Sequence[float], bare: Sequence[float]) -> Tuple[bool, 
         len(bare),
     )
     return d50 <= 2 * b50 + 0.001, figure
+
+
+# --- the memory ledger ---------------------------------------------------------------------------
+
+
+def ledger_views(history: Sequence[Dict[str, Any]], session: str) -> List[Tuple[int, Dict[str, Any]]]:
+    """(the session's step, its ledger) at every snapshot where the ledger knew what lay outside
+    the allocator."""
+    out = []
+    for snap in history:
+        for s in snap.get("sessions") or []:
+            led = s.get("ledger") or {}
+            if s.get("session") == session and led.get("outside_allocator_bytes") is not None and s.get("step") is not None:
+                out.append((int(s["step"]), led))
+    return out
+
+
+def outside_verdict(views: Sequence[Tuple[int, Dict[str, Any]]], result: Dict[str, Any]) -> Tuple[bool, str]:
+    """Whether the ledger added up to NVML's figure in every view, and its growth outside the
+    allocator between the first and last view inside the trainer's growth matches the raw bytes
+    the trainer took in those steps: within 10% and two seconds of growth (a sample and a poll
+    are up to a poll apart)."""
+    if not views:
+        return False, "no ledger with a known outside part"
+    bad = [
+        (step, led)
+        for step, led in views
+        if (led.get("allocated_bytes") or 0) + (led.get("cached_bytes") or 0) + led["outside_allocator_bytes"] != led.get("nvml_used_bytes")
+    ]
+    first = result.get("first_raw_step")
+    chunk, chunks = result.get("chunk_bytes"), result.get("raw_chunks") or 0
+    if first is None or not chunk:
+        return False, "the trainer took no memory outside the allocator"
+    growing = [(s, led) for s, led in views if first + 20 <= s <= first + chunks]
+    if len(growing) < 2:
+        return False, "fewer than 2 ledger views while the trainer grew (%d views in all)" % len(views)
+    (s0, l0), (s1, l1) = growing[0], growing[-1]
+    got = l1["outside_allocator_bytes"] - l0["outside_allocator_bytes"]
+    want = (s1 - s0) * chunk
+    per_second = chunk * 1000.0 / float(result.get("step_ms") or 50.0)
+    slack = 0.1 * want + 2 * per_second
+    ok = not bad and abs(got - want) <= slack
+    figure = "outside grew %s over steps %d-%d (the trainer took %s); the parts added up to NVML's figure in %d of %d views" % (
+        fmt_bytes(got), s0, s1, fmt_bytes(want), len(views) - len(bad), len(views))
+    return ok, figure

@@ -38,19 +38,19 @@ from daemon import Daemon, clean_env  # noqa: E402
 from monitor import Monitor  # noqa: E402
 from procs import Procs, wait_all  # noqa: E402
 
-NAMES = ("healthy", "leak", "near_limit", "oom", "oom_patterns", "lightning", "hf", "ddp", "bench")
+NAMES = ("healthy", "leak", "near_limit", "oom", "oom_patterns", "outside", "lightning", "hf", "ddp", "bench")
 # Seconds the leak trainer keeps leaking after its finding fired, at most, for its attribution.
 ATTRIBUTION_WAIT_S = 30.0
 
 # Seconds per trainer (full, quick). Trainers pace their steps, so these are wall times.
 PLAN = {
     "full": {
-        "healthy": 90, "leak": 120, "leak_flat": 10, "near_limit": 60, "oom": 30, "oom_patterns": 60,
+        "healthy": 90, "leak": 120, "leak_flat": 10, "near_limit": 60, "oom": 30, "oom_patterns": 60, "outside": 60,
         "lightning_steps": 300, "hf_steps": 200, "ddp": 25, "bench_repeats": 7, "bench_seconds": 1.0,
         "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 870,
     },
     "quick": {
-        "healthy": 20, "leak": 60, "leak_flat": 6, "near_limit": 20, "oom": 20, "oom_patterns": 40,
+        "healthy": 20, "leak": 60, "leak_flat": 6, "near_limit": 20, "oom": 20, "oom_patterns": 40, "outside": 45,
         "lightning_steps": 120, "hf_steps": 80, "ddp": 10, "bench_repeats": 3, "bench_seconds": 0.5,
         "phase_a": 120, "phase_b": 180, "bench_timeout": 150, "total": 420,
     },
@@ -250,8 +250,13 @@ class Run:
                 self.trainers["oom_patterns"] = {"skipped": "needs a GPU: real OOMs of the caching allocator"}
             else:
                 self.run_launcher("oom_patterns", "train_oom_patterns.py", p["oom_patterns"], [])
+        if "outside" in sel:
+            if cpu:
+                self.trainers["outside"] = {"skipped": "needs a GPU: device memory taken with cuMemAlloc"}
+            else:
+                self.run_launcher("outside", "train_outside.py", p["outside"], [])
         started = [t["proc"] for n, t in self.trainers.items()
-                   if n in ("healthy", "leak", "near_limit", "oom", "oom_patterns") and "proc" in t]
+                   if n in ("healthy", "leak", "near_limit", "oom", "oom_patterns", "outside") and "proc" in t]
         if not started:
             return
         leak_seen: List[float] = []

@@ -15,6 +15,7 @@ JOBS = {
     "near_limit": "gpu-check-near-limit",
     "oom": "gpu-check-oom",
     "oom_patterns": "gpu-check-oom-patterns",
+    "outside": "gpu-check-outside",
     "lightning": "gpu-check-lightning",
     "hf": "gpu-check-hf",
     "ddp": "gpu-check-ddp",
@@ -232,6 +233,29 @@ def check_oom_patterns(obs: Dict[str, Any]) -> Check:
     return Check.verdict(name, all(ok for _, ok, _ in verdicts) and len(verdicts) == 3, figure, detail)
 
 
+def check_outside(obs: Dict[str, Any]) -> Check:
+    name = "memory outside the allocator: ledger and untracked_growth"
+    early, s, result = _opening(obs, "outside", name)
+    if early is not None:
+        return early
+    ok, figure = a.outside_verdict(a.ledger_views(obs["history"], s["session"]), result)
+    first = a.first_observed(obs["history"], s["session"], "untracked_growth", "firing")
+    leaked = a.first_observed(obs["history"], s["session"], "leak", "firing")
+    chunk = result.get("chunk_bytes")
+    if first is None:
+        return Check(name, FAIL, figure + "; untracked_growth never fired")
+    snap, finding = first
+    slope = (finding.get("evidence") or {}).get("slope_bytes_per_step")
+    slope_ok = bool(slope and chunk and abs(slope - chunk) <= 0.25 * chunk)
+    figure += "; untracked_growth fired after %.1f s at %s/step (true %s/step)%s" % (
+        float(snap.get("ts") or 0.0) - float(s.get("started") or 0.0),
+        a.fmt_bytes(slope),
+        a.fmt_bytes(chunk),
+        "; a leak was raised too" if leaked else "",
+    )
+    return Check(name, PASS if ok and slope_ok and leaked is None else FAIL, figure, "message: %s" % finding.get("message"))
+
+
 def _framework(obs: Dict[str, Any], key: str, name: str) -> Check:
     early, s, result = _opening(obs, key, name)
     if early is not None:
@@ -432,6 +456,7 @@ def evaluate(obs: Dict[str, Any]) -> List[Check]:
         check_near_limit,
         check_oom,
         check_oom_patterns,
+        check_outside,
         check_lightning,
         check_hf,
         check_ddp,

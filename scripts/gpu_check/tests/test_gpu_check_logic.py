@@ -229,7 +229,7 @@ def test_the_driver_reports_attribution_right_after_the_leak_check():
     checks = driver.with_attribution(ev.evaluate(obs), obs, cpu=False)
     names = [c.name for c in checks]
     at = names.index("leak detected (step, growth)")
-    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 21
+    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 22
     check = checks[at + 1]
     assert check.status == report.PASS, check.figure
     assert check.detail == "printed live: train_leak.py:17 in step_output"
@@ -328,7 +328,17 @@ def bundle(**over):
     ]
     history = []
     for t in range(1, 31):
+        # The outside trainer: 20 steps a second, 4 MiB taken outside the allocator each step
+        # from step 300; NVML's figure is reserved (1 GiB) + the context (500 MiB) + that.
+        step = 20 * t
+        outside = 500 * MIB + max(0, step - 300) * 4 * MIB
+        ledger = {"nvml_used_bytes": GIB + outside, "allocated_bytes": 600 * MIB, "cached_bytes": 424 * MIB,
+                  "outside_allocator_bytes": outside, "age_seconds": 0.3}
+        live = [dict(x) for x in sessions]
+        live.append(session("s-10", J["outside"], 110, step=step, ledger=ledger, ended=None))
         findings = [finding("s-3", "near_limit", "firing" if t >= 3 else "pending")]
+        if t >= 25:
+            findings.append(finding("s-10", "untracked_growth", "firing", evidence={"slope_bytes_per_step": 4.1 * MIB}))
         if t >= 20:
             findings.append(finding("s-2", "leak", "firing", first_step=900, evidence={"growth_bytes": 400 * MIB}))
         if t >= 10:
@@ -338,7 +348,7 @@ def bundle(**over):
                 "ts": float(t),
                 "nvml": {"up": True, "driver_version": "550"},
                 "gpus": [{"index": 0, "uuid": UUID, "name": "H100", "memory": {"total": 80 * GIB}}],
-                "sessions": sessions,
+                "sessions": live,
                 "findings": findings,
             }
         )
@@ -352,6 +362,7 @@ def bundle(**over):
             "near_limit": dict(ok, result={"num_alloc_retries": 60}),
             "oom": dict(ok, result={"cap": int(1.5 * GIB), "chunk_bytes": 64 * MIB, "oom_step": 40}),
             "oom_patterns": dict(ok, result=_patterns_result()),
+            "outside": dict(ok, result=_outside_result()),
             "lightning": dict(ok, result={"steps": 120}),
             "hf": dict(ok, result={"steps": 80}),
             "ddp": dict(ok, result={"backend": "gloo"}),
@@ -398,7 +409,7 @@ def test_a_good_run_passes_every_check():
     assert not bad
     assert report.exit_status(checks) == 0
     names = [c.name for c in checks]
-    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 20
+    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 21
 
 
 def test_each_broken_part_fails_its_own_check():
@@ -498,3 +509,42 @@ def test_armed_recording_cost_is_reported_when_measured():
     rec = [c for c in checks if "allocation history" in c.name]
     assert len(rec) == 1 and rec[0].status == report.INFO and "20.0% of the step" in rec[0].figure
     assert not [c for c in ev.check_client_cost(bundle(), "small") if "allocation history" in c.name]
+
+
+def _outside_result():
+    return {"first_raw_step": 300, "chunk_bytes": 4 * MIB, "raw_chunks": 300, "raw_bytes": 1200 * MIB, "step_ms": 50.0, "steps": 600}
+
+
+def test_outside_growth_must_match_the_raw_bytes_and_add_up():
+    name = "memory outside the allocator: ledger and untracked_growth"
+    by = lambda obs: {c.name: c for c in ev.evaluate(obs)}[name]  # noqa: E731
+    good = by(bundle())
+    assert good.status == report.PASS, good.figure
+    assert "the trainer took" in good.figure and "30 of 30 views" in good.figure
+    # The daemon saw half the growth: a ledger that lost memory fails.
+    obs = bundle()
+    for snap in obs["history"]:
+        for x in snap["sessions"]:
+            if x["session"] == "s-10":
+                led = dict(x["ledger"])
+                led["outside_allocator_bytes"] = 500 * MIB + (led["outside_allocator_bytes"] - 500 * MIB) // 2
+                led["nvml_used_bytes"] = GIB + led["outside_allocator_bytes"]
+                x["ledger"] = led
+    assert by(obs).status == report.FAIL
+    # Parts that do not add up to NVML's figure fail.
+    obs = bundle()
+    obs["history"][5]["sessions"][-1]["ledger"] = dict(obs["history"][5]["sessions"][-1]["ledger"], cached_bytes=1)
+    bad = by(obs)
+    assert bad.status == report.FAIL and "29 of 30 views" in bad.figure
+    # No finding, or a leak besides it, fails.
+    obs = bundle()
+    for snap in obs["history"]:
+        snap["findings"] = [f for f in snap["findings"] if f["kind"] != "untracked_growth"]
+    assert "never fired" in by(obs).figure
+    obs = bundle()
+    obs["history"][-1]["findings"].append(finding("s-10", "leak", "firing"))
+    assert by(obs).status == report.FAIL
+    # On a CPU it is skipped.
+    obs = bundle()
+    obs["trainers"]["outside"] = {"skipped": "needs a GPU"}
+    assert by(obs).status == report.SKIP

@@ -151,13 +151,6 @@ fn pump(
             return true;
         }
         let (step, stats) = profile.at(t);
-        if last_step.is_some_and(|l| step < l) {
-            // The run is over (the untracked trainer's rerun): it ends clean, and the next
-            // run is a new session.
-            let bye = json!({"type": "bye", "ts": crate::core::model::now()});
-            let _ = writeln!(s, "{bye}");
-            return true;
-        }
         if last_step != Some(step) {
             last_step = Some(step);
             let ts = crate::core::model::now();

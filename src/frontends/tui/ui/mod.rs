@@ -6,6 +6,7 @@ mod gpu_list;
 mod header;
 mod help;
 pub mod layout;
+mod ledger;
 mod oom;
 mod overview;
 mod process;

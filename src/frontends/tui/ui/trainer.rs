@@ -10,6 +10,7 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::fmt::{ago, duration, thousands};
+use super::ledger;
 use super::oom;
 use super::sites::{self, Room};
 use super::theme::Theme;
@@ -80,7 +81,6 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
     }
 
     let findings = node.findings_for(&s.session, s.pid);
-    let leak = node.active_leak(&s.session, s.pid);
     let wide = inner.width >= 120;
     let text_w = if wide { inner.width / 2 } else { inner.width };
     let finding_lines = finding_text(&findings, app, t);
@@ -151,7 +151,7 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
         }
         right.extend(events);
         let bottom = need_f.max(right.len() as u16).clamp(4, cap).min(most);
-        let below = top_parts(f, inner, app, s, leak, bottom, t);
+        let below = top_parts(f, inner, app, s, &findings, bottom, t);
         let left = Rect {
             width: text_w,
             ..below
@@ -179,7 +179,7 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
         eh = 0;
     }
     let bottom = (fh + sh + eh).min(most);
-    let below = top_parts(f, inner, app, s, leak, bottom, t);
+    let below = top_parts(f, inner, app, s, &findings, bottom, t);
     let mut y = below.y;
     let mut part = |lines: Vec<Line<'static>>, h: u16, wrap: bool| {
         let h = h.min(below.bottom() - y);
@@ -210,19 +210,37 @@ fn top_parts(
     inner: Rect,
     app: &App,
     s: &SessionView,
-    leak: Option<&Finding>,
+    findings: &[&Finding],
     bottom: u16,
     t: Theme,
 ) -> Rect {
+    let active = |kind| {
+        findings
+            .iter()
+            .copied()
+            .find(|f| f.kind == kind && matches!(f.state(), State::Firing | State::Pending))
+    };
+    let leak = active(crate::core::detect::Kind::Leak);
+    // Memory outside the allocator is growing: the ledger's bar shows that part in warning.
+    let growing = active(crate::core::detect::Kind::UntrackedGrowth).is_some();
     let slope = leak.and_then(|f| f.evidence.slope_bytes_per_step);
     let zoom = app.zoomed();
+    let mut lines = legend(s, slope, zoom, t).to_vec();
+    // Where NVML's figure went, when the chart keeps at least 4 rows for itself.
+    if let Some(l) = s.ledger.as_ref().filter(|_| inner.height >= bottom + 7) {
+        lines.push(ledger::line(l, inner.width, growing, t));
+    }
+    let top = lines.len() as u16;
     f.render_widget(
-        Paragraph::new(legend(s, slope, zoom, t).to_vec()),
-        Rect { height: 2, ..inner },
+        Paragraph::new(lines),
+        Rect {
+            height: top,
+            ..inner
+        },
     );
     let chart = Rect {
-        y: inner.y + 2,
-        height: inner.height - 2 - bottom,
+        y: inner.y + top,
+        height: inner.height - top - bottom,
         ..inner
     };
     render_chart(f, chart, s, leak, zoom, t);
