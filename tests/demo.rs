@@ -252,7 +252,7 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
         f["message"]
             .as_str()
             .unwrap()
-            .starts_with("memory outside PyTorch's allocator grows 2.0 MiB/step"),
+            .starts_with("memory outside PyTorch's allocator grows 4.0 MiB/step"),
         "{f}"
     );
     for job in ["demo-healthy", "demo-leak", "demo-near-limit"] {
@@ -358,10 +358,10 @@ fn the_demo_records_traces_for_gpumon_analyze() {
     let dir = tempfile::tempdir().unwrap();
     let traces = dir.path().join("traces");
     let d = Demo::start(&["--record-dir", traces.to_str().unwrap()]);
-    d.until(30, "three trainers with samples", |s| {
+    d.until(30, "four trainers with samples", |s| {
         s["sessions"]
             .as_array()
-            .is_some_and(|v| v.len() == 3 && v.iter().all(|t| t["samples"].as_u64() > Some(5)))
+            .is_some_and(|v| v.len() == 4 && v.iter().all(|t| t["samples"].as_u64() > Some(5)))
     });
     // `gpumon status` lists the trainers by job.
     let out = Command::new(BIN)
@@ -376,7 +376,12 @@ fn the_demo_records_traces_for_gpumon_analyze() {
         .collect();
     assert_eq!(
         jobs,
-        ["demo-healthy", "demo-leak", "demo-near-limit"],
+        [
+            "demo-healthy",
+            "demo-leak",
+            "demo-near-limit",
+            "demo-untracked"
+        ],
         "{table}"
     );
     // SAFETY: kill(2) on our own child; the demo ends its sessions and writes out the traces.
@@ -396,7 +401,15 @@ fn the_demo_records_traces_for_gpumon_analyze() {
         assert!(Instant::now() < deadline, "empty traces: {files:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(files.len(), 3, "{files:?}");
+    assert_eq!(files.len(), 4, "{files:?}");
+    // Each trace notes NVML's figure for its process, which analyze pairs its samples with.
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(
+            text.contains(r#""type":"trace_nvml","used_bytes":"#),
+            "{f:?}"
+        );
+    }
     drop(d);
     let out = Command::new(BIN)
         .args(["analyze", "--format", "json"])
@@ -406,7 +419,7 @@ fn the_demo_records_traces_for_gpumon_analyze() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         report["traces"].as_array().map(Vec::len),
-        Some(3),
+        Some(4),
         "{report}"
     );
 }

@@ -10,8 +10,17 @@ pub const UUIDS: [&str; 2] = [
     "GPU-de300000-0000-4000-8000-000000000001",
 ];
 
-/// A timeline of `p`'s NVML memory: sampled each `step` seconds, periodic for the leak.
+/// A timeline of `p`'s NVML memory: sampled each `step` seconds, periodic for the leak; the
+/// untracked trainer's by its bends.
 fn timeline(p: Profile) -> String {
+    if let Some([start, stop]) = p.outside_bends() {
+        // Flat, a straight rise, then flat again (the last point holds).
+        let pts: Vec<String> = [0.0, start, stop]
+            .iter()
+            .map(|t| format!("[{t:.3}, {}]", p.nvml_used(*t)))
+            .collect();
+        return format!("{{ points = [{}] }}", pts.join(", "));
+    }
     let (span, every) = match p.period() {
         Some(period) => (period, period / 64.0),
         None => (60.0, 60.0),

@@ -26,7 +26,7 @@ pub trait FindingView {
     fn critical(&self) -> bool;
     /// The time the Findings screen sorts by: when it resolved, else when it started firing.
     fn sort_ts(&self) -> Timestamp;
-    /// A short label for badges: "leak", "near", "frag", "oom", "crash".
+    /// A short label for badges: "leak", "near", "frag", "oom", "crash", "outside".
     fn badge(&self) -> &'static str;
     /// An OOM's explanation, when the trainer sent one.
     fn explanation(&self) -> Option<&Explanation>;
@@ -59,6 +59,7 @@ impl FindingView for Finding {
         match self.kind {
             Kind::NearLimit => "near",
             Kind::Fragmentation => "frag",
+            Kind::UntrackedGrowth => "outside",
             k => k.as_str(),
         }
     }

@@ -354,6 +354,7 @@ fn badge_kind(f: &Finding) -> &'static str {
         "frag" => "frag",
         "oom" => "oom",
         "crash" => "crash",
+        "outside" => "outside",
         _ => "other",
     }
 }
