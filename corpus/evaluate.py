@@ -8,7 +8,8 @@ Prints a markdown table (one row per labelled trace) and exits 0 when every crit
 1 when any fails, 2 when an input cannot be read. The criteria (README.md has the formulas):
   - every kind in a trace's `expect` is raised, no kind in its `forbid` is;
   - a leak's first finding comes after the leak began and before the floor grew
-    max(2 GiB, 3% of device_total) past its value at onset;
+    max(2 GiB, 3% of device_total) past its value at onset; the same for untracked_growth and
+    the memory outside the allocator;
   - where the label knows when memory runs out (`oom_step`), the forecast made at detection,
     first_step + oom_eta_steps, is within 35% of the steps that really remained.
 """
@@ -95,6 +96,19 @@ def judge(
     cells["got"] = ", ".join(kinds) or "-"
     failures = ["missed %s" % k for k in lab["expect"] if k not in kinds]
     failures += ["false %s" % k for k in lab["forbid"] if k in kinds]
+    outside = [f for f in findings if f["kind"] == "untracked_growth" and isinstance(f.get("first_step"), int)]
+    if "untracked_growth" in lab["expect"] and outside and lab.get("outside_growth"):
+        # Growth outside the allocator is judged as a leak is: after it began, within the budget.
+        g = lab["outside_growth"]
+        step = min(f["first_step"] for f in outside)
+        grown = max(0, step - g["onset_step"]) * g["bytes_per_step"]
+        budget = fm.growth_budget(lab["device_total"])
+        cells["first"] = str(step)
+        cells["growth"] = "%s (%d%%)" % (gib(grown), round(100.0 * grown / budget))
+        if step <= g["onset_step"]:
+            failures.append("untracked_growth flagged at step %d, before it began (step %d)" % (step, g["onset_step"]))
+        elif grown > budget:
+            failures.append("late: outside grew %s past onset, budget %s" % (gib(grown), gib(budget)))
     leaks = [f for f in findings if f["kind"] == "leak"]
     if "leak" not in lab["expect"] or not leaks:
         return failures, cells

@@ -336,6 +336,33 @@ def immaterial_drift(rng: Rng, cfg: Config) -> None:
     small_eval(rng, cfg, 0.4, cfg.every)
 
 
+def outside_steps(rng: Rng, cfg: Config) -> None:
+    """Memory outside the allocator that steps up and holds: NCCL's buffers over the first
+    steps, then a one-time workspace for a new shape; a flat allocator."""
+    warm = rng.int(100, 300)
+    nccl = up2m(rng.u(200, 1000) * MIB)
+    cfg.other_steps = [[1 + warm * i // 8, nccl // 8] for i in range(8)]
+    cfg.steps = rng.int(6000, 15000)
+    cfg.other_steps.append([rng.int(cfg.steps // 3, 2 * cfg.steps // 3), up2m(rng.u(256, 1536) * MIB)])
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.3, cfg.every)
+
+
+# --- memory outside the allocator that keeps growing --------------------------------------------
+def outside_growth(rng: Rng, cfg: Config) -> None:
+    """A flat allocator while the process's memory outside it grows linearly (a communicator or
+    a raw cudaMalloc buffer made per step): 2.3-3.5x the materiality budget, at 0.5-4 MiB/step."""
+    budget = fm.growth_budget(cfg.total)
+    u = rng.u()
+    rate = q512(512 * KIB * (1.0 + 7.0 * u * u))
+    onset = warmup_end(cfg) + rng.int(0, 300)
+    growth = min(rng.u(2.3, 3.5) * budget, 0.5 * growth_room(cfg))
+    cfg.steps = max(onset + 2000, onset + int(growth) // rate)
+    cfg.other_growth = {"onset_step": onset, "bytes_per_step": rate}
+    cfg.every = pick_every(cfg.steps, budget / rate)
+    small_eval(rng, cfg, 0.3, cfg.every)
+
+
 # --- leaks ----------------------------------------------------------------------------------
 def leak_linear(rng: Rng, cfg: Config) -> None:
     budget = fm.growth_budget(cfg.total)
@@ -496,6 +523,8 @@ SHAPES: Dict[str, Tuple[str, Callable[[Rng, Config], None], str]] = {
     "oom_recovered": ("healthy", oom_recovered, "near the limit; one or two oversized batches OOM, are skipped, training goes on"),
     "preempted": ("healthy", preempted, "flat run killed without bye"),
     "immaterial_drift": ("healthy", immaterial_drift, "1-3 KiB/step of real growth: below any materiality floor"),
+    "outside_steps": ("healthy", outside_steps, "memory outside the allocator steps up (NCCL warm-up, one workspace) and holds"),
+    "outside_growth": ("untracked", outside_growth, "flat allocator; memory outside it grows 0.5-4 MiB/step"),
     "leak_linear": ("leak", leak_linear, "slow linear leak, 0.5-4 MiB/step"),
     "leak_tiny_long": ("leak", leak_tiny_long, "100-200 KiB/step over 30k-50k steps"),
     "leak_staircase": ("leak", leak_staircase, "64-320 MiB jumps at a fixed period"),
@@ -559,6 +588,9 @@ def truth(cfg: Config, sim: Sim) -> Dict[str, Dict[str, Any]]:
         out["near_limit"] = {"step": sim.first_retry[0], "ts": sim.first_retry[1]}
     if sim.first_oom_step is not None:
         out["oom"] = {"step": sim.first_oom_step, "ts": sim.first_oom_ts}
+    if cfg.other_growth is not None:
+        onset = cfg.other_growth["onset_step"]
+        out["untracked_growth"] = {"step": onset, "ts": sim.end_ts[onset - 1]}
     return out
 
 
@@ -584,6 +616,10 @@ def label(name: str, what: str, cfg: Config, sim: Sim, lines: List[str], cadence
         forbid.append("crash")
     if seen["retries"] == 0 and seen["min_free"] >= 0.2 * total:
         forbid += ["near_limit", "fragmentation"]
+    if cfg.other_growth is not None:
+        expect.append("untracked_growth")
+    else:
+        forbid.append("untracked_growth")
     check_intent(cfg, sim, expect)
 
     limit = cfg.usable()
@@ -624,6 +660,8 @@ def label(name: str, what: str, cfg: Config, sim: Sim, lines: List[str], cadence
         "accum_period": cfg.accum["k"] if cfg.accum else None,
         "level_shift_step": cfg.shifts[0][0] if cfg.shifts else None,
         "drift_model": cfg.drift,
+        "outside_steps": cfg.other_steps or None,
+        "outside_growth": cfg.other_growth,
         "varlen": cfg.varlen is not None,
         "expandable_segments": cfg.expandable,
     }

@@ -11,12 +11,14 @@ output is byte-identical on every platform and Python version.
 
 import json
 import random
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import floor_model as fm
 
 MIB = fm.MIB
 SEGMENT = 2 * MIB  # reserved memory grows in multiples of the large-pool rounding
+POLL_SECONDS = 1.0  # the daemon's NVML poll interval (its default)
+RENOTE_SECONDS = 30.0  # the recorder notes an unchanged figure again after this long
 
 
 def q512(x: float) -> int:
@@ -72,6 +74,11 @@ class Config:
         self.shape = ""
         self.total = 0
         self.other = 0  # CUDA context, NCCL, cuBLAS handles: device memory outside the allocator
+        # More of it as the run goes, by step: [[step, bytes], ...], a step function (NCCL's
+        # warm-up, a one-time workspace), and {"onset_step", "bytes_per_step"}, linear growth
+        # (communicators made per step: the untracked_growth shapes).
+        self.other_steps: List[List[int]] = []
+        self.other_growth: Optional[Dict[str, int]] = None
         self.steps = 1000
         self.every = 1
         self.step_time = 0.5
@@ -157,6 +164,10 @@ class Sim:
         self.first_oom_ts: Optional[float] = None
         self._warm = sorted(cfg.warmup)
         self._shifts = sorted(cfg.shifts)
+        # NVML's per-process figure as the daemon polls it and its recorder notes it.
+        self.next_poll: Optional[float] = None
+        self.noted: Optional[Tuple[int, float]] = None
+        self.outside = cfg.other  # memory outside the allocator now
 
     # --- memory model -------------------------------------------------------------------
     def base(self, step: int) -> int:
@@ -248,6 +259,29 @@ class Sim:
         self.syncs += 1
         self.since_flush = 0
 
+    def outside_at(self, step: int) -> int:
+        """Device memory outside the allocator after `step`: the context and the like, plus
+        what the shape adds."""
+        c = self.c
+        extra = sum(b for st, b in c.other_steps if step >= st)
+        g = c.other_growth
+        if g is not None and step > g["onset_step"]:
+            extra += (step - g["onset_step"]) * g["bytes_per_step"]
+        return c.other + extra
+
+    def poll(self) -> None:
+        """NVML polls up to now (every POLL_SECONDS): a `trace_nvml` line, as the daemon's
+        recorder writes one, when the figure changed or was noted RENOTE_SECONDS ago."""
+        if self.next_poll is None:
+            self.next_poll = self.ts
+        used = self.reserved + self.outside
+        while self.next_poll <= self.ts:
+            ts = round(self.next_poll, 3)
+            if self.noted is None or self.noted[0] != used or ts - self.noted[1] >= RENOTE_SECONDS:
+                self.emit({"type": "trace_nvml", "used_bytes": used, "ts": ts})
+                self.noted = (used, ts)
+            self.next_poll += POLL_SECONDS
+
     # --- lines ------------------------------------------------------------------------------
     def emit(self, msg: Dict[str, Any]) -> None:
         self.lines.append(json.dumps(msg, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
@@ -262,7 +296,7 @@ class Sim:
         slack = reserved - alloc
         split = q512(slack * c.split_share * (0.8 + 0.4 * self.rng.u()))
         requested = alloc - (int(alloc * c.rho * (0.9 + 0.2 * self.rng.u())) // 8 * 8)
-        free = c.total - c.other - reserved
+        free = c.total - self.outside - reserved
         self.min_free = min(self.min_free, free)
         stats = {
             "allocated_bytes.all.current": alloc,
@@ -352,6 +386,8 @@ class Sim:
             self.prev_excess = excess
             self.window_peak = max(self.window_peak, peak)
             self.ts += dt + extra_time.get(s, 0.0)
+            self.outside = self.outside_at(s)
+            self.poll()
             self.train_time += dt
             self.train_steps += 1
             step = s
@@ -378,7 +414,7 @@ class Sim:
         request = up2m(act * self.rng.u(0.06, 0.2))
         gap = min(request - SEGMENT, up2m(self.rng.u(20, 700) * MIB))
         held = self.usable2m - gap
-        free = c.total - c.other - held
+        free = c.total - self.outside - held
         in_use = c.total - free
         allocated = min(held - SEGMENT, q512(floor + act * self.rng.u(0.6, 0.9)))
         detail = (

@@ -44,7 +44,7 @@ STATS_KEYS = (
     "num_device_free",
 )
 COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
-KINDS = {"leak", "near_limit", "fragmentation", "oom", "crash"}
+KINDS = {"leak", "near_limit", "fragmentation", "oom", "crash", "untracked_growth"}
 
 
 @pytest.fixture(scope="session")
@@ -149,7 +149,14 @@ def test_every_trace_parses_as_the_protocol(parsed: Dict[str, List[Dict[str, Any
         assert isinstance(hello["pid"], int) and isinstance(hello["gpu_uuid"], str)
         assert hello["gpu_uuid"].startswith("GPU-")
         assert all(m["type"] != "hello" for m in msgs[1:]), name
-        assert all(m["type"] in ("sample", "event", "bye") for m in msgs[1:]), name
+        assert all(m["type"] in ("sample", "event", "bye", "trace_nvml") for m in msgs[1:]), name
+        # The recorder's notes of NVML's figure carry their poll's time, which may precede the
+        # trainer's previous line (an eval ran through the poll): in order among themselves.
+        notes = [m for m in msgs if m["type"] == "trace_nvml"]
+        assert notes, name
+        assert all(isinstance(m["used_bytes"], int) and m["used_bytes"] > 0 for m in notes), name
+        assert all(a["ts"] < b["ts"] for a, b in zip(notes, notes[1:])), name
+        msgs = [m for m in msgs if m["type"] != "trace_nvml"]
         byes = [i for i, m in enumerate(msgs) if m["type"] == "bye"]
         if lab["ended"] == "crash":
             assert byes == [], name
@@ -210,9 +217,10 @@ def test_allocator_numbers_are_consistent(parsed: Dict[str, List[Dict[str, Any]]
             for k in COUNTERS:
                 assert st[k] >= prev[k], (name, k)
                 prev[k] = st[k]
-            # device_free = total - reserved - memory outside the allocator, which is constant.
+            # device_free = total - reserved - memory outside the allocator, constant but in the
+            # shapes that make it move.
             others.add(m["device_total"] - m["device_free"] - r)
-        assert len(others) == 1, name
+        assert len(others) == 1 or name.startswith("outside_"), name
 
 
 def test_healthy_training_is_flat_after_warmup(parsed: Dict[str, List[Dict[str, Any]]], labels: List[Dict[str, Any]]) -> None:
