@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod explain;
+
 use base64::Engine;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 
@@ -67,6 +69,8 @@ pub struct DaemonClient {
     agent: ureq::Agent,
     /// The `Authorization` header value.
     auth: Option<String>,
+    /// What the client was given, for the advice on a failure.
+    given: explain::Given,
 }
 
 impl DaemonClient {
@@ -95,12 +99,20 @@ impl DaemonClient {
             .tls_config(tls.build())
             .build()
             .new_agent();
+        let env = std::env::var(BASIC_AUTH_ENV).ok();
+        let given = explain::Given {
+            ca_file: args.ca_file.as_ref().map(|p| p.display().to_string()),
+            credentials: match (&args.credentials_file, &env) {
+                (Some(f), _) => Some(format!("--credentials-file {}", f.display())),
+                (None, Some(_)) => Some(BASIC_AUTH_ENV.into()),
+                (None, None) => None,
+            },
+            client_cert: args.client_cert.is_some(),
+        };
         Ok(Self {
             agent,
-            auth: credentials(
-                args.credentials_file.as_deref(),
-                std::env::var(BASIC_AUTH_ENV).ok(),
-            )?,
+            auth: credentials(args.credentials_file.as_deref(), env)?,
+            given,
         })
     }
 
@@ -112,15 +124,18 @@ impl DaemonClient {
                 .build()
                 .new_agent(),
             auth: None,
+            given: explain::Given::default(),
         }
     }
 
-    pub fn get(&self, url: &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+    /// GETs `url`; a failure says what to fix (the flag, the file, the certificate).
+    pub fn get(&self, url: &str) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
         let req = self.agent.get(url);
         match &self.auth {
             Some(a) => req.header("Authorization", a).call(),
             None => req.call(),
         }
+        .map_err(|e| anyhow::anyhow!(explain::explain(&e, &self.given)))
     }
 }
 
