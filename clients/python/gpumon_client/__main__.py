@@ -18,10 +18,16 @@ USAGE = (
     " (SCRIPT | -m MODULE) [ARGS...]\n"
     "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]\n"
     "       python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]\n"
+    "  --job NAME     the job name gpumon shows and labels the trainer's series with\n"
+    "                 (default $GPUMON_JOB, else the daemon names it after the process)\n"
+    "  --socket PATH  the daemon's ingest socket (default $GPUMON_SOCKET, /run/gpumon/ingest.sock,\n"
+    "                 then $XDG_RUNTIME_DIR/gpumon/ingest.sock)\n"
     "  --every N      at least N training steps between samples (default 1)\n"
     "  --max-rate R   at most R samples per second; 0: no limit (default 10)\n"
     "  --budget F     share of step time the client may spend; 0: no limit (default 0.005)\n"
+    "diff and explain: python -m gpumon_client diff --help, python -m gpumon_client explain --help\n"
 )
+COMMANDS = ("run", "diff", "explain")
 _CONVERT = {"--job": str, "--socket": str, "--every": int, "--max-rate": float, "--budget": float}
 
 
@@ -48,8 +54,10 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
             opts["module"] = rest.pop(0)
             opts["target"] = rest
             return opts
+        elif arg in _CONVERT or arg == "-m":
+            raise ValueError("%s needs a value" % arg)
         elif arg.startswith("-"):
-            return None
+            raise ValueError("unknown option %s" % arg)
         else:
             opts["target"] = [arg] + rest
             return opts
@@ -58,6 +66,14 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] in (["-h"], ["--help"], ["help"]) or args[:2] in (["run", "-h"], ["run", "--help"]):
+        sys.stdout.write(USAGE)
+        return 0
+    if args and args[0] not in COMMANDS:
+        sys.stderr.write(
+            "python -m gpumon_client: unknown command %r (commands: %s)\n%s" % (args[0], ", ".join(COMMANDS), USAGE)
+        )
+        return 2
     if args and args[0] == "diff":
         from . import snapdiff
 
@@ -83,7 +99,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("python -m gpumon_client run: can't open file %r: %s\n" % (path, reason))
         return 2
 
-    from . import _env, attach
+    from . import attach
 
     try:
         state = attach(
@@ -96,8 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as exc:
         sys.stderr.write("python -m gpumon_client run: %s\n%s" % (exc, USAGE))
         return 2
-    if state.client is None and not _env.disabled():
-        sys.stderr.write("gpumon: %s; nothing will be reported to gpumon (the script runs anyway)\n" % state.reason)
+    # When nothing will be reported, attach() said why, once, on stderr.
     # The script sees the argv and sys.path it would see when run directly.
     if opts["module"] is not None:
         sys.argv = [str(opts["module"])] + target

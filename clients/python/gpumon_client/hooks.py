@@ -135,7 +135,6 @@ def attach(
                     "torch %s has no optimizer step hooks (torch.optim.optimizer."
                     "register_optimizer_step_post_hook, torch >= 2.0); use Reporter or a trainer callback"
                     % _torch_version(torch),
-                    level=logging.WARNING,
                 )
             client = Client(
                 job,
@@ -161,12 +160,20 @@ def attach(
         except ValueError:
             raise  # a bad argument (every, max_rate, budget) is the caller's to fix, at attach time
         except Exception as exc:
-            log.warning("gpumon: attach failed (training continues without it): %r", exc)
-            return Attachment(reason="attach failed: %r" % (exc,))
+            return _noop("attach failed: %r" % (exc,))
 
 
-def _noop(reason: str, level: int = logging.INFO) -> Attachment:
-    log.log(level, "gpumon: %s; attach() reports nothing", reason)
+# Reasons already said: a script that calls attach() again is not told twice.
+_said: Set[str] = set()
+
+
+def _noop(reason: str) -> Attachment:
+    """A no-op Attachment, said once per reason at WARNING, which Python shows on stderr even
+    where logging was never configured: a run that reports nothing should not look like one
+    that does."""
+    if reason not in _said:
+        _said.add(reason)
+        log.warning("gpumon: %s; nothing will be reported to gpumon (training continues)", reason)
     return Attachment(reason=reason)
 
 
