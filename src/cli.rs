@@ -89,7 +89,8 @@ pub struct DaemonArgs {
     /// NVML poll interval, e.g. 1s or 500ms.
     #[arg(long, env = "GPUMON_INTERVAL", value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
-    /// Record each trainer session as a trace file in this directory (for `gpumon analyze`).
+    /// Record each trainer session as a trace file in this directory (for `gpumon analyze`);
+    /// a relative path is taken from the current directory.
     #[arg(long, env = "GPUMON_RECORD_DIR", value_name = "DIR")]
     pub record_dir: Option<PathBuf>,
     /// Send findings to this Alertmanager (base URL, e.g. http://127.0.0.1:9093).
@@ -129,7 +130,8 @@ pub struct StatusArgs {
 pub struct TuiArgs {
     #[command(flatten)]
     pub common: Overrides,
-    /// Daemon to show, as HOST:PORT or http://HOST:PORT; repeat for several nodes. Default:
+    /// Daemon to show, as HOST:PORT, http://HOST:PORT or https://HOST:PORT; repeat for several
+    /// nodes. Default:
     /// the local daemon at --listen, or NVML read in-process when none answers.
     #[arg(long, value_name = "URL")]
     pub connect: Vec<String>,
@@ -160,7 +162,9 @@ impl Cli {
                     c.interval = v;
                 }
                 if let Some(v) = &d.record_dir {
-                    c.record.dir = Some(v.clone());
+                    // As the user means it, and as `gpumon demo` takes it: from the current
+                    // directory. (An empty path stays empty, for the config's check to refuse.)
+                    c.record.dir = Some(std::path::absolute(v).unwrap_or_else(|_| v.clone()));
                 }
                 if let Some(v) = &d.alertmanager_url {
                     c.alerts.alertmanager_url = Some(v.clone());

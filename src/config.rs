@@ -775,7 +775,8 @@ shutdown_grace_seconds = {shutdown_grace_seconds:?}
 
 [record]
 # Record each trainer session's lines as a trace file (hello first) for `gpumon analyze`.
-# Unset: nothing is recorded. An absolute path.  (GPUMON_RECORD_DIR, --record-dir)
+# Unset: nothing is recorded. An absolute path here; --record-dir and GPUMON_RECORD_DIR may
+# be relative to the current directory.  (GPUMON_RECORD_DIR, --record-dir)
 # dir = "/var/lib/gpumon/traces"
 # A trace past this size continues in a new part file, which starts with the hello again.
 max_file_bytes = {max_file_bytes}

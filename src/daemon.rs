@@ -37,6 +37,7 @@ pub async fn run(
     );
     store.sessions = crate::core::store::sessions::Sessions::new(Default::default())
         .with_id_epoch(crate::core::model::now())
+        .with_log()
         .with_detect(config.detect())
         .with_attribution(config.attribution())
         .with_arming(config.oom());
@@ -117,7 +118,23 @@ pub async fn run(
     let stopper = agg;
     let compress = tokio::spawn(state.exporter.clone().compress_each_collection());
     let trim = tokio::spawn(crate::malloc::give_back_free_pages());
-    tracing::info!(listen = %listener.local_addr()?, nvml_lib = %config.nvml_lib, interval = ?config.interval, "gpumon daemon serving");
+    // What an operator needs to know is on: where, how protected, what is recorded.
+    let w = web.current();
+    let record = config
+        .record
+        .dir
+        .as_ref()
+        .map_or_else(|| "off".to_string(), |d| d.display().to_string());
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        tls = w.tls.is_some(),
+        client_certs = w.client_certs,
+        basic_auth_users = w.auth.users(),
+        record_dir = %record,
+        nvml_lib = %config.nvml_lib,
+        interval = ?config.interval,
+        "gpumon daemon serving"
+    );
     let result = crate::outputs::http::serve(
         listener,
         router(state),
@@ -174,6 +191,12 @@ fn ingest_limits(c: &crate::config::IngestConfig) -> Limits {
         reserved: c.reserved_connections,
         line_buffer_bytes: c.max_line_buffer_bytes,
     }
+}
+
+/// Whether `http.web_config_file` loads: checked before the ingest socket is bound, so a bad
+/// file is the first and only thing the log says.
+pub fn check_web_config(config: &Config) -> Result<(), crate::config::ConfigError> {
+    web_config(config).map(drop)
 }
 
 /// `http.web_config_file` loaded, or the configuration error that names what is wrong in it.

@@ -208,6 +208,7 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
         // daemon cleanly (and remove the socket file), not kill it.
         let shutdown = CancellationToken::new();
         gpumon::daemon::cancel_on_signals(shutdown.clone())?;
+        gpumon::daemon::check_web_config(&config)?;
         // Dropped after the daemon has stopped: the socket file goes with it.
         let (ingest, _socket_file) = open_ingest(&config)?;
         let source = Box::new(gpumon::sources::nvml::NvmlSource::new(

@@ -39,7 +39,19 @@ impl LocalNode {
         let poller = std::thread::Builder::new()
             .name("gpumon-nvml".into())
             .spawn(move || {
-                crate::sources::poller::run(source, poll, prometheus::gpu_text, interval, stop_rx)
+                // Its readers say what NVML's state is in their own words (`gpumon status`'s
+                // message, the TUI's header): the daemon's log lines ("serving gpumon_nvml_up 0
+                // and retrying") would only be noise before them, or break the TUI's screen.
+                let quiet = tracing::subscriber::NoSubscriber::default();
+                tracing::subscriber::with_default(quiet, || {
+                    crate::sources::poller::run(
+                        source,
+                        poll,
+                        prometheus::gpu_text,
+                        interval,
+                        stop_rx,
+                    )
+                })
             })?;
         Ok(Self {
             handle: Some(handle),

@@ -5,7 +5,7 @@
 //! budget (log_limit.rs).
 
 mod held;
-mod log_limit;
+pub mod log_limit;
 
 use serde::{Deserialize, Serialize};
 
@@ -149,7 +149,7 @@ impl Default for Findings {
             held: Vec::new(),
             closing_uid: None,
             aggregates: 0,
-            log: LogLimit::default(),
+            log: LogLimit::new("finding"),
         }
     }
 }

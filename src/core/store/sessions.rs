@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::session_series::SessionSeries;
 use crate::core::detect::attribution::Attribution;
+use crate::core::detect::findings::log_limit::LogLimit;
 use crate::core::detect::findings::Subject;
 use crate::core::detect::session::crash_id;
 use crate::core::detect::{DetectConfig, Findings, Obs, SessionDetect};
@@ -161,6 +162,8 @@ pub struct Sessions {
     /// The latest NVML reading (shared with the store), so a session's GPU is resolved when it
     /// opens; None in a replay.
     pub devices: Option<std::sync::Arc<crate::core::model::NodeReading>>,
+    /// A log line per session opened and closed, within a budget; None in a replay.
+    log: Option<LogLimit>,
 }
 
 impl Sessions {
@@ -178,7 +181,19 @@ impl Sessions {
             timestamps_clamped: 0,
             oom_counts: ooms::OomCounts::default(),
             devices: None,
+            log: None,
         }
+    }
+
+    /// Logs a line per session opened and closed (the daemon's sessions; not a replay's).
+    pub fn with_log(mut self) -> Self {
+        self.log = Some(LogLimit::new("trainer session"));
+        self
+    }
+
+    /// Session log lines left out over the budget, since start.
+    pub fn log_suppressed(&self) -> u64 {
+        self.log.as_ref().map_or(0, LogLimit::suppressed)
     }
 
     /// Session ids become `s-<started>-<n>`, `<started>` the Unix millisecond `started` in base
@@ -201,6 +216,17 @@ impl Sessions {
         let key = self.next_id;
         self.next_id += 1;
         let id = format!("s-{}{key}", self.id_prefix);
+        if self.log.as_mut().is_some_and(|l| l.allow(now)) {
+            tracing::info!(
+                session = %id,
+                job = hello.job.as_deref().unwrap_or("-"),
+                rank = ?hello.rank,
+                pid = peer.pid,
+                uid = peer.uid,
+                gpu_uuid = hello.gpu_uuid.as_deref().unwrap_or("-"),
+                "trainer session opened"
+            );
+        }
         self.restarted(peer, &hello, &id, now);
         let alloc_limit = hello.alloc_limit;
         let asking = Asking::new(hello.can(CAP_ATTRIBUTION));
@@ -327,9 +353,28 @@ impl Sessions {
     }
 
     pub fn close(&mut self, key: u64, ending: Ending, now: Timestamp) {
+        let how = match ending {
+            Ending::Clean => "bye",
+            Ending::Crash => "crash (no bye)",
+        };
+        self.close_as(key, ending, now, how);
+    }
+
+    /// `close`, with how it ended in words for the log line (`idle_timeout`, `daemon_stopped`).
+    pub fn close_as(&mut self, key: u64, ending: Ending, now: Timestamp, how: &str) {
         let Some(mut sess) = self.live.remove(&key) else {
             return;
         };
+        if self.log.as_mut().is_some_and(|l| l.allow(now)) {
+            tracing::info!(
+                session = %sess.id,
+                job = sess.hello.job.as_deref().unwrap_or("-"),
+                pid = sess.peer.pid,
+                samples = sess.samples,
+                ended = how,
+                "trainer session closed"
+            );
+        }
         sess.end_window(now);
         sess.end_arming();
         if ending == Ending::Crash {

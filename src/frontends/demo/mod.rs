@@ -38,12 +38,12 @@ pub struct DemoArgs {
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
     /// Start the simulation this many seconds in. The leaking trainer runs out of memory every
-    /// 976 s; its leak is flagged about 70 s into a session, so `--skip 890` shows the leak, its
+    /// 758 s; its leak is flagged about 70 s into a session, so `--skip 670` shows the leak, its
     /// attribution and then the OOM and the restart within 90 s.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
     pub skip: f64,
     /// Record each simulated trainer's session as a trace file here, for `gpumon analyze`
-    /// (an absolute path, like the daemon's --record-dir).
+    /// (a relative path is taken from the current directory, as the daemon's --record-dir).
     #[arg(long, value_name = "DIR")]
     pub record_dir: Option<PathBuf>,
 }

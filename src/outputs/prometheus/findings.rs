@@ -85,11 +85,14 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
     }
     let mut suppressed = Family::new(
         "gpumon_log_suppressed_total",
-        "Finding log lines left out since the daemon started: past a burst per interval, one summary line says how many.",
+        "Finding and trainer session log lines left out since the daemon started: past a burst per interval, one summary line says how many.",
         MetricType::COUNTER,
         &[],
     );
-    suppressed.add(&[], store.sessions.findings.log_suppressed() as f64);
+    suppressed.add(
+        &[],
+        (store.sessions.findings.log_suppressed() + store.sessions.log_suppressed()) as f64,
+    );
     let counts = &store.sessions.oom_counts;
     let mut ooms = Family::new(
         "gpumon_ooms_total",

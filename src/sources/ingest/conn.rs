@@ -362,7 +362,7 @@ impl Conn {
         if let Some(key) = self.session {
             let line = crate::core::trace::ended_line(crate::core::trace::DAEMON_STOPPED, now);
             self.record(&line, 0);
-            sessions.close(key, Ending::Clean, now);
+            sessions.close_as(key, Ending::Clean, now, crate::core::trace::DAEMON_STOPPED);
         }
     }
 
@@ -389,7 +389,7 @@ impl Conn {
                 explanation: None,
             };
             sessions.event(key, e);
-            sessions.close(key, Ending::Clean, now);
+            sessions.close_as(key, Ending::Clean, now, IDLE_TIMEOUT);
         }
     }
 

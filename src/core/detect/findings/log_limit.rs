@@ -1,6 +1,6 @@
-//! A budget for the findings' log lines: a burst per interval, then one summary line with the
-//! count of what was left out. A flood of crashing sessions would otherwise write two lines per
-//! session (firing, resolved): 200,000 lines for 100,000 sessions.
+//! A budget for log lines of one kind (findings, trainer sessions): a burst per interval, then
+//! one summary line with the count of what was left out. A flood of crashing sessions would
+//! otherwise write a line or two per session: 200,000 lines for 100,000 sessions.
 
 use crate::core::model::Timestamp;
 
@@ -11,6 +11,8 @@ const INTERVAL: f64 = 10.0;
 
 #[derive(Debug, Default)]
 pub struct LogLimit {
+    /// What the lines are about, for the summary line ("finding", "trainer session").
+    what: &'static str,
     start: Timestamp,
     used: u32,
     /// Left out in the current interval, told in its summary line.
@@ -20,6 +22,13 @@ pub struct LogLimit {
 }
 
 impl LogLimit {
+    pub fn new(what: &'static str) -> Self {
+        Self {
+            what,
+            ..Self::default()
+        }
+    }
+
     /// Whether a line at `now` may be written; counts it as suppressed when not.
     pub fn allow(&mut self, now: Timestamp) -> bool {
         self.roll(now);
@@ -44,8 +53,9 @@ impl LogLimit {
                 suppressed = self.held_back,
                 seconds = INTERVAL,
                 total = self.suppressed,
-                "finding log lines suppressed (more than {BURST} in {INTERVAL} s); \
-                 gpumon_log_suppressed_total counts them"
+                "{} log lines suppressed (more than {BURST} in {INTERVAL} s); \
+                 gpumon_log_suppressed_total counts them",
+                self.what
             );
         }
         self.start = now;
@@ -64,7 +74,7 @@ mod tests {
 
     #[test]
     fn findings_log_a_burst_then_count_the_rest() {
-        let mut l = LogLimit::default();
+        let mut l = LogLimit::new("finding");
         let allowed = (0..100)
             .filter(|i| l.allow(1000.0 + *i as f64 / 100.0))
             .count();
