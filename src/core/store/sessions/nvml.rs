@@ -101,13 +101,18 @@ impl Sessions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::core::model::{ProcInfo, ProcessKind};
     use crate::core::store::sessions::SessionLimits;
     use crate::core::trainer::{Hello, Peer};
 
-    fn process(pid: u32, uuid: &str, used: u64) -> ProcessReading {
+    /// A compute process NVML lists on GPU 0 (`uuid`) using `used` bytes.
+    pub(in crate::core::store::sessions) fn process(
+        pid: u32,
+        uuid: &str,
+        used: u64,
+    ) -> ProcessReading {
         ProcessReading {
             gpu: 0,
             uuid: uuid.into(),

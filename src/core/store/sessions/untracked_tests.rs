@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::core::detect::{Finding, FindingState, Kind};
-use crate::core::model::{NodeReading, ProcInfo, ProcessKind, ProcessReading};
+use crate::core::model::NodeReading;
 
 const GIB: f64 = 1073741824.0;
 const MIB: f64 = 1048576.0;
@@ -30,17 +30,7 @@ fn poll(ts: f64, used: u64) -> NodeReading {
         ts,
         driver_version: None,
         gpus: vec![],
-        processes: vec![ProcessReading {
-            gpu: 0,
-            uuid: "GPU-a".into(),
-            pid: PEER.pid,
-            kind: ProcessKind::Compute,
-            used_memory_bytes: Some(used),
-            mig_uuid: None,
-            gpu_instance_id: None,
-            compute_instance_id: None,
-            info: std::sync::Arc::new(ProcInfo::default()),
-        }],
+        processes: vec![super::nvml::tests::process(PEER.pid, "GPU-a", used)],
     }
 }
 
