@@ -60,9 +60,13 @@ fn start_alertmanager() -> Option<Alertmanager> {
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let addr = format!("127.0.0.1:{port}");
-    while std::net::TcpStream::connect(&addr).is_err()
-        || get(&format!("{}/-/ready", am.url)).0 != 200
-    {
+    // Not ready until /-/ready answers 200; a refused connection in between (the listener not
+    // up yet) is waited out too.
+    let ready = || {
+        std::net::TcpStream::connect(&addr).is_ok()
+            && common::try_get(&format!("{}/-/ready", am.url)).is_ok_and(|(c, _)| c == 200)
+    };
+    while !ready() {
         assert!(
             std::time::Instant::now() < deadline,
             "alertmanager not ready"

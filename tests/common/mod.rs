@@ -218,14 +218,23 @@ fn listen_addr(line: &str) -> Option<SocketAddr> {
 }
 
 pub fn get(url: &str) -> (u16, String) {
+    try_get(url).unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
+/// `get`, or why no HTTP answer came (refused, reset, timed out).
+pub fn try_get(url: &str) -> Result<(u16, String), String> {
     let agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(5)))
         .build()
         .new_agent();
-    let mut resp = agent.get(url).call().unwrap();
+    let mut resp = agent.get(url).call().map_err(|e| e.to_string())?;
     let code = resp.status().as_u16();
-    (code, resp.body_mut().read_to_string().unwrap())
+    let body = resp
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    Ok((code, body))
 }
 
 /// The value of the one sample line that starts with `series` (name plus labels, exactly).

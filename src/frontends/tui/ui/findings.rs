@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::fmt::{ago, clip, duration};
+use super::fmt::{ago, clip, clip_keeping_last, duration};
 use super::layout::{self, FINDING_LINES};
 use super::notice;
 use super::theme::Theme;
@@ -48,7 +48,8 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
         let mut l1 = status(app, *n, fi, inner.width, t);
         let mut l2 = Line::from(vec![
             Span::raw("    "),
-            Span::raw(clip(
+            // The named line is the message's last clause: the cut falls before it.
+            Span::raw(clip_keeping_last(
                 &fi.message,
                 usize::from(inner.width).saturating_sub(4),
             )),

@@ -27,7 +27,7 @@ pub(super) fn trainers(f: &mut Frame, area: Rect, app: &App, t: Theme) {
         height: area.height.min(rows.len() as u16 + 3),
         ..area
     };
-    let cols = [
+    let mut cols = [
         (Column::Name, 26),
         (Column::Gpu, 4),
         (Column::Pid, 12),
@@ -38,6 +38,20 @@ pub(super) fn trainers(f: &mut Frame, area: Rect, app: &App, t: Theme) {
         (Column::Frag, 5),
         (Column::Findings, 12),
     ];
+    // Room left over goes to names cut short first, then to the findings' badges: a wide
+    // terminal shows `demo-near-limit r0/1 · gpumon` whole, not beside a blank column.
+    let used: usize = cols.iter().map(|(_, w)| *w).sum::<usize>() + cols.len() - 1;
+    let spare = usize::from(area.width.saturating_sub(2)).saturating_sub(used);
+    let longest = rows
+        .iter()
+        .map(|r| r.cell(Column::Name).chars().count())
+        .max()
+        .unwrap_or(0);
+    let to_names = longest.saturating_sub(cols[0].1).min(spare);
+    cols[0].1 += to_names;
+    if let Some(last) = cols.last_mut() {
+        last.1 += spare - to_names;
+    }
     let header = Row::new(
         cols.iter()
             .map(|(c, w)| Cell::from(Line::styled(pad(c.title(), *c, *w), t.bold()))),
