@@ -71,7 +71,7 @@ fn unfinished_long_lines_stay_within_the_budget_and_a_trainer_s_long_line_gets_t
 
     // A trainer's own 50 KB line, written whole, is taken: a stale holder gives way.
     let t = UnixStream::connect(&d.socket).unwrap();
-    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     hello(&t, 100);
     let started = Instant::now();
     let mut w = &t;
@@ -82,8 +82,10 @@ fn unfinished_long_lines_stay_within_the_budget_and_a_trainer_s_long_line_gets_t
     BufReader::new(&t).read_line(&mut reply).unwrap();
     assert!(reply.contains("bad_json"), "{reply}");
     let took = started.elapsed();
+    // Gets through rather than waiting for the holders to go on their own (they never do):
+    // seconds alone, more on a machine busy with the rest of the suite.
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(20),
         "the trainer's line took {took:?}"
     );
     let m = d.metrics();
