@@ -8,7 +8,10 @@
 //! for `STALE` (a slowloris, or a client that stopped mid-line) is told to give its grant back:
 //! that connection is closed if it holds an unfinished line, else it only gives its big buffer
 //! back and reads on. A trainer writes a line in one go, so no trainer is closed this way; only
-//! a client sitting on an unfinished line is, the idle first.
+//! a client sitting on an unfinished line is, the idle first. A waiter whose socket already
+//! holds the end of its line (it wrote the line whole, and needs only room to read it) is never
+//! taken while anyone else could be: only when every holder is waiting for more (none could
+//! finish and give room back) is the longest waiter taken, whatever it is.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,6 +54,8 @@ struct Holder {
     progress_ms: AtomicU64,
     /// Since when the holder waits for more (ms since `epoch`), or `NOT_WAITING`.
     waiting_since_ms: AtomicU64,
+    /// While waiting: the end of its line is already in its socket (see `resize`).
+    line_queued: AtomicBool,
     reclaim: Notify,
     reclaimed: AtomicBool,
 }
@@ -111,7 +116,15 @@ impl LineBudget {
     /// Makes `grant` hold `bytes` (taking a grant first if there is none), waiting while the
     /// budget has no room. Room is taken from stale holders at once: their bytes pass to this
     /// grant as they are told to go (their buffers are freed a moment later, as they close).
-    pub async fn resize(self: &Arc<Self>, grant: &mut Option<Grant>, bytes: usize) {
+    /// `line_queued` says whether the rest of the caller's line is already in its socket; it is
+    /// asked once, when the caller first has to wait (a peek costs a copy).
+    pub async fn resize(
+        self: &Arc<Self>,
+        grant: &mut Option<Grant>,
+        bytes: usize,
+        line_queued: impl FnOnce() -> bool,
+    ) {
+        let mut line_queued = Some(line_queued);
         loop {
             if grant.as_ref().is_some_and(Grant::is_reclaimed) {
                 // Told to go: it gets nothing more, and closes.
@@ -142,6 +155,7 @@ impl LineBudget {
                             bytes: AtomicU64::new(0),
                             progress_ms: AtomicU64::new(now),
                             waiting_since_ms: AtomicU64::new(NOT_WAITING),
+                            line_queued: AtomicBool::new(false),
                             reclaim: Notify::new(),
                             reclaimed: AtomicBool::new(false),
                         });
@@ -156,6 +170,7 @@ impl LineBudget {
                     g.holder
                         .waiting_since_ms
                         .store(NOT_WAITING, Ordering::Relaxed);
+                    g.holder.line_queued.store(false, Ordering::Relaxed);
                     if bytes > held {
                         // Given what it asked for: its clock starts again.
                         g.holder.progress_ms.store(now, Ordering::Relaxed);
@@ -174,6 +189,9 @@ impl LineBudget {
                         Ordering::Relaxed,
                         Ordering::Relaxed,
                     );
+                    if let Some(queued) = line_queued.take() {
+                        g.holder.line_queued.store(queued(), Ordering::Relaxed);
+                    }
                 }
             }
             let _ = tokio::time::timeout(RECHECK, wait).await;
@@ -181,25 +199,37 @@ impl LineBudget {
     }
 
     /// Takes the grant of the stalest holder that is not `me`: one that has finished no line
-    /// for `STALE` while needing nothing more, else (so holders all waiting on each other
-    /// cannot hold the budget for good) one that has waited longest, past `STALE`. Its bytes
-    /// are free for the caller at once; the holder is told to go. False when none is stale.
+    /// for `STALE` while needing nothing more; else one that has waited longest, past `STALE`,
+    /// for the rest of a line its client has not sent; else, only when every other holder is
+    /// waiting (so holders all waiting on each other cannot hold the budget for good), the
+    /// longest waiter past `STALE`. Its bytes are free for the caller at once; the holder is
+    /// told to go. False when none may be taken.
     fn reclaim_stale(&self, st: &mut State, me: Option<u64>) -> bool {
         let Some(stale_before) = self.now_ms().checked_sub(STALE.as_millis() as u64) else {
             return false;
         };
-        let victim = st
-            .holders
-            .iter()
-            .filter(|(id, h)| Some(**id) != me && !h.reclaimed.load(Ordering::Relaxed))
+        let others = || {
+            st.holders
+                .iter()
+                .filter(|(id, h)| Some(**id) != me && !h.reclaimed.load(Ordering::Relaxed))
+        };
+        let all_waiting =
+            others().all(|(_, h)| h.waiting_since_ms.load(Ordering::Relaxed) != NOT_WAITING);
+        let victim = others()
             .filter_map(|(id, h)| {
                 let waiting = h.waiting_since_ms.load(Ordering::Relaxed);
-                let since = if waiting == NOT_WAITING {
-                    h.progress_ms.load(Ordering::Relaxed)
+                let (class, since) = if waiting == NOT_WAITING {
+                    (0, h.progress_ms.load(Ordering::Relaxed))
+                } else if !h.line_queued.load(Ordering::Relaxed) {
+                    (1, waiting)
+                } else if all_waiting {
+                    (2, waiting)
                 } else {
-                    waiting
+                    // Its client wrote the line whole: it needs only room, and an idle holder
+                    // will turn stale and give it.
+                    return None;
                 };
-                (since <= stale_before).then_some((waiting != NOT_WAITING, since, *id))
+                (since <= stale_before).then_some((class, since, *id))
             })
             .min();
         let Some((_, _, id)) = victim else {
@@ -258,11 +288,11 @@ mod tests {
     async fn grants_fit_the_budget_and_come_back_on_drop() {
         let b = LineBudget::new(100);
         let (mut g1, mut g2) = (None, None);
-        b.resize(&mut g1, 60).await;
-        b.resize(&mut g2, 40).await;
+        b.resize(&mut g1, 60, || false).await;
+        b.resize(&mut g2, 40, || false).await;
         assert_eq!(b.used(), 100);
         // Shrinking gives room back at once.
-        b.resize(&mut g1, 10).await;
+        b.resize(&mut g1, 10, || false).await;
         assert_eq!(b.used(), 50);
         drop(g2);
         assert_eq!(b.used(), 10);
@@ -274,18 +304,18 @@ mod tests {
     async fn a_waiter_gets_room_when_a_holder_finishes() {
         let b = LineBudget::new(100);
         let mut holder = None;
-        b.resize(&mut holder, 100).await;
+        b.resize(&mut holder, 100, || false).await;
         let b2 = b.clone();
         let waiter = tokio::spawn(async move {
             let mut g = None;
-            b2.resize(&mut g, 50).await;
+            b2.resize(&mut g, 50, || false).await;
             g
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished());
         // Still progressing: not stale, not reclaimed.
         holder.as_ref().unwrap().progressed();
-        b.resize(&mut holder, 50).await;
+        b.resize(&mut holder, 50, || false).await;
         let g = waiter.await.unwrap();
         assert!(g.is_some());
         assert_eq!(b.used(), 100);
@@ -293,15 +323,77 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_waiter_whose_line_is_whole_is_not_taken_while_an_idle_holder_can_give_way() {
+        let b = LineBudget::new(100);
+        let (mut trainer, mut idle) = (None, None);
+        b.resize(&mut trainer, 30, || false).await;
+        b.resize(&mut idle, 70, || false).await;
+        // The trainer needs room for the rest of a line already in its socket; a newcomer
+        // (nothing held) needs room too.
+        let b2 = b.clone();
+        let waiting = tokio::spawn(async move {
+            b2.resize(&mut trainer, 60, || true).await;
+            trainer
+        });
+        let b3 = b.clone();
+        let newcomer = tokio::spawn(async move {
+            let mut g = None;
+            b3.resize(&mut g, 40, || false).await;
+            g
+        });
+        // The idle holder finishes a line half-way: when the trainer has waited `STALE`, the
+        // idle one is not stale yet. The trainer must not be taken in the meantime.
+        tokio::time::sleep(STALE / 2).await;
+        let idle_g = idle.take().unwrap();
+        idle_g.progressed();
+        tokio::time::sleep(STALE + Duration::from_millis(250)).await;
+        tokio::time::timeout(Duration::from_millis(10), idle_g.reclaimed())
+            .await
+            .expect("the idle holder gives way once stale");
+        drop(idle_g);
+        let trainer = waiting.await.unwrap();
+        assert!(!trainer.as_ref().unwrap().is_reclaimed());
+        assert_eq!(b.reclaimed(), 1);
+        assert!(newcomer.await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn holders_all_waiting_on_each_other_do_not_hold_the_budget_for_good() {
+        let b = LineBudget::new(100);
+        let (mut a, mut c) = (None, None);
+        b.resize(&mut a, 50, || true).await;
+        b.resize(&mut c, 50, || true).await;
+        let b2 = b.clone();
+        let first = tokio::spawn(async move {
+            b2.resize(&mut a, 60, || true).await;
+            a
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let b3 = b.clone();
+        let second = tokio::spawn(async move {
+            b3.resize(&mut c, 60, || true).await;
+            c
+        });
+        let (a, c) = tokio::time::timeout(STALE * 3, async {
+            (first.await.unwrap(), second.await.unwrap())
+        })
+        .await
+        .expect("one of them gives way");
+        // The one that waited longest went; the other got its room.
+        assert!(a.as_ref().unwrap().is_reclaimed());
+        assert_eq!(c.as_ref().unwrap().holder.bytes.load(Ordering::Relaxed), 60);
+    }
+
+    #[tokio::test]
     async fn a_stale_holder_is_reclaimed_idle_before_waiting() {
         let b = LineBudget::new(100);
         let (mut idle, mut busy) = (None, None);
-        b.resize(&mut idle, 50).await;
-        b.resize(&mut busy, 50).await;
+        b.resize(&mut idle, 50, || false).await;
+        b.resize(&mut busy, 50, || false).await;
         // `busy` waits for more; both are stale once STALE passes without a line.
         let b2 = b.clone();
         let more = tokio::spawn(async move {
-            b2.resize(&mut busy, 60).await;
+            b2.resize(&mut busy, 60, || false).await;
             busy
         });
         tokio::time::sleep(STALE + Duration::from_millis(200)).await;

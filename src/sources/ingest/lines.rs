@@ -53,7 +53,12 @@ pub struct LineReader<R> {
     grant: Option<Grant>,
     /// The budget took the grant back from this reader, sitting on an unfinished line.
     reclaimed: bool,
+    /// Whether the socket already holds a newline within its next `n` bytes (not taken).
+    peek: Option<PeekLineEnd>,
 }
+
+/// Looks into a socket without taking from it: is a newline within its next `n` bytes?
+pub type PeekLineEnd = Box<dyn Fn(usize) -> bool + Send + Sync>;
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn new(inner: R, max: usize) -> Self {
@@ -73,7 +78,15 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             budget: None,
             grant: None,
             reclaimed: false,
+            peek: None,
         }
+    }
+
+    /// Lets the budget see that a waiting line is whole in the socket (its client wrote it in
+    /// one go), so it is not taken for a stalled one.
+    pub fn with_peek(mut self, peek: PeekLineEnd) -> Self {
+        self.peek = Some(peek);
+        self
     }
 
     /// Lines longer than `BASE` are buffered within `budget`, shared with other connections.
@@ -209,7 +222,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             if let Some(budget) = &self.budget {
                 match want.saturating_sub(BASE) {
                     0 => self.grant = None,
-                    extra => budget.resize(&mut self.grant, extra).await,
+                    extra => {
+                        let (peek, room) = (&self.peek, self.max + 1 - self.end);
+                        let queued = || peek.as_ref().is_some_and(|p| p(room));
+                        budget.resize(&mut self.grant, extra, queued).await
+                    }
                 }
             }
             if self.grant.as_ref().is_some_and(Grant::is_reclaimed) {

@@ -298,7 +298,11 @@ async fn handle(
         budget,
     } = ctx;
     let (read, write) = stream.into_split();
-    let mut reader = LineReader::new(read, MAX_LINE).with_budget(budget);
+    // The fd lives as long as `read`, which the reader owns.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(read.as_ref());
+    let mut reader = LineReader::new(read, MAX_LINE)
+        .with_budget(budget)
+        .with_peek(Box::new(move |n| super::socket::line_end_queued(fd, n)));
     let mut bucket = TokenBucket::new(limits.max_lines_per_second);
     let mut batch = Batch::default().keeping_raw(conn.records());
     let send = |line: &[u8]| {

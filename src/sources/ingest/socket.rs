@@ -146,3 +146,21 @@ fn group_id(name: &str) -> Option<u32> {
         f.nth(1)?.parse().ok()
     })
 }
+
+/// Whether a newline lies within the next `within` bytes queued on `fd`, peeked without taking
+/// them (the socket is non-blocking; nothing queued is no). The copy is as long as the line can
+/// still be, and only a connection that must wait for line buffer room pays it, once.
+pub fn line_end_queued(fd: std::os::fd::RawFd, within: usize) -> bool {
+    let mut buf = vec![0u8; within];
+    // SAFETY: `buf` is valid for `within` bytes; MSG_PEEK leaves the data queued and
+    // MSG_DONTWAIT never blocks. A closed or reused fd only gives a wrong yes/no.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            within,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).is_ok_and(|n| memchr::memchr(b'\n', &buf[..n.min(within)]).is_some())
+}
