@@ -91,12 +91,13 @@ fn unfinished_long_lines_stay_within_the_budget_and_a_trainer_s_long_line_gets_t
         took < Duration::from_secs(20),
         "the trainer's line took {took:?}"
     );
-    let m = d.metrics();
-    assert!(
+    // The counters are encoded with each collection, so they may trail the reply by a poll.
+    d.wait_for(Duration::from_secs(5), "the lines counted", || {
+        let m = d.metrics();
         sample(&m, "gpumon_ingest_rejected_total{code=\"bad_json\"}").unwrap() >= 1.0
-            && sample(&m, "gpumon_ingest_lines_total").unwrap() >= 26.0,
-        "{m}"
-    );
+            && sample(&m, "gpumon_ingest_lines_total").unwrap() >= 26.0
+    });
+    let m = d.metrics();
     let stalled = sample(&m, "gpumon_ingest_closed_total{reason=\"line_stalled\"}").unwrap();
     assert!(stalled >= 1.0, "no holder was closed");
 
