@@ -19,6 +19,7 @@ against the budget: <= 1 % of the step for steps >= 5 ms and <= 50 us per step a
 import argparse
 import importlib
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -36,8 +37,8 @@ import gpumon_client  # noqa: E402
 from gpumon_client import TorchStatsSource, hooks  # noqa: E402
 from gpumon_client.testing import nested_allocator_stats  # noqa: E402
 
-# (name, width, batch): a Linear-ReLU-Linear MLP with AdamW; step lengths about 1, 10 and 100 ms.
-SHAPES = (("small", 32, 8), ("medium", 384, 128), ("large", 1024, 1024))
+# (name, width, batch): a Linear-ReLU-Linear MLP with AdamW; step lengths from about 0.2 ms to 100 ms.
+SHAPES = (("tiny", 8, 1), ("small", 32, 8), ("medium", 384, 128), ("large", 1024, 1024))
 
 
 def serve(path):
@@ -112,74 +113,110 @@ def block(step, n):
     return (time.perf_counter() - t0) / n
 
 
-def run_shape(name, width, batch, seconds, sock):
+def interval(diffs, rng, resamples=2000):
+    """Median of the per-round differences and a 95 % bootstrap interval of it."""
+    n = len(diffs)
+    meds = sorted(statistics.median(rng.choice(diffs) for _ in range(n)) for _ in range(resamples))
+    return statistics.median(diffs), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
+def budget_us(step_us):
+    """The documented budget for the client's whole cost: 1 % of a step under 1 ms, 0.5 % of a
+    longer one, never more than 25 us per step."""
+    return min((0.01 if step_us < 1000 else 0.005) * step_us, 25.0)
+
+
+def run_shape(name, width, batch, rounds, block_s, sock, rng):
     step = make_loop(width, batch)
     for _ in range(20):
         step()
     per_step = block(step, 20)
-    n = max(20, int(0.25 / per_step))  # blocks of ~0.25 s
-    blocks = max(4, int(seconds / 0.25 / 2))  # per side
-    bare, attached = [], []
+    n = max(20, int(block_s / per_step))
     # source= only because CUDA is unavailable here: TorchStatsSource on the stand-in driver.
     state = gpumon_client.attach(job="bench", socket=sock, source=TorchStatsSource(0))
     state._hook_handle.remove()
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
-    hook, spent = timed_hook()
     start_lines = state.client.transport.sent_lines
-    for _ in range(blocks // 2):
-        # bare, attached, attached, bare: a drift in machine speed biases neither side.
-        for attach_it in (False, True, True, False):
-            if not attach_it:
-                bare.append(block(step, n))
-                continue
-            handle = register(hook)
-            attached.append(block(step, n))
-            handle.remove()
+    bare, diffs, attached_steps, attached_time = [], [], 0, 0.0
+    # Rounds of one bare and one attached block in a random order: a drift in machine speed, or
+    # one block's bad luck, lands on either side alike. The real hook, unwrapped.
+    for _ in range(rounds):
+        order = [False, True]
+        rng.shuffle(order)
+        t = {}
+        for attach_it in order:
+            handle = register(hooks._optimizer_hook) if attach_it else None
+            t[attach_it] = block(step, n)
+            if handle is not None:
+                handle.remove()
+        bare.append(t[False])
+        diffs.append((t[True] - t[False]) * 1e6)
+        attached_steps += n
+        attached_time += n * t[True]
     samples = state.client.transport.sent_lines - start_lines
-    steps_attached = n * len(attached)
-    client_time = spent[0]
+    # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
+    # would add to the end-to-end figure).
+    hook, spent = timed_hook()
+    handle = register(hook)
+    own_blocks = max(2, rounds // 10)
+    for _ in range(own_blocks):
+        block(step, n)
+    handle.remove()
+    own = spent[0] / (own_blocks * n)
     gpumon_client.detach(timeout=0.2)
     hooks._oom_observer_installed = False
-    b, a = statistics.median(bare), statistics.median(attached)
-    own = client_time / steps_attached
+    b = statistics.median(bare)
+    med, lo, hi = interval(diffs, rng)
     return {
         "shape": name,
         "step_us": b * 1e6,
         "own_us": own * 1e6,
-        "own_pct": 100 * own / b,
-        "e2e_us": (a - b) * 1e6,
-        "e2e_pct": 100 * (a - b) / b,
-        "samples_per_s": samples / (steps_attached * a),
-        "spread_pct": 100 * (max(bare) - min(bare)) / b,
+        "e2e_us": med,
+        "lo_us": lo,
+        "hi_us": hi,
+        "budget_us": budget_us(b * 1e6),
+        "samples_per_s": samples / attached_time,
     }
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--stats-cost-us", type=float, default=180.0,
-                    help="what one memory_stats call costs on the GPU being modelled (default 180, an H100)")
-    ap.add_argument("--seconds", type=float, default=6.0, help="measuring time per step length (default 6)")
+    ap.add_argument("--stats-cost-us", type=float, default=70.5,
+                    help="what one memory_stats call costs on the GPU being modelled (default 70.5: "
+                         "an H100, torch 2.11)")
+    ap.add_argument("--rounds", type=int, default=30, help="shuffled bare/attached rounds per step length (default 30)")
+    ap.add_argument("--block", type=float, default=0.1, help="seconds per block (default 0.1)")
+    ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(1)
     stand_in_cuda(args.stats_cost_us)
+    rng = random.Random(args.seed)
 
     tmp = tempfile.mkdtemp(prefix="gpm-bench")
     sock = os.path.join(tmp, "ingest.sock")
     server = subprocess.Popen([sys.executable, __file__, "--serve", sock], stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()
-        print("torch %s, memory_stats charged %.0f us per call, 1 thread; budget: <= 1%% of steps >= 5 ms, "
-              "<= 50 us per step" % (torch.__version__, args.stats_cost_us))
-        print("%-8s %10s %14s %9s %16s %9s %10s" % (
-            "step", "bare us", "client us/step", "client %", "e2e diff us/step", "e2e %", "samples/s"))
-        ok = True
+        print("torch %s, memory_stats charged %.1f us per call, 1 thread, %d shuffled rounds of %.2f s blocks; "
+              "budget: the whole cost <= 1 %% of a step under 1 ms, <= 0.5 %% of a longer one, <= 25 us"
+              % (torch.__version__, args.stats_cost_us, args.rounds, args.block))
+        print("%-7s %9s %10s %26s %9s %10s  %s" % (
+            "step", "bare us", "hook us", "whole cost us (95% CI)", "budget us", "samples/s", "verdict"))
+        verdicts = []
         for name, width, batch in SHAPES:
-            r = run_shape(name, width, batch, args.seconds, sock)
-            print("%-8s %10.1f %14.2f %8.3f%% %16.1f %8.2f%% %10.1f" % (
-                r["shape"], r["step_us"], r["own_us"], r["own_pct"], r["e2e_us"], r["e2e_pct"], r["samples_per_s"]))
-            within = r["own_us"] <= 50 and (r["step_us"] < 5000 or r["own_pct"] <= 1.0)
-            ok = ok and within
-        print("budget met (client's own time):", "yes" if ok else "NO")
+            r = run_shape(name, width, batch, args.rounds, args.block, sock, rng)
+            if r["hi_us"] <= r["budget_us"]:
+                verdict = "within"
+            elif r["lo_us"] > r["budget_us"]:
+                verdict = "OVER"
+            else:
+                verdict = "unresolved (the interval straddles the budget: more --rounds)"
+            verdicts.append(verdict)
+            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f  %s" % (
+                r["shape"], r["step_us"], r["own_us"], r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"],
+                r["samples_per_s"], verdict))
+        ok = all(v == "within" for v in verdicts)
+        print("budget met (whole cost, by its interval):", "yes" if ok else "NO")
         return 0 if ok else 1
     finally:
         server.kill()

@@ -41,6 +41,10 @@ class Client:
     SnapshotSource to use. GPUMON_ATTRIBUTION=0 turns it off, =1 on, whatever is passed here.
     """
 
+    # Set by a Reporter or trainer callback that labels steps itself; the optimizer hook then
+    # leaves sampling to it.
+    explicit_steps = False
+
     def __init__(
         self,
         job: Optional[str] = None,

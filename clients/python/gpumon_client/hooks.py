@@ -49,16 +49,22 @@ class Attachment:
         # One training step can step several optimizers (GANs, per-module optimizers). A step
         # ends when an optimizer that already stepped steps again, so each training step yields
         # one sample, taken after its first optimizer.step().
+        # Every step pays for this path, so it reads as few attributes as it can: one optimizer
+        # (the usual case) touches the set only to look itself up.
         key = id(optimizer)
         stepped = self._stepped
-        if stepped and key not in stepped:
+        if key in stepped:
+            if len(stepped) > 1:
+                stepped.clear()
+                stepped.add(key)
+        elif stepped:
             stepped.add(key)
             return
-        stepped.clear()
-        stepped.add(key)
+        else:
+            stepped.add(key)
         self.step += 1
         client = self.client
-        if client is None or getattr(client, "explicit_steps", False):
+        if client is None or client.explicit_steps:
             return  # a Reporter or trainer callback labels steps itself; it is the better source
         if self._oom_pending:
             self._oom_pending = False
