@@ -138,6 +138,30 @@ impl Tmux {
         self.wait(name, &format!("{needle:?}"), |p| p.contains(needle))
     }
 
+    /// Resizes the window of session `name` to `w`x`h`, and waits for the TUI to redraw at that
+    /// size (the box titled `title` spans the width, the footer is on the last row) with `cond`
+    /// holding; the pane then.
+    fn at_size(
+        &self,
+        name: &str,
+        (w, h): (u16, u16),
+        title: &str,
+        what: &str,
+        cond: impl Fn(&str) -> bool,
+    ) -> String {
+        let (ws, hs) = (w.to_string(), h.to_string());
+        self.cmd(&["resize-window", "-t", name, "-x", &ws, "-y", &hs]);
+        let drawn = |p: &str| {
+            let lines: Vec<&str> = p.lines().collect();
+            lines.len() == usize::from(h)
+                && lines.last().is_some_and(|l| !l.trim().is_empty())
+                && lines
+                    .iter()
+                    .any(|l| l.starts_with(title) && l.chars().count() == usize::from(w))
+        };
+        self.wait(name, &format!("{what} at {w}x{h}"), |p| drawn(p) && cond(p))
+    }
+
     /// The TUI's exit status, once it has exited.
     fn wait_exit(&self, name: &str) -> i32 {
         let pane = self.wait(name, "the TUI to exit", |p| p.contains("[exit "));
@@ -175,6 +199,21 @@ impl Drop for Tmux {
             .arg("kill-server")
             .output();
     }
+}
+
+/// The sizes the first look is checked at: the smallest usual terminal, then larger ones.
+const SIZES: [(u16, u16); 3] = [(80, 24), (120, 40), (160, 48)];
+
+/// A line of the pane names the trainer `who` beside its finding's badge.
+fn badged(pane: &str, who: &str, badge: &str) -> bool {
+    pane.lines().any(|l| l.contains(who) && l.contains(badge))
+}
+
+/// The Findings list (above the selected one's pane) shows `text`.
+fn listed(pane: &str, text: &str) -> bool {
+    pane.split(" Selected ")
+        .next()
+        .is_some_and(|l| l.contains(text))
 }
 
 struct Trainer {
@@ -334,6 +373,21 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
         "{pane}"
     );
 
+    // At every size, the Overview names the trainer beside its badge, and Findings keep the
+    // line that allocated the leak.
+    tmux.keys("main", &["BSpace", "1"]);
+    for size in SIZES {
+        tmux.at_size("main", size, "┌ Trainers", "the leak's badge", |p| {
+            badged(p, "llama-ft r0/8", " leak")
+        });
+    }
+    tmux.keys("main", &["3"]);
+    for size in SIZES {
+        tmux.at_size("main", size, "┌ Findings", "the named line", |p| {
+            listed(p, " at train.py:27 in kept_outputs")
+        });
+    }
+
     tmux.keys("main", &["?"]);
     tmux.wait_text("main", "gpumon tui: keys");
     tmux.keys("main", &["x"]);
@@ -386,7 +440,8 @@ fn sigterm_restores_the_terminal_and_no_daemon_means_in_process_nvml() {
 /// `gpumon demo`, started late in the leaking trainer's run (`--skip`) so that it runs out of
 /// memory 25 s in: the OOM is listed with its pattern, and its trainer's detail explains it (the
 /// line that asked, the line holding the memory, why and what to do), as the demo's trainer
-/// sent it. 160x48, where the detail has room for the whole explanation.
+/// sent it. 160x48, where the detail has room for the whole explanation; before that, the
+/// Overview at each of `SIZES`.
 #[test]
 fn the_demo_s_oom_reads_explained_in_the_tui() {
     let Some(tmux) = Tmux::start() else { return };
@@ -401,6 +456,17 @@ fn the_demo_s_oom_reads_explained_in_the_tui() {
         &format!("{BIN} demo --listen 127.0.0.1:0 --skip {skip:.3}"),
     );
     tmux.wait_for("demo", "the demo's TUI", 30, |p| p.contains("demo-leak"));
+    // The near-limit trainer is flagged within seconds: at every size, the Overview lists it
+    // with its badge (80x24 first, where the GPU blocks shrink to leave the table its rows),
+    // and 160x48 last, for the explanation below.
+    tmux.wait_for("demo", "the near-limit finding", 30, |p| {
+        badged(p, "demo-near-limit r0/1", " near")
+    });
+    for size in SIZES {
+        tmux.at_size("demo", size, "┌ Trainers", "the near-limit badge", |p| {
+            badged(p, "demo-near-limit r0/1", " near") && p.contains("demo-leak r0/1")
+        });
+    }
     tmux.keys("demo", &["3"]);
     // Listed with its pattern; resolved once the trainer has restarted.
     tmux.wait_for("demo", "the demo's OOM", 90, |p| p.contains(" oom leak "));

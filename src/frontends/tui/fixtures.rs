@@ -4,10 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod attribution;
+mod demo;
 mod oom;
 mod peak;
 
 pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
+pub use demo::demo_like;
 pub use oom::{explained_fragmentation, explained_leak, survived_pressure};
 pub use peak::near_limit_peak;
 use serde_json::{json, Value};

@@ -10,6 +10,7 @@ use super::app::state::{Action, App, Screen};
 use super::fixtures;
 use super::ui;
 
+mod first_look;
 mod oom;
 mod sites;
 
@@ -30,11 +31,15 @@ fn text(t: &Terminal<TestBackend>) -> String {
 }
 
 /// Snapshots `app` after `actions` at both sizes.
-fn screens(name: &str, mut app: App, actions: &[Action]) {
+fn screens(name: &str, app: App, actions: &[Action]) {
+    screens_at(name, app, actions, &SIZES);
+}
+
+fn screens_at(name: &str, mut app: App, actions: &[Action], sizes: &[(u16, u16)]) {
     for a in actions {
         app.update(a.clone());
     }
-    for (w, h) in SIZES {
+    for &(w, h) in sizes {
         let t = draw(&mut app, w, h);
         insta::assert_snapshot!(format!("{name}_{w}x{h}"), t.backend());
     }

@@ -137,7 +137,8 @@ fn status(app: &App, node: usize, f: &Finding, width: u16, t: Theme) -> Line<'st
 }
 
 fn detail(f: &mut Frame, area: Rect, app: &App, node: usize, fi: &Finding, t: Theme) {
-    let mut lines = vec![status(app, node, fi, area.width, t)];
+    // Inside the border: a status line cut to fit rather than wrapped onto the message's line.
+    let mut lines = vec![status(app, node, fi, area.width.saturating_sub(2), t)];
     lines.push(Line::from(fi.message.clone()));
     if fi.survived() {
         lines.push(Line::styled(

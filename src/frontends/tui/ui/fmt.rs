@@ -38,20 +38,58 @@ pub fn clip(s: &str, max: usize) -> String {
 }
 
 /// Cuts `s` to `max` characters keeping its last "; " clause whole when that fits beside a
-/// third of the room for the rest: a finding's last clause is what matters most (the line that
-/// allocated the leak, the run going on), so the cut falls in the middle. Otherwise as `clip`.
+/// third of the room for the rest: a finding's last clause is what matters most (the run going
+/// on, the time left), so the cut falls in the middle. Otherwise as `clip`; but a last clause
+/// that names a line ("allocated at train.py:27 in kept_outputs") is never cut off: the head
+/// gives way first, down to a few words, then the clause loses its start, never the place.
 pub fn clip_keeping_last(s: &str, max: usize) -> String {
+    // Fewer characters than this would say nothing ("allocated fl…").
+    const FEW: usize = 16;
     if s.chars().count() <= max {
         return s.to_string();
     }
-    // The head keeps at least a third of the room, or it would say nothing ("allocated fl…").
-    match s.rsplit_once("; ") {
-        Some((head, tail)) if tail.chars().count() + 2 + max / 3 <= max => {
-            let room = max - tail.chars().count() - 2;
-            format!("{}; {tail}", clip(head, room))
-        }
-        _ => clip(s, max),
+    let Some((head, tail)) = s.rsplit_once("; ") else {
+        return clip(s, max);
+    };
+    let named = names_a_line(tail);
+    let head_min = if named { FEW } else { max / 3 };
+    let tail_len = tail.chars().count();
+    if tail_len + 2 + head_min.min(head.chars().count()) <= max {
+        return format!("{}; {tail}", clip(head, max - tail_len - 2));
     }
+    let head_room = max / 3;
+    let tail_room = max.saturating_sub(head_room + 2);
+    if !named || head_room < FEW / 2 || tail_room < FEW {
+        return clip(s, max);
+    }
+    let tail = clip_start(tail, tail_room);
+    format!("{}; {tail}", clip(head, max - tail.chars().count() - 2))
+}
+
+/// Whether `s` names a source line: a word such as "train.py:27".
+fn names_a_line(s: &str) -> bool {
+    s.split_whitespace().any(|w| {
+        w.rsplit_once(':').is_some_and(|(file, line)| {
+            file.contains('.') && !line.is_empty() && line.chars().all(|c| c.is_ascii_digit())
+        })
+    })
+}
+
+/// Cuts `s` to `max` characters from its start, at a word where one is near: "…at train.py:27".
+fn clip_start(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let cut = n + 1 - max;
+    let end: String = s.chars().skip(cut).collect();
+    // Starting mid-word reads as a typo; the next word is close enough.
+    let mid_word = s.chars().nth(cut - 1).is_some_and(|c| c != ' ');
+    let end = match end.split_once(' ') {
+        Some((_, rest)) if mid_word && rest.chars().count() * 2 >= max => rest,
+        _ => end.trim_start(),
+    };
+    format!("…{end}")
 }
 
 #[cfg(test)]
@@ -74,10 +112,25 @@ mod tests {
             "{c}"
         );
         assert!(c.contains("…; 98% of the growth"), "{c}");
-        // Where the rest would keep under a third of the room, cut at the end, as before.
-        assert_eq!(clip_keeping_last(m, 110), clip(m, 110));
-        // Too narrow for the clause: cut at the end, as before.
+        // The head gives way before the clause does: at 114, a few of its words are left.
+        let c = clip_keeping_last(m, 114);
+        assert!(
+            c.starts_with("allocated floor grows 8.0 MiB/")
+                && c.ends_with("…; 98% of the growth in steps 337-357 was allocated at train.py:27 in kept_outputs"),
+            "{c}"
+        );
+        // Narrower than the clause: its start goes, the place it names stays.
+        let c = clip_keeping_last(m, 74);
+        assert_eq!(c.chars().count(), 74, "{c}");
+        assert!(c.starts_with("allocated floor grows 8.0 …; …was"), "{c}");
+        assert!(c.ends_with(" at train.py:27 in kept_outputs"), "{c}");
+        // Too narrow for any of that: cut at the end, as before.
         assert_eq!(clip_keeping_last(m, 20), clip(m, 20));
+        // A last clause that names no line keeps its place only beside a third of the room.
+        let eta = "allocated floor grows 2.0 MiB/step since step 610; at this rate the GPU is full in ~4h10m (step ~31,000)";
+        assert_eq!(clip_keeping_last(eta, 74), clip(eta, 74));
+        assert!(clip_keeping_last(eta, 90)
+            .ends_with("…; at this rate the GPU is full in ~4h10m (step ~31,000)"));
         assert_eq!(clip_keeping_last("short", 20), "short");
     }
 

@@ -1,6 +1,7 @@
 //! Overview: one block per GPU (memory gauge split used / reserved / free, utilization,
 //! temperature, power, and a sparkline of used memory), or one line per GPU when blocks do not
-//! fit; several nodes are listed one after the other under a heading each.
+//! fit beside the trainer table, which has the room first; several nodes are listed one after
+//! the other under a heading each.
 
 use crate::frontends::tui::finding::FindingView;
 use ratatui::layout::Rect;
@@ -13,7 +14,7 @@ use super::gpu_list::listing;
 use super::notice;
 use super::spark::{buckets, short, spark_range};
 use super::theme::{Theme, FREE, RESERVED, USED};
-use super::trainers_panel::trainers;
+use super::trainers_panel::{live, trainers};
 use crate::core::model::GpuState;
 use crate::core::snapshot::GpuView;
 use crate::frontends::tui::app::state::{App, Link, Node, Origin};
@@ -21,9 +22,6 @@ use crate::units::bytes;
 
 /// A full GPU block: border, gauge, legend, readings and at least one sparkline row.
 const BLOCK_MIN: u16 = 6;
-/// The block's height when the trainer table takes what is left anyway; with room to spare,
-/// the rows the trainer table does not need go to taller memory charts.
-const BLOCK_MAX: u16 = 10;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     if app.multi_node() {
@@ -77,45 +75,48 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     let n = snap.gpus.len() as u16;
     let cols: u16 = if area.width >= 120 && n > 1 { 2 } else { 1 };
     let rows = n.div_ceil(cols);
-    if rows * BLOCK_MIN <= area.height {
-        // The trainer table's rows (header and border included) are kept for it; the blocks
-        // grow into the rest instead of leaving it blank.
-        let trainers_rows = app
-            .procs
-            .rows
-            .iter()
-            .filter(|r| r.key.session.is_some())
-            .count() as u16;
-        let table = if trainers_rows > 0 {
-            trainers_rows + 3
-        } else {
-            0
-        };
-        let spare = area.height.saturating_sub(table);
-        let h = if rows * BLOCK_MAX <= spare {
-            spare / rows
-        } else {
-            (area.height / rows).min(BLOCK_MAX)
-        };
+    // The trainer table comes before the charts: it answers which trainer has a problem. Its
+    // rows (header and border included) are kept for it; the GPUs take the rest.
+    let (live, firing) = live(app);
+    let table = if live > 0 {
+        (live as u16).saturating_add(3)
+    } else {
+        0
+    };
+    let spare = area.height.saturating_sub(table);
+    let gpus_h = if rows * BLOCK_MIN <= spare {
+        // Blocks, grown into the rest instead of leaving it blank.
+        let h = spare / rows;
         let w = area.width / cols;
         for (i, g) in snap.gpus.iter().enumerate() {
             let (r, c) = (i as u16 / cols, i as u16 % cols);
             let width = if c + 1 == cols { area.width - c * w } else { w };
-            let rect = Rect::new(area.x + c * w, area.y + r * h, width, h);
+            // The last row takes what the division left over.
+            let height = if r + 1 == rows { spare - r * h } else { h };
+            let rect = Rect::new(area.x + c * w, area.y + r * h, width, height);
             block(f, rect, app, node, g, t);
         }
-        let used = rows * h;
-        let rest = Rect {
-            y: area.y + used,
-            height: area.height - used,
-            ..area
-        };
-        if rest.height >= 4 {
-            trainers(f, rest, app, t);
-        }
+        spare
+    } else if live > 0 {
+        // One line per GPU. Too many trainers for all: the firing ones come before the GPU
+        // lines, which come before the quiet trainers; a few GPU lines stay (the rest scroll).
+        let must = (firing.max(1) as u16).saturating_add(3);
+        let h = n
+            .min(area.height.saturating_sub(must))
+            .max(n.min(2))
+            .min(area.height);
+        listing(f, Rect { height: h, ..area }, app, t);
+        h
     } else {
         listing(f, area, app, t);
-    }
+        area.height
+    };
+    let rest = Rect {
+        y: area.y + gpus_h,
+        height: area.height.saturating_sub(gpus_h),
+        ..area
+    };
+    trainers(f, rest, app, t);
 }
 
 fn waiting(node: &Node, app: &App, t: Theme) -> Vec<Line<'static>> {
@@ -272,6 +273,12 @@ fn readings(node: &Node, g: &GpuView, t: Theme) -> Line<'static> {
             .map(|w| format!("{w:.0} W"))
             .unwrap_or_else(|| "power n/a".into()),
     ))];
+    // Firing before the counts: in a half-width block it is what must not be cut off.
+    let firing = gpu_firing(node, g);
+    if firing > 0 {
+        s.push(Span::raw(" · "));
+        s.push(Span::styled(format!("{firing} firing"), t.crit()));
+    }
     if let Some(snap) = &node.snap {
         let procs = snap
             .processes
@@ -291,11 +298,6 @@ fn readings(node: &Node, g: &GpuView, t: Theme) -> Line<'static> {
             ),
             t.dim(),
         ));
-    }
-    let firing = gpu_firing(node, g);
-    if firing > 0 {
-        s.push(Span::raw(" · "));
-        s.push(Span::styled(format!("{firing} firing"), t.crit()));
     }
     Line::from(s)
 }
