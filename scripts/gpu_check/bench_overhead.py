@@ -1,5 +1,6 @@
 """The client's cost per training step: the same loop timed bare and with gpumon_client.attach(),
-alternating in one process (attach, time, detach), medians of paired repeats. Two step sizes:
+in one process (attach, time, detach), over rounds whose modes run in a shuffled order; the
+cost is judged by the interval of the median per-round difference (analysis.overhead). Two step sizes:
 ~0.4 ms (a tiny MLP, launch-bound) and ~5 ms (wide layers, GPU-bound), each calibrated on this
 GPU by choosing the number of layers. Also times torch.cuda.memory_stats() and
 torch.cuda.mem_get_info() bare, the two calls a sample makes.
@@ -11,6 +12,7 @@ Python stacks), which is what arming costs a step while an OOM is coming."""
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 
@@ -78,7 +80,7 @@ def call_cost(fn, n=2000):
 
 def main() -> None:
     p = tc.parser(__doc__, seconds=1.0)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=30, help="rounds per step size (default 30)")
     p.add_argument("--sizes", default="small,large", help="comma-separated: small (~0.4 ms), large (~5 ms)")
     p.add_argument("--job", default="gpu-check-bench")
     args = p.parse_args()
@@ -109,8 +111,11 @@ def main() -> None:
         runs = {"bare": [], "default": [], "every": []}
         recording = []  # seconds per step with allocation history on (CUDA only)
         samples = {"default": [], "every": []}
+        rng = random.Random(1)
         for r in range(args.repeats):
-            order = ["bare", "default", "every"] if r % 2 == 0 else ["every", "default", "bare"]
+            # A shuffled order each round: drift and warm caches land on no mode in particular.
+            order = ["bare", "default", "every"]
+            rng.shuffle(order)
             for mode in order:
                 if mode == "bare":
                     runs[mode].append(per_step(torch, device, step, args.seconds))

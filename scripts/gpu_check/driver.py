@@ -46,12 +46,12 @@ ATTRIBUTION_WAIT_S = 30.0
 PLAN = {
     "full": {
         "healthy": 90, "leak": 120, "leak_flat": 10, "near_limit": 60, "oom": 30, "oom_patterns": 60, "outside": 60,
-        "lightning_steps": 300, "hf_steps": 200, "ddp": 25, "bench_repeats": 7, "bench_seconds": 1.0,
+        "lightning_steps": 300, "hf_steps": 200, "ddp": 25, "bench_repeats": 30, "bench_seconds": 0.3,
         "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 870,
     },
     "quick": {
         "healthy": 20, "leak": 60, "leak_flat": 6, "near_limit": 20, "oom": 20, "oom_patterns": 40, "outside": 45,
-        "lightning_steps": 120, "hf_steps": 80, "ddp": 10, "bench_repeats": 3, "bench_seconds": 0.5,
+        "lightning_steps": 120, "hf_steps": 80, "ddp": 10, "bench_repeats": 8, "bench_seconds": 0.2,
         "phase_a": 120, "phase_b": 180, "bench_timeout": 150, "total": 420,
     },
 }

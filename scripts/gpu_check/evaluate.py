@@ -21,9 +21,6 @@ JOBS = {
     "ddp": "gpu-check-ddp",
 }
 
-# The client may spend 0.5% of a step by design (cadence.py); a check fails at 2%, which leaves
-# room for timing noise but not for a cadence that samples every step.
-CLIENT_COST_LIMIT = 0.02
 
 
 def _trainer_problem(obs: Dict[str, Any], name: str) -> Optional[str]:
@@ -361,7 +358,7 @@ def check_client_cost(obs: Dict[str, Any], size: str) -> List[Check]:
     sent = entry.get("lines_sent") or {}
     out = []
     default = a.overhead(runs["bare"], runs["default"])
-    ok, figure = a.overhead_verdict(default, CLIENT_COST_LIMIT)
+    ok, figure = a.overhead_verdict(default)
     attached = all(isinstance(n, int) and n > 0 for n in sent.get("default") or [None])
     if not attached:
         ok, figure = False, figure + "; the client sent nothing (%s)" % (sent.get("default"),)

@@ -249,15 +249,34 @@ def test_oom_cap_found_in_evidence_or_words_and_only_there():
     assert not ok and "1.5 GiB" in why
 
 
-def test_overhead_is_the_median_of_paired_differences():
-    bare = [0.00040, 0.00041, 0.00042]
-    attached = [0.000402, 0.000413, 0.000421]
+def test_overhead_is_the_median_of_paired_differences_with_its_interval():
+    bare = [0.00040, 0.00041, 0.00042] * 10
+    attached = [0.000402, 0.000413, 0.000421] * 10
     o = a.overhead(bare, attached)
     assert o["cost"] == pytest.approx(2e-6) and o["step"] == pytest.approx(0.00041)
-    ok, figure = a.overhead_verdict(o, 0.02)
-    assert ok and "0.49%" in figure
-    assert not a.overhead_verdict(a.overhead(bare, [b * 1.1 for b in bare]), 0.02)[0]
-    assert not a.overhead_verdict(a.overhead([], []), 0.02)[0]
+    assert o["lo"] <= o["cost"] <= o["hi"] and o["rounds"] == 30
+    ok, figure = a.overhead_verdict(o)
+    assert ok and "0.49%" in figure and "within the budget" in figure
+    # 10 % of the step: over, whatever the noise.
+    ok, figure = a.overhead_verdict(a.overhead(bare, [b * 1.1 for b in bare]))
+    assert not ok and "over the budget" in figure
+    assert not a.overhead_verdict(a.overhead([], []))[0]
+
+
+def test_a_noisy_median_within_the_budget_is_not_a_pass():
+    # The H100 case: a median near the budget with rounds spread far wider than it.
+    bare = [0.00040] * 30
+    noise = [(-1) ** i * (i % 7) * 20e-6 for i in range(30)]
+    attached = [b + 2e-6 + n for b, n in zip(bare, noise)]
+    o = a.overhead(bare, attached)
+    ok, figure = a.overhead_verdict(o)
+    assert not ok and "unresolved" in figure, figure
+
+
+def test_the_budget_is_the_documented_one():
+    assert a.client_budget(0.0002) == pytest.approx(2e-6)  # 1 % of a 0.2 ms step
+    assert a.client_budget(0.002) == pytest.approx(10e-6)  # 0.5 % of a 2 ms step
+    assert a.client_budget(0.1) == pytest.approx(25e-6)  # never more than 25 us
 
 
 def test_poll_verdict():
