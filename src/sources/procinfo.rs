@@ -8,7 +8,8 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::core::model::ProcInfo;
@@ -21,6 +22,8 @@ pub struct ProcCache {
     users: Option<HashMap<u32, String>>,
     /// The current collection (`begin`).
     round: u64,
+    /// Where a /proc file is read, kept between look-ups.
+    scratch: String,
 }
 
 impl ProcCache {
@@ -35,6 +38,7 @@ impl ProcCache {
             entries: PidMap::default(),
             users: None,
             round: 0,
+            scratch: String::with_capacity(SCRATCH),
         }
     }
 
@@ -79,17 +83,18 @@ impl ProcCache {
 
     fn lookup(&mut self, pid: u32) -> ProcInfo {
         let dir = self.root.join(pid.to_string());
-        let name = fs::read_to_string(dir.join("comm"))
-            .ok()
-            .map(|s| s.trim_end().to_string())
+        let mut buf = std::mem::take(&mut self.scratch);
+        let name = read_small(&dir.join("comm"), &mut buf)
+            .then(|| buf.trim_end().to_string())
             .filter(|s| !s.is_empty());
-        let uid = fs::read_to_string(dir.join("status"))
-            .ok()
-            .and_then(|s| parse_uid(&s));
+        let uid = read_small(&dir.join("status"), &mut buf)
+            .then(|| parse_uid(&buf))
+            .flatten();
+        let cgroup = read_small(&dir.join("cgroup"), &mut buf)
+            .then(|| main_cgroup(&buf))
+            .flatten();
+        self.scratch = buf;
         let user = uid.and_then(|u| self.user_name(u));
-        let cgroup = fs::read_to_string(dir.join("cgroup"))
-            .ok()
-            .and_then(|s| main_cgroup(&s));
         let container = cgroup.as_deref().and_then(container_from_cgroup);
         let pod_uid = cgroup.as_deref().and_then(kube_ids).map(|k| k.pod_uid);
         ProcInfo {
@@ -123,6 +128,21 @@ impl Default for ProcCache {
 }
 
 /// The real uid from the `Uid:` line of /proc/PID/status.
+/// What a /proc file is read into: status, the largest read, is about 1.5 KiB.
+const SCRATCH: usize = 8 * 1024;
+
+/// Reads a small file into `buf` (cleared first); false when it cannot be read. procfs gives
+/// its files no size, so std's size look-up (a statx per file) and its growing reads buy
+/// nothing: with `buf`'s room kept between calls, a file is one read and the end one more.
+fn read_small(path: &Path, buf: &mut String) -> bool {
+    buf.clear();
+    let Ok(file) = fs::File::open(path) else {
+        return false;
+    };
+    // `take` hides the File, so the size look-up is skipped; procfs files are far below it.
+    file.take(1 << 20).read_to_string(buf).is_ok()
+}
+
 fn parse_uid(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()

@@ -95,14 +95,51 @@ pub fn printable_json(v: &mut serde_json::Value) {
 }
 
 /// A copy of `value` with every string in it through [`printable`], by way of its JSON form;
-/// None if the type does not read back what it writes (then escape the laid-out text instead).
+/// None when no string in it holds an escaped character (the usual case: `value` is shown as
+/// it is, without the copy) or the type does not read back what it writes (then escape the
+/// laid-out text instead).
 pub fn printable_copy<T>(value: &T) -> Option<T>
 where
     T: serde::Serialize + serde::de::DeserializeOwned,
 {
-    let mut v = serde_json::to_value(value).ok()?;
+    let text = serde_json::to_vec(value).ok()?;
+    if !json_holds_escaped(&text) {
+        return None;
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(&text).ok()?;
     printable_json(&mut v);
     serde_json::from_value(v).ok()
+}
+
+/// Whether JSON text as serde_json writes it holds a character [`escaped`] would escape, in a
+/// string or a key. serde_json writes C0 controls as escapes (every escape but `\"` and `\\`
+/// is one) and DEL, C1 and the bidirectional controls raw. A backslash in a string reads as
+/// `\\`, so it is never taken for an escape; a false yes only costs the copy.
+fn json_holds_escaped(text: &[u8]) -> bool {
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'\\' => {
+                if !matches!(text.get(i + 1), Some(b'"' | b'\\' | b'/')) {
+                    return true;
+                }
+                i += 2;
+                continue;
+            }
+            0x7f => return true,
+            0xc2 if matches!(text.get(i + 1), Some(0x80..=0x9f)) => return true,
+            0xe2 if matches!(
+                text.get(i + 1..i + 3),
+                Some([0x80, 0xaa..=0xae] | [0x81, 0xa6..=0xa9])
+            ) =>
+            {
+                return true
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Field formatting for the text log: `message key=value ...` as tracing-subscriber writes it,
@@ -149,6 +186,31 @@ impl tracing::field::Visit for LogVisitor {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_json_scan_sees_exactly_the_escaped_characters() {
+        // Every code point up to U+3000 (C0, DEL, C1, the bidi controls and their neighbours),
+        // in a value and in a key, beside a backslash and a quote that must not count.
+        for c in (0u32..0x3000).filter_map(char::from_u32) {
+            let v = serde_json::json!({ format!("k{c}"): "a\\b\"", "v": format!("x{c}y") });
+            let text = serde_json::to_vec(&v).unwrap();
+            assert_eq!(
+                super::json_holds_escaped(&text),
+                super::escaped(c),
+                "U+{:04X}",
+                c as u32
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_with_nothing_to_escape_is_not_copied() {
+        let clean = serde_json::json!({"job": "train \\ \"x\"", "pid": 7});
+        assert!(super::printable_copy(&clean).is_none());
+        let dirty = serde_json::json!({"job": "evil\u{1b}[2J\n"});
+        let copy = super::printable_copy(&dirty).unwrap();
+        assert_eq!(copy["job"], "evil\\u{1b}[2J\\u{a}");
+    }
 
     #[test]
     fn bidi_controls_are_stripped_from_utf8_and_the_json_stays_valid() {
