@@ -119,22 +119,20 @@ class Client:
             if now >= self._device_due:
                 self._refresh_device(source, now)
             keys = self.stats_keys
-            msg = {
-                "type": "sample",
-                "ts": self._clock(),
-                "step": step,
-                "phase": phase or _phase.current(),
-                "stats": {k: stats[k] for k in keys if k in stats} if keys is not None else dict(stats),
-            }
-            if step is None:
-                del msg["step"]  # optional for timer samples; omitted rather than null
-            mem = self._mem
-            if mem is not None:
-                msg["device_free"] = mem[0]
-                msg["device_total"] = mem[1]
+            mem = self._mem or (None, None)
+            limit = None
             if self._limit != self._limit_sent:
                 # Sent when it first becomes known or changes; the daemon keeps the last value.
-                msg["alloc_limit"] = self._limit_sent = self._limit
+                limit = self._limit_sent = self._limit
+            msg = protocol.sample(
+                self._clock(),
+                {k: stats[k] for k in keys if k in stats} if keys is not None else dict(stats),
+                step=step,
+                phase=phase or _phase.current(),
+                device_free=mem[0],
+                device_total=mem[1],
+                alloc_limit=limit,
+            )
             transport = self.transport
             transport.send(msg)
             if transport.requests and self.attributor is not None:
@@ -340,3 +338,7 @@ atexit.register(_close_all)
 def _broadcast_phase(name: str) -> None:
     for client in list(_clients):
         client.event("phase", phase=name)
+
+
+# phases tells its listeners of a change; it imports nothing of the client.
+_phase.listen(_broadcast_phase)

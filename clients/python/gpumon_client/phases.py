@@ -1,9 +1,15 @@
 """The trainer's current phase ("train", "eval", ...), process-wide, and the phase() context manager."""
 
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterator, List
 
 _current = "train"
+# Called with the new phase at each change (the client sends it as an event).
+_listeners: List[Callable[[str], None]] = []
+
+
+def listen(callback: Callable[[str], None]) -> None:
+    _listeners.append(callback)
 
 
 def current() -> str:
@@ -30,6 +36,5 @@ def _set(name: str) -> None:
     if name == _current:
         return
     _current = name
-    from .client import _broadcast_phase  # late: client imports this module
-
-    _broadcast_phase(name)
+    for callback in _listeners:
+        callback(name)
