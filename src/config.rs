@@ -449,7 +449,7 @@ impl Config {
             return Ok(());
         };
         // Only the form is checked here; the variables are read when the daemon starts.
-        let expanded = crate::sources::kubelet::expand(url, |_| Some("host".into()));
+        let expanded = crate::util::expand::expand(url, |_| Some("host".into()));
         let reason = match expanded {
             Err(reason) => reason,
             Ok(u) if !(u.starts_with("https://") || u.starts_with("http://")) => {

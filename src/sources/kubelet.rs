@@ -19,6 +19,7 @@ use super::procinfo::kube_ids;
 use super::{GpuSource, SourceError};
 use crate::config::KubernetesConfig;
 use crate::core::model::NodeReading;
+use crate::util::expand::expand;
 
 /// Shortest time between two requests to the kubelet.
 pub const MIN_REFRESH: Duration = Duration::from_secs(30);
@@ -132,29 +133,6 @@ pub fn annotate(index: &PodIndex, reading: &mut NodeReading) {
             .container_id
             .and_then(|id| meta.containers.get(&id).cloned());
     }
-}
-
-/// `url` with each `${NAME}` replaced by `var(NAME)`; an unset variable or an unclosed `${` is
-/// an error that says which.
-pub fn expand(url: &str, var: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::with_capacity(url.len());
-    let mut rest = url;
-    while let Some(at) = rest.find("${") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("unclosed ${{ in {url:?}"))?;
-        let name = &after[..end];
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(format!("${{{name}}} is not a variable name"));
-        }
-        let value = var(name).ok_or_else(|| format!("the environment has no {name}"))?;
-        out.push_str(&value);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 /// The kubelet's pods API, as configured.

@@ -3,5 +3,6 @@
 
 pub mod backoff;
 pub mod bounded;
+pub mod expand;
 pub mod pid_map;
 pub mod printable;
