@@ -2,16 +2,12 @@
 
 A sample costs what `torch.cuda.memory_stats()` costs (70.5 us on an H100, torch 2.11) plus building and
 sending one line; a fast training step can be shorter than that. So the client earns a budget per
-step, `budget * min(step time, 5 ms)` (0.5 % of the step, at most 25 us with the default), of which
-samples may spend `_SAMPLING_SHARE` (the rest pays for the check every step makes); it spends
+step, `budget * min(step time, 5 ms)` (0.5 % of the step, at most 25 us with the default), spends
 the measured cost of each sample from it, and samples only when the budget covers one more. On top
 of that, at most `max_rate` samples per second (the daemon needs a trend, not every step) and at
 least `every` steps apart. The first step is always sampled, so a session shows up at once.
 
-Most steps that are not sampled cost one decrement: when a step is not due, the cadence works
-out how many steps cannot be due either (from `every`, the rate limit and the budget, at the
-recent step time, halved and at most `_MAX_SKIP`) and skips the clock for those. The next step it
-looks, it charges the budget for the steps it skipped at their average length.
+Steps that are not sampled cost one `perf_counter()` call and a few comparisons.
 
 `Throttle` keeps any caller's samples under the daemon's line rate limit (the welcome's
 `max_lines_per_second`): at most `_LIMIT_SHARE` of it, and half that for a while after each
@@ -23,9 +19,6 @@ from typing import Any, Callable, Optional
 
 # Step time beyond which the budget stops growing: keeps slow steps at <= budget * 5 ms each.
 _STEP_CAP = 0.005
-# Share of the budget samples may spend; the rest pays for the path every step takes (the hook,
-# this check: about 0.4 us alone, 1-3 us inside a real loop whose step left the caches cold).
-_SAMPLING_SHARE = 0.8
 # How fast the cost estimate follows new measurements (one slow sample should not stall sampling).
 _EWMA = 0.2
 # Share of the daemon's line limit samples may use: room for events, marks and jitter.
@@ -34,9 +27,6 @@ _LIMIT_SHARE = 0.8
 _SLOW_FOR = 10.0
 # The lowest the notices can push the rate: 1/64 of the share.
 _MIN_FACTOR = 1.0 / 64
-# Most steps skipped without reading the clock: bounds how late a sample can come when steps
-# slow down (64 steps of the earlier length, halved).
-_MAX_SKIP = 64
 
 
 class Cadence:
@@ -63,7 +53,6 @@ class Cadence:
         self.every = int(every)
         self.min_interval = 1.0 / float(max_rate) if max_rate else 0.0
         self.budget = float(budget) if budget else 0.0
-        self._rate = self.budget * _SAMPLING_SHARE  # credit earned per second of step
         self._clock = clock
         self.cost = 0.0  # estimated seconds per sample; 0 until the first one is measured
         self.credit = 0.0  # seconds the client may still spend
@@ -71,54 +60,22 @@ class Cadence:
         self._last_step: Optional[float] = None
         self._last_sample = -float("inf")
         self._samples = 0
-        self._skip = 0  # steps still to pass without reading the clock
-        self._skipped = 0  # steps the last skip covered, charged at the next look
 
     def due(self) -> bool:
         """Called at each step; True when this step should be sampled (then call `spent`)."""
-        skip = self._skip
-        if skip:
-            self._skip = skip - 1
-            return False
         now = self._clock()
         last, self._last_step = self._last_step, now
-        steps = self._skipped + 1  # steps since the clock was last read
-        self._skipped = 0
-        self._since += steps
-        dt = 0.0
-        if last is not None:
-            dt = (now - last) / steps
-            if self.budget:
-                credit = self.credit + self._rate * (dt if dt < _STEP_CAP else _STEP_CAP) * steps
-                # Capped at one sample's worth, so a long pause (evaluation) does not buy a burst.
-                self.credit = credit if credit < self.cost else self.cost
+        self._since += 1
+        if self.budget and last is not None:
+            dt = now - last
+            credit = self.credit + self.budget * (dt if dt < _STEP_CAP else _STEP_CAP)
+            # Capped at one sample's worth, so a long pause (evaluation) does not buy a burst.
+            self.credit = credit if credit < self.cost else self.cost
         if self._since < self.every:
-            self._rest(self.every - self._since, now, dt)
             return False
         if now - self._last_sample < self.min_interval:
-            self._rest(0, now, dt)
             return False
-        if not self.budget or self.credit >= self.cost:
-            return True
-        self._rest(0, now, dt)
-        return False
-
-    def _rest(self, by_count: int, now: float, dt: float) -> None:
-        """Not due: skips the clock for the steps that cannot be due either. `by_count` steps are
-        certain (`every`); the rate limit and the budget are estimated at step time `dt`, halved,
-        so a step time that shrinks still finds the step where they allow a sample."""
-        steps = 0.0
-        if dt > 0:
-            wait = self.min_interval - (now - self._last_sample)
-            if self.budget and self.cost > self.credit:
-                wait_steps = (self.cost - self.credit) / (self._rate * (dt if dt < _STEP_CAP else _STEP_CAP))
-            else:
-                wait_steps = 0.0
-            steps = max(wait / dt if wait > 0 else 0.0, wait_steps) / 2
-        skip = max(by_count - 1, int(steps))
-        skip = skip if skip < _MAX_SKIP else _MAX_SKIP
-        self._skip = skip
-        self._skipped = skip
+        return not self.budget or self.credit >= self.cost
 
     def spent(self, seconds: float) -> None:
         """Records that a sample was taken at this step and what it cost."""
