@@ -248,11 +248,15 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
     let f = findings(&s, "untracked_growth")
         .find(|f| f["job"] == "demo-untracked")
         .unwrap();
+    // 4 MiB/step, as the fit sees it: NVML's figure pairs with a sample up to a poll apart, so
+    // on a busy machine the slope can read 3.9 or 4.1.
+    let slope = f["evidence"]["slope_bytes_per_step"].as_f64().unwrap();
     assert!(
-        f["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("memory outside PyTorch's allocator grows 4.0 MiB/step"),
+        (slope / (4.0 * 1048576.0) - 1.0).abs() < 0.05
+            && f["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("memory outside PyTorch's allocator grows "),
         "{f}"
     );
     for job in ["demo-healthy", "demo-leak", "demo-near-limit"] {
@@ -358,11 +362,18 @@ fn the_demo_records_traces_for_gpumon_analyze() {
     let dir = tempfile::tempdir().unwrap();
     let traces = dir.path().join("traces");
     let d = Demo::start(&["--record-dir", traces.to_str().unwrap()]);
-    d.until(30, "four trainers with samples", |s| {
-        s["sessions"]
-            .as_array()
-            .is_some_and(|v| v.len() == 4 && v.iter().all(|t| t["samples"].as_u64() > Some(5)))
+    // With samples, and NVML's figure joined to each (a poll can lag on a busy machine): the
+    // trace notes the figure before the next sample.
+    d.until(30, "four trainers with samples and NVML's figure", |s| {
+        s["sessions"].as_array().is_some_and(|v| {
+            v.len() == 4
+                && v.iter().all(|t| {
+                    t["samples"].as_u64() > Some(5)
+                        && t["ledger"]["outside_allocator_bytes"].is_u64()
+                })
+        })
     });
+    std::thread::sleep(Duration::from_secs(1));
     // `gpumon status` lists the trainers by job.
     let out = Command::new(BIN)
         .args(["status", "--connect", &d.url])
