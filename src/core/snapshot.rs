@@ -1,15 +1,22 @@
 //! The JSON API's document: everything the daemon knows right now. `gpumon status` and the TUI
 //! read it back, so it is one owned type that both serialises and deserialises.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize, Serializer};
+
+pub mod cursor;
+mod kept;
+use cursor::Cursor;
 
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::Finding;
 use crate::core::model::{GpuReading, ProcessReading, Timestamp};
+use crate::core::store::chunks::{millis, seconds};
 pub use crate::core::store::sessions::ooms::{OomRecord, Ooms};
 use crate::core::store::sessions::Armed;
-use crate::core::store::sessions::{Session, Sessions};
-use crate::core::store::{GpuPoint, NvmlStatus, Point, Store};
+use crate::core::store::sessions::Session;
+use crate::core::store::{GpuPoint, NvmlStatus, Point, Series, Store};
 use crate::core::trainer::Stats;
 use crate::core::trainer::{Ending, EventRecord, SessionPoint};
 
@@ -36,6 +43,19 @@ pub struct Snapshot {
     /// read back: the findings carry the newest explanation.
     #[serde(skip)]
     pub session_ooms: Vec<Ooms>,
+    /// For the next request's `since=`: written when this one had `since` (cursor.rs).
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// The request's cursor was honoured: each GPU's `history` holds only its points after the
+    /// cursor's answer, each session's `series` only its points after the `samples` the cursor
+    /// counted (newest `SESSION_POINTS`), and `processes_kept` says whose processes are left
+    /// out. False: everything is whole.
+    #[serde(default)]
+    pub delta: bool,
+    /// In a delta: GPUs (NVML index) whose processes are as in the cursor's answer, and not
+    /// repeated in `processes` (kept.rs).
+    #[serde(default)]
+    pub processes_kept: Vec<u32>,
 }
 
 /// The snapshot as the API writes it: the same fields, in the same order, each session's
@@ -52,6 +72,12 @@ struct SnapshotOut<'a> {
     findings: &'a [Finding],
     #[serde(skip_serializing_if = "Option::is_none")]
     ingest: Option<&'a IngestView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<bool>,
+    #[serde(skip_serializing_if = "<[u32]>::is_empty")]
+    processes_kept: &'a [u32],
 }
 
 impl Serialize for Snapshot {
@@ -75,6 +101,10 @@ impl Serialize for Snapshot {
                 .collect(),
             findings: &self.findings,
             ingest: self.ingest.as_ref(),
+            cursor: self.cursor.as_deref(),
+            // Only beside a cursor: answers without `since` keep their shape.
+            delta: self.cursor.as_ref().map(|_| self.delta),
+            processes_kept: &self.processes_kept,
         }
         .serialize(s)
     }
@@ -150,9 +180,21 @@ pub struct GpuView {
 impl Snapshot {
     /// Builds the document; `history_seconds` of GPU history are included (0 for none).
     pub fn build(store: &Store, hostname: &str, history_seconds: f64) -> Self {
+        Self::build_since(store, hostname, history_seconds, None)
+    }
+
+    /// As `build`; with `since` (a cursor, or empty for none yet) it writes a cursor, and
+    /// sends only the history after the one given when this daemon wrote it.
+    pub fn build_since(
+        store: &Store,
+        hostname: &str,
+        history_seconds: f64,
+        since: Option<&str>,
+    ) -> Self {
+        let after = since.and_then(Cursor::parse);
         let latest = store.latest();
         let now = crate::core::model::now();
-        let gpus = latest
+        let gpus: Vec<GpuView> = latest
             .map(|r| {
                 r.gpus
                     .iter()
@@ -160,7 +202,7 @@ impl Snapshot {
                         reading: g.clone(),
                         history: match store.gpu_series(&g.identity.uuid) {
                             Some(s) if history_seconds > 0.0 => {
-                                s.since(now - history_seconds).collect()
+                                gpu_history(s, now - history_seconds, after.as_ref())
                             }
                             _ => Vec::new(),
                         },
@@ -168,6 +210,52 @@ impl Snapshot {
                     .collect()
             })
             .unwrap_or_default();
+        let sessions: Vec<SessionView> = store
+            .sessions
+            .live()
+            .chain(store.sessions.ended())
+            .map(|sess| {
+                let held = after
+                    .as_ref()
+                    .and_then(|c| Some(c.samples(cursor::session_key(&sess.id)?)))
+                    .unwrap_or(0);
+                SessionView::of_after(sess, store, held)
+            })
+            .collect();
+        // By pid: scanning every session for each of 1,000 processes was most of a build.
+        let mut live: HashMap<u32, Vec<&Session>> = HashMap::new();
+        for s in store.sessions.live() {
+            live.entry(s.peer.pid).or_default().push(s);
+        }
+        let mut processes: Vec<ProcessView> = latest
+            .map(|r| {
+                r.processes
+                    .iter()
+                    .map(|p| ProcessView::of(p, &live))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let hashes = since
+            .and_then(|_| kept::hashes(&processes))
+            .unwrap_or_default();
+        let processes_kept = match &after {
+            Some(c) => kept::leave_out(&mut processes, &hashes, c),
+            None => Vec::new(),
+        };
+        let cursor = since.map(|_| {
+            let gpu_ms = latest
+                .into_iter()
+                .flat_map(|r| &r.gpus)
+                .filter_map(|g| store.gpu_series(&g.identity.uuid)?.last())
+                .map(|p| millis(p.ts))
+                .max()
+                .unwrap_or(0);
+            let counts = sessions
+                .iter()
+                .filter_map(|s| Some((cursor::session_key(&s.session)?, s.samples)))
+                .collect();
+            Cursor::write(gpu_ms, &hashes, counts)
+        });
         let NvmlStatus {
             up,
             error,
@@ -189,20 +277,8 @@ impl Snapshot {
                 last_poll_duration_seconds,
             },
             gpus,
-            processes: latest
-                .map(|r| {
-                    r.processes
-                        .iter()
-                        .map(|p| ProcessView::of(p, &store.sessions))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            sessions: store
-                .sessions
-                .live()
-                .chain(store.sessions.ended())
-                .map(|sess| SessionView::of(sess, store))
-                .collect(),
+            processes,
+            sessions,
             findings: findings(store),
             ingest: None,
             session_ooms: store
@@ -213,8 +289,23 @@ impl Snapshot {
                 // oom finding's evidence, not copied once more per session per snapshot.
                 .map(|sess| sess.oom_log.summaries())
                 .collect(),
+            delta: after.is_some(),
+            cursor,
+            processes_kept,
         }
     }
+}
+
+/// A GPU's history from `start`; after a cursor, only its points newer than the cursor's.
+fn gpu_history(s: &Series, start: Timestamp, after: Option<&Cursor>) -> Vec<Point<GpuPoint>> {
+    let Some(c) = after else {
+        return s.since(start).collect();
+    };
+    // The newest point is at hand; reading for older ones decodes the whole series.
+    if s.last().is_none_or(|p| millis(p.ts) <= c.gpu_ms) {
+        return Vec::new();
+    }
+    s.since(start.max(seconds(c.gpu_ms + 1))).collect()
 }
 
 /// Pending and firing findings of live sessions, held crashes, then recently resolved ones, each
@@ -234,7 +325,7 @@ fn findings(store: &Store) -> Vec<Finding> {
 }
 
 /// Points of session history the snapshot carries (the TUI's chart window).
-const SESSION_POINTS: usize = 300;
+pub const SESSION_POINTS: usize = 300;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionView {
@@ -324,8 +415,11 @@ impl std::ops::Deref for ProcessView {
 }
 
 impl ProcessView {
-    fn of(p: &ProcessReading, sessions: &Sessions) -> Self {
-        let s = sessions.live().find(|s| joins(s, p));
+    /// `live`: live sessions by host pid, in start order.
+    fn of(p: &ProcessReading, live: &HashMap<u32, Vec<&Session>>) -> Self {
+        let s = live
+            .get(&p.pid)
+            .and_then(|v| v.iter().find(|s| joins(s, p)));
         Self {
             reading: p.clone(),
             session: s.map(|s| s.id.clone()),
@@ -343,8 +437,19 @@ impl SessionView {
     }
 
     fn of(s: &Session, store: &Store) -> Self {
-        let latest = store.latest();
-        let process = latest.and_then(|r| r.processes.iter().find(|p| joins(s, p)));
+        Self::of_after(s, store, 0)
+    }
+
+    /// With the series' points after the first `held` (all of them for 0).
+    fn of_after(s: &Session, store: &Store, held: u64) -> Self {
+        // `samples` counts every point the series took, so the new ones are the newest.
+        let points = match held {
+            0 => SESSION_POINTS,
+            _ => (s.samples.saturating_sub(held) as usize).min(SESSION_POINTS),
+        };
+        let process = store
+            .latest()
+            .and_then(|r| r.processes.iter().find(|p| joins(s, p)));
         let ledger = ledger_with(s, store, process);
         let nvml = process.map(|p| SessionNvml {
             used_memory_bytes: p.used_memory_bytes,
@@ -387,7 +492,7 @@ impl SessionView {
             ooms_total: s.ooms.total,
             ended: s.ended,
             events: s.events.iter().cloned().collect(),
-            series: s.series.newest(SESSION_POINTS).collect(),
+            series: s.series.newest(points).collect(),
             attribution: s.attribution.clone(),
             armed: s.arming.armed().cloned(),
         }

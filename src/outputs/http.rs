@@ -250,6 +250,10 @@ struct SnapshotQuery {
     /// Seconds of GPU memory history to include.
     #[serde(default)]
     history: Option<f64>,
+    /// The `cursor` of an earlier answer (empty for none yet): the answer carries a cursor and,
+    /// when this daemon wrote the one given, only the history after it.
+    #[serde(default)]
+    since: Option<String>,
 }
 
 async fn snapshot(
@@ -257,12 +261,12 @@ async fn snapshot(
     query: Result<Query<SnapshotQuery>, axum::extract::rejection::QueryRejection>,
     builds: Arc<Semaphore>,
 ) -> Response {
-    let history = match query {
-        Ok(Query(q)) => q.history.unwrap_or(0.0),
+    let (history, since) = match query {
+        Ok(Query(q)) => (q.history.unwrap_or(0.0), q.since),
         Err(e) => {
             return (
                 StatusCode::BAD_REQUEST,
-                format!("{e}; use ?history=SECONDS, e.g. ?history=300\n"),
+                format!("{e}; use ?history=SECONDS, e.g. ?history=300, and since=CURSOR\n"),
             )
                 .into_response()
         }
@@ -289,7 +293,7 @@ async fn snapshot(
     let hostname = s.hostname.clone();
     let copied = s
         .aggregator
-        .read(move |store| Snapshot::build(store, &hostname, history))
+        .read(move |store| Snapshot::build_since(store, &hostname, history, since.as_deref()))
         .await;
     let Some(snap) = copied else {
         return unavailable();

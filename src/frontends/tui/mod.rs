@@ -63,8 +63,9 @@ pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
         match source::probe(&url, &opts.client) {
             Ok(snap) => {
                 nodes.push(Node::new(Origin::Daemon { url: url.clone() }));
+                let cursor = source::next_cursor(&snap);
                 let _ = tx.send(Msg::Data(0, Update::Snapshot(Box::new(snap))));
-                source::spawn_daemon(0, url, refresh, opts.client.clone(), tx.clone());
+                source::spawn_daemon(0, url, refresh, opts.client.clone(), tx.clone(), cursor);
             }
             Err(_) => {
                 let reason = format!("no daemon at {}", config.listen);
@@ -81,7 +82,7 @@ pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
     } else {
         for (i, url) in urls.into_iter().enumerate() {
             nodes.push(Node::new(Origin::Daemon { url: url.clone() }));
-            source::spawn_daemon(i, url, refresh, opts.client.clone(), tx.clone());
+            source::spawn_daemon(i, url, refresh, opts.client.clone(), tx.clone(), None);
         }
     }
     terminal::spawn_signal_thread(signals, tx.clone());

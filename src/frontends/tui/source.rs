@@ -19,8 +19,19 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 pub use crate::daemon_client::normalize_url;
 
-fn fetch(client: &DaemonClient, base: &str, history: f64) -> Result<Snapshot, String> {
-    let url = format!("{base}/api/v1/snapshot?history={}", history.ceil() as u64);
+/// One snapshot: with `since` (the last answer's cursor) only the history after it; an empty
+/// `since` asks for a first cursor, which a daemon without them ignores.
+fn fetch(
+    client: &DaemonClient,
+    base: &str,
+    history: f64,
+    since: Option<&str>,
+) -> Result<Snapshot, String> {
+    let url = format!(
+        "{base}/api/v1/snapshot?history={}&since={}",
+        history.ceil() as u64,
+        since.unwrap_or("")
+    );
     let mut resp = client.get(&url).map_err(|e| format!("{base}: {e}"))?;
     let mut body = resp
         .body_mut()
@@ -37,16 +48,26 @@ fn fetch(client: &DaemonClient, base: &str, history: f64) -> Result<Snapshot, St
 
 /// One quick attempt, to decide at start-up between the local daemon and in-process NVML.
 pub fn probe(base: &str, client: &DaemonClient) -> Result<Snapshot, String> {
-    fetch(client, base, HISTORY_SECS)
+    fetch(client, base, HISTORY_SECS, None)
 }
 
-/// Polls `base` every `refresh` until the event loop goes away.
+/// The cursor to send back: the daemon's, when it goes into a URL as it is (the daemon writes
+/// base 36 and `._-`; anything else starts over with a whole snapshot).
+pub fn next_cursor(snap: &Snapshot) -> Option<String> {
+    snap.cursor.clone().filter(|c| {
+        c.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    })
+}
+
+/// Polls `base` every `refresh` until the event loop goes away, from `cursor` (the probe's).
 pub fn spawn_daemon(
     node: usize,
     base: String,
     refresh: Duration,
     client: DaemonClient,
     tx: Sender<Msg>,
+    mut cursor: Option<String>,
 ) {
     let name = format!("gpumon-tui-fetch-{node}");
     let _ = std::thread::Builder::new().name(name).spawn(move || {
@@ -55,13 +76,18 @@ pub fn spawn_daemon(
         let mut backoff = Backoff::new(Duration::from_secs(1), MAX_BACKOFF);
         let mut attempt = 0;
         loop {
-            // Ask for the history missed since the last answer (all of it the first time).
-            let history = last_ok.map_or(HISTORY_SECS, |t| {
-                (t.elapsed().as_secs_f64() + 2.0).min(HISTORY_SECS)
-            });
+            // The history after the last answer: what its cursor held, or without one (a
+            // daemon before cursors) the seconds since (all of it the first time). The cursor
+            // stays while the daemon is away: a restarted one does not honour it and answers
+            // whole.
+            let history = match (&cursor, last_ok) {
+                (None, Some(t)) => (t.elapsed().as_secs_f64() + 2.0).min(HISTORY_SECS),
+                _ => HISTORY_SECS,
+            };
             let started = Instant::now();
-            let (update, wait) = match fetch(&agent, &base, history) {
+            let (update, wait) = match fetch(&agent, &base, history, cursor.as_deref()) {
                 Ok(s) => {
+                    cursor = next_cursor(&s);
                     last_ok = Some(started);
                     attempt = 0;
                     backoff.reset();

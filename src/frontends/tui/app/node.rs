@@ -78,13 +78,18 @@ impl Node {
 
     /// Takes a snapshot the daemon served: what every view of this node draws from.
     pub fn absorb(&mut self, mut snap: Snapshot) {
+        if let (true, Some(old)) = (snap.delta, self.snap.take()) {
+            super::merge::delta(old, &mut snap);
+        }
         for g in &mut snap.gpus {
             let h = self
                 .history
                 .entry(g.reading.identity.uuid.clone())
                 .or_default();
             let last = h.back().map(|(t, _)| *t).unwrap_or(f64::MIN);
-            if g.history.is_empty() {
+            // A delta without points had no poll since the last answer: nothing to add. A
+            // snapshot without history (in-process) adds its own reading.
+            if g.history.is_empty() && !snap.delta {
                 let used = match g.reading.state {
                     GpuState::Ok => g.reading.memory.map(|m| m.used),
                     _ => None,

@@ -9,6 +9,8 @@ use crate::core::snapshot::SessionView;
 use crate::frontends::tui::finding::{Finding, FindingView};
 use crate::units::bytes;
 
+mod reuse;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Column {
     Node,
@@ -133,7 +135,7 @@ pub struct RowKey {
     pub session: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Badge {
     pub kind: &'static str,
     pub critical: bool,
@@ -156,6 +158,8 @@ pub struct ProcRow {
     pub cells: [String; 15],
     /// Lower-case text the filter matches against.
     haystack: String,
+    /// What a process row without a trainer was made from (reuse.rs); 0 for the others.
+    inputs: u64,
 }
 
 impl ProcRow {
@@ -173,6 +177,14 @@ impl ProcRow {
 }
 
 pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
+    build_reusing(nodes, Vec::new())
+}
+
+/// As `build`, taking each row of a process without a trainer from `old` when what it is made
+/// from is unchanged: of 1,000 processes most hold their memory from one refresh to the next,
+/// and formatting their cells was most of a refresh.
+pub fn build_reusing(nodes: &[Node], old: Vec<ProcRow>) -> Vec<ProcRow> {
+    let mut old = reuse::Old::new(old);
     let mut rows = Vec::new();
     for (n, node) in nodes.iter().enumerate() {
         let Some(snap) = &node.snap else { continue };
@@ -188,6 +200,15 @@ pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
                 matched[i] = true;
             }
             let sess = found.map(|i| live[i]);
+            let badges = badges(sess, p.pid, Some(p.gpu), &node.findings);
+            let inputs = match sess {
+                None => reuse::inputs(n, &node.name, p, &badges),
+                Some(_) => 0,
+            };
+            if let Some(row) = old.take(n, p, inputs) {
+                rows.push(row);
+                continue;
+            }
             let mut r = Draft {
                 node: n,
                 node_name: &node.name,
@@ -201,7 +222,9 @@ pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
             if r.user.is_none() {
                 r.user = sess.map(|s| s.uid.to_string());
             }
-            rows.push(r.finish(sess, &node.findings));
+            let mut row = r.finish(sess, badges);
+            row.inputs = inputs;
+            rows.push(row);
         }
         for (s, _) in live.iter().zip(&matched).filter(|(_, m)| !**m) {
             let r = Draft {
@@ -214,7 +237,8 @@ pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
                 name: None,
                 used: None,
             };
-            rows.push(r.finish(Some(s), &node.findings));
+            let badges = badges(Some(s), s.pid, s.gpu, &node.findings);
+            rows.push(r.finish(Some(s), badges));
         }
     }
     rows
@@ -232,7 +256,7 @@ struct Draft<'a> {
 }
 
 impl Draft<'_> {
-    fn finish(self, s: Option<&SessionView>, findings: &[Finding]) -> ProcRow {
+    fn finish(self, s: Option<&SessionView>, badges: Vec<Badge>) -> ProcRow {
         let stats = s.and_then(|s| s.stats);
         let floor = s.and_then(latest_floor);
         let peak = stats.and_then(|x| x.allocated_peak);
@@ -242,7 +266,6 @@ impl Draft<'_> {
         let outside = ledger.and_then(|l| l.outside_allocator_bytes);
         let retries = s.map(|s| s.alloc_retries_total);
         let step = s.and_then(|s| s.step);
-        let badges = badges(s, self.pid, self.gpu, findings);
         let pid = match s.and_then(|s| s.ns_pid) {
             Some(ns) if ns != u64::from(self.pid) => format!("{} ({ns})", self.pid),
             _ => self.pid.to_string(),
@@ -296,6 +319,7 @@ impl Draft<'_> {
             badges,
             cells,
             haystack,
+            inputs: 0,
         }
     }
 }

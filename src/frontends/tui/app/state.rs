@@ -313,7 +313,8 @@ impl App {
     /// Recomputes everything derived from the nodes' data.
     pub fn rebuild(&mut self) {
         self.disambiguate_names();
-        self.procs.rows = rows::build(&self.nodes);
+        let old = std::mem::take(&mut self.procs.rows);
+        self.procs.rows = rows::build_reusing(&self.nodes, old);
         self.procs.refresh();
         let mut items: Vec<(usize, Finding)> = self
             .nodes

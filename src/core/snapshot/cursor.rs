@@ -1,0 +1,198 @@
+//! The snapshot's `cursor` (`/api/v1/snapshot?since=`): what one answer held, so that the next
+//! one sends only what came after it. The daemon writes it and reads it back; clients pass it
+//! on unread. It names the daemon process, so a cursor from another daemon, or from before a
+//! restart, is not honoured: that answer is whole.
+//!
+//! Text, numbers in base 36, URL-safe: `<instance>.<gpu>.<procs>.<sessions>`: the process; the
+//! time in ms of the newest GPU history point; `<gpu index>-<hash>` of each GPU's processes as
+//! sent (kept.rs), `_`-separated; then `<rise>-<samples>` per session, `_`-separated: the rise
+//! of its numeric key over the one before, and its `samples`, the count of points its series
+//! ever took. Sessions without samples are left out, and so are those past `MAX_LEN`: they are
+//! sent whole.
+
+use std::sync::OnceLock;
+
+/// The longest cursor written: a request head must fit in `http.max_request_head_bytes` (8 KiB
+/// at least) with the cursor in its URL. About 600 sessions fit.
+const MAX_LEN: usize = 4096;
+
+/// What the answer that wrote a cursor held.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// Time (ms) of the newest GPU history point then.
+    pub gpu_ms: i64,
+    /// (GPU index, hash of its processes), by index.
+    pub procs: Vec<(u32, u64)>,
+    /// (numeric key, samples) of each session, by key.
+    sessions: Vec<(u64, u64)>,
+}
+
+impl Cursor {
+    /// The cursor in `text`, when this daemon process wrote it.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('.');
+        if parts.next()? != instance() {
+            return None;
+        }
+        let gpu_ms = i64::try_from(base36(parts.next()?)?).ok()?;
+        let procs = pairs(parts.next()?)?
+            .into_iter()
+            .map(|(gpu, hash)| Some((u32::try_from(gpu).ok()?, hash)))
+            .collect::<Option<_>>()?;
+        let mut key = 0u64;
+        let mut sessions = pairs(parts.next()?)?;
+        for (rise, _) in &mut sessions {
+            key = key.checked_add(*rise)?;
+            *rise = key;
+        }
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            gpu_ms,
+            procs,
+            sessions,
+        })
+    }
+
+    /// The samples the client holds of the session with numeric `key` (0: none, send it whole).
+    pub fn samples(&self, key: u64) -> u64 {
+        self.sessions
+            .binary_search_by_key(&key, |(k, _)| *k)
+            .map_or(0, |i| self.sessions[i].1)
+    }
+
+    /// Writes the cursor for an answer whose newest GPU point is at `gpu_ms`, whose GPUs' processes
+    /// hash to `procs`, with `sessions` as (numeric key, samples).
+    pub fn write(gpu_ms: i64, procs: &[(u32, u64)], mut sessions: Vec<(u64, u64)>) -> String {
+        let procs: Vec<String> = procs
+            .iter()
+            .map(|(g, h)| format!("{}-{}", to_base36(u64::from(*g)), to_base36(*h)))
+            .collect();
+        let mut out = format!(
+            "{}.{}.{}.",
+            instance(),
+            to_base36(gpu_ms.max(0) as u64),
+            procs.join("_")
+        );
+        sessions.sort_unstable();
+        let (mut last, mut sep) = (0, "");
+        for (key, samples) in sessions.into_iter().filter(|(_, n)| *n > 0) {
+            let part = format!("{sep}{}-{}", to_base36(key - last), to_base36(samples));
+            if out.len() + part.len() > MAX_LEN {
+                break;
+            }
+            out.push_str(&part);
+            (last, sep) = (key, "_");
+        }
+        out
+    }
+}
+
+/// `a-b_c-d`: [(a, b), (c, d)]; empty: none.
+fn pairs(text: &str) -> Option<Vec<(u64, u64)>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split('_')
+        .map(|p| {
+            let (a, b) = p.split_once('-')?;
+            Some((base36(a)?, base36(b)?))
+        })
+        .collect()
+}
+
+/// The number at the end of a session id (`s-mi8dfxmo-17`, `s-17` in a replay).
+pub fn session_key(id: &str) -> Option<u64> {
+    id.rsplit('-').next()?.parse().ok()
+}
+
+/// This process, as cursors name it: its first snapshot's time in ns, which a restarted daemon
+/// cannot share.
+fn instance() -> &'static str {
+    static INSTANCE: OnceLock<String> = OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        to_base36(ns ^ u64::from(std::process::id()))
+    })
+}
+
+fn base36(s: &str) -> Option<u64> {
+    // from_str_radix takes a sign; a cursor never has one.
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    u64::from_str_radix(s, 36).ok()
+}
+
+fn to_base36(mut n: u64) -> String {
+    let mut out = Vec::new();
+    loop {
+        out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_reads_back_what_it_was_written_with() {
+        let procs = [(0, u64::MAX), (3, 17)];
+        let sessions = vec![(17, 3600), (3, 1), (4, 0), (40, 9)];
+        let text = Cursor::write(1_795_741_561_393, &procs, sessions);
+        assert!(text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
+        let c = Cursor::parse(&text).unwrap();
+        assert_eq!(c.gpu_ms, 1_795_741_561_393);
+        assert_eq!(c.procs, procs);
+        assert_eq!(c.sessions, vec![(3, 1), (17, 3600), (40, 9)]);
+        assert_eq!((c.samples(17), c.samples(4), c.samples(99)), (3600, 0, 0));
+        let empty = Cursor::parse(&Cursor::write(0, &[], vec![])).unwrap();
+        assert_eq!(empty, Cursor::default());
+    }
+
+    #[test]
+    fn another_daemons_or_a_damaged_cursor_is_not_honoured() {
+        let ours = Cursor::write(5, &[(0, 1)], vec![(1, 2)]);
+        let rest = ours.split_once('.').unwrap().1;
+        for bad in [
+            format!("zzzz.{rest}"),
+            String::new(),
+            instance().to_string(),
+            format!("{ours}.x"),
+            format!("{ours}_1-+2"),
+            format!("{ours}_1"),
+            ours.replace('.', "%2E"),
+        ] {
+            assert_eq!(Cursor::parse(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sessions_past_the_length_bound_are_left_out_to_be_sent_whole() {
+        let many: Vec<_> = (1..=5000).map(|k| (k * 1000, 3600)).collect();
+        let text = Cursor::write(1, &[], many);
+        assert!(text.len() <= MAX_LEN);
+        let c = Cursor::parse(&text).unwrap();
+        assert!(c.sessions.len() > 400, "{}", c.sessions.len());
+        assert_eq!(c.samples(1000), 3600);
+        assert_eq!(c.samples(5_000_000), 0);
+    }
+
+    #[test]
+    fn session_keys_are_the_ids_last_number() {
+        assert_eq!(session_key("s-mi8dfxmo-17"), Some(17));
+        assert_eq!(session_key("s-17"), Some(17));
+        assert_eq!(session_key("s-x"), None);
+    }
+}

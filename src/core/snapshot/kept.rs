@@ -1,0 +1,161 @@
+//! Processes in a delta answer: a GPU whose processes hash as they did in the cursor's answer
+//! has them left out, its index listed in `processes_kept`. On a node where most processes hold
+//! their memory from one poll to the next, most GPUs' lists are sent once.
+
+use std::hash::{Hash, Hasher};
+
+use super::cursor::Cursor;
+use super::ProcessView;
+use crate::core::model::{ProcInfo, ProcessReading};
+
+/// (GPU index, hash) of each GPU's processes; None when they are not in GPU order (the poller
+/// lists them so), as the client puts kept ones back by that order.
+pub fn hashes(procs: &[ProcessView]) -> Option<Vec<(u32, u64)>> {
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    let mut hasher = Fast::default();
+    for (i, p) in procs.iter().enumerate() {
+        if i > 0 && procs[i - 1].gpu != p.gpu {
+            out.push((procs[i - 1].gpu, hasher.finish()));
+            hasher = Fast::default();
+        }
+        if out.last().is_some_and(|(g, _)| *g >= p.gpu) {
+            return None;
+        }
+        hash_view(p, &mut hasher);
+    }
+    if let Some(p) = procs.last() {
+        out.push((p.gpu, hasher.finish()));
+    }
+    Some(out)
+}
+
+/// Every field the view serialises. The patterns name them all, so a field added to one of
+/// these types does not build until it is hashed here too.
+fn hash_view(p: &ProcessView, h: &mut Fast) {
+    let ProcessView {
+        reading,
+        session,
+        ns_pid,
+    } = p;
+    let ProcessReading {
+        gpu,
+        uuid,
+        pid,
+        kind,
+        used_memory_bytes,
+        mig_uuid,
+        gpu_instance_id,
+        compute_instance_id,
+        info,
+    } = reading;
+    let ProcInfo {
+        name,
+        user,
+        uid,
+        container,
+        cgroup,
+        pod_uid,
+        pod,
+        namespace,
+        container_name,
+    } = &**info;
+    (session, ns_pid, gpu, &**uuid, pid, kind.as_str()).hash(h);
+    (used_memory_bytes, mig_uuid.as_deref(), gpu_instance_id).hash(h);
+    (compute_instance_id, name, user, uid, container, cgroup).hash(h);
+    (pod_uid, pod, namespace, container_name).hash(h);
+}
+
+/// Leaves out the processes of GPUs whose hash `after` holds; returns their indices.
+pub fn leave_out(procs: &mut Vec<ProcessView>, hashes: &[(u32, u64)], after: &Cursor) -> Vec<u32> {
+    let kept: Vec<u32> = hashes
+        .iter()
+        .filter(|h| after.procs.binary_search(h).is_ok())
+        .map(|(g, _)| *g)
+        .collect();
+    if !kept.is_empty() {
+        procs.retain(|p| kept.binary_search(&p.gpu).is_err());
+    }
+    kept
+}
+
+/// FxHash's step, with a final mix: SipHash over the many small fields of 1,000 processes took
+/// longer than the rest of a delta answer. Not keyed: a forged cursor can only hide processes
+/// from the client that forged it.
+#[derive(Default)]
+struct Fast(u64);
+
+impl Fast {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for Fast {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.add(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+        }
+        let mut tail = [0u8; 8];
+        tail[..words.remainder().len()].copy_from_slice(words.remainder());
+        self.add(u64::from_le_bytes(tail) ^ bytes.len() as u64);
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // murmur3's fmix64: every input bit reaches every output bit.
+        let mut x = self.0;
+        x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x = (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontends::tui::fixtures;
+
+    fn view(gpu: u32, pid: u32, used: u64) -> ProcessView {
+        ProcessView {
+            reading: fixtures::process(gpu, pid, "python", "ann", used),
+            session: None,
+            ns_pid: None,
+        }
+    }
+
+    #[test]
+    fn a_gpus_hash_moves_with_any_of_its_processes_and_only_its_own() {
+        let base = vec![view(0, 1, 5), view(0, 2, 6), view(1, 3, 7)];
+        let h = hashes(&base).unwrap();
+        assert_eq!(h.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+        let mut used = base.clone();
+        used[1].reading.used_memory_bytes = Some(7);
+        let mut joined = base.clone();
+        joined[0].session = Some("s-1".into());
+        let mut gone = base.clone();
+        gone.remove(0);
+        for other in [used, joined, gone] {
+            let o = hashes(&other).unwrap();
+            assert_ne!(o[0], h[0]);
+            assert_eq!(o[1], h[1]);
+        }
+        // Out of GPU order: not hashed, so sent whole.
+        assert_eq!(hashes(&[view(1, 3, 7), view(0, 1, 5)]), None);
+    }
+}
