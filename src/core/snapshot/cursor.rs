@@ -127,17 +127,9 @@ fn base36(s: &str) -> Option<u64> {
     u64::from_str_radix(s, 36).ok()
 }
 
-fn to_base36(mut n: u64) -> String {
-    let mut out = Vec::new();
-    loop {
-        out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap_or_default()
+/// Written as session ids write their daemon's start.
+fn to_base36(n: u64) -> String {
+    crate::core::store::sessions::base36(n)
 }
 
 #[cfg(test)]

@@ -126,7 +126,8 @@ impl Default for SessionLimits {
     }
 }
 
-fn base36(mut n: u64) -> String {
+/// `n` in lower-case base 36: short ids (the daemon's start in session ids, the TUI's cursor).
+pub(crate) fn base36(mut n: u64) -> String {
     let mut out = Vec::new();
     loop {
         out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
