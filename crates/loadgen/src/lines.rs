@@ -1,11 +1,11 @@
 //! The lines a trainer sends, shaped like the Python client's (see the protocol fixture
 //! client_session.jsonl): every stats key the protocol names plus device_free/total, so the
-//! daemon parses as much per line as it would from a real trainer.
+//! daemon parses as much per line as it would from a real trainer. What the figures are is
+//! stats.rs's business.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
+use crate::stats::Sample;
 
 pub fn hello(job: &str, rank: usize) -> String {
     format!(
@@ -24,31 +24,34 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Appends one sample line (newline included). Allocated memory wanders a little from step to
-/// step, as it does in a real loop.
-pub fn sample(out: &mut Vec<u8>, ts: f64, step: u64) {
-    let allocated = 20 * GIB + (step % 97) * MIB;
+/// Appends one sample line (newline included).
+pub fn sample(out: &mut Vec<u8>, ts: f64, s: &Sample) {
+    let t = &s.stats;
     out.extend_from_slice(b"{\"type\":\"sample\",\"ts\":");
     ts_into(out, ts);
-    num(out, b",\"step\":", step);
-    out.extend_from_slice(b",\"phase\":\"train\",\"stats\":{");
-    num(out, b"\"allocated_bytes.all.current\":", allocated);
-    num(out, b",\"allocated_bytes.all.peak\":", 28 * GIB);
-    num(out, b",\"reserved_bytes.all.current\":", 30 * GIB);
-    num(out, b",\"active_bytes.all.current\":", allocated);
-    num(out, b",\"inactive_split_bytes.all.current\":", 256 * MIB);
+    num(out, b",\"step\":", s.step);
+    out.extend_from_slice(if s.train {
+        b",\"phase\":\"train\",\"stats\":{"
+    } else {
+        b",\"phase\":\"eval\",\"stats\":{"
+    });
+    num(out, b"\"allocated_bytes.all.current\":", t.allocated);
+    num(out, b",\"allocated_bytes.all.peak\":", t.allocated_peak);
+    num(out, b",\"reserved_bytes.all.current\":", t.reserved);
+    num(out, b",\"active_bytes.all.current\":", t.active);
     num(
         out,
-        b",\"requested_bytes.all.current\":",
-        allocated - 74 * MIB,
+        b",\"inactive_split_bytes.all.current\":",
+        t.inactive_split,
     );
-    num(out, b",\"num_alloc_retries\":", 0);
-    num(out, b",\"num_ooms\":", 0);
-    num(out, b",\"num_sync_all_streams\":", 0);
-    num(out, b",\"num_device_alloc\":", 120);
-    num(out, b",\"num_device_free\":", 3);
-    num(out, b"},\"device_free\":", 47_244_640_256);
-    num(out, b",\"device_total\":", 85_520_809_984);
+    num(out, b",\"requested_bytes.all.current\":", t.requested);
+    num(out, b",\"num_alloc_retries\":", t.alloc_retries);
+    num(out, b",\"num_ooms\":", t.ooms);
+    num(out, b",\"num_sync_all_streams\":", t.sync_all_streams);
+    num(out, b",\"num_device_alloc\":", t.device_alloc);
+    num(out, b",\"num_device_free\":", t.device_frees);
+    num(out, b"},\"device_free\":", t.device_free);
+    num(out, b",\"device_total\":", t.device_total);
     out.extend_from_slice(b"}\n");
 }
 
@@ -74,20 +77,50 @@ fn ts_into(out: &mut Vec<u8>, ts: f64) {
 mod tests {
     use super::*;
 
+    use crate::stats::{Mode, Source};
+
+    /// The default (`--stats simple`) line, byte for byte as before `--stats` existed.
     #[test]
-    fn a_sample_is_one_json_object_with_the_given_step_and_time() {
+    fn a_simple_sample_is_the_line_it_always_was() {
         let mut out = Vec::new();
-        sample(&mut out, 1_763_700_000.25, 42);
-        assert_eq!(out.last(), Some(&b'\n'));
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["type"], "sample");
-        assert_eq!(v["step"], 42);
-        assert_eq!(v["ts"], 1_763_700_000.25);
-        assert_eq!(
-            v["stats"]["allocated_bytes.all.current"],
-            20 * GIB + 42 * MIB
+        sample(
+            &mut out,
+            1_763_700_000.25,
+            &Source::new(Mode::Simple, 1, 0).next(41),
         );
-        assert_eq!(v["stats"].as_object().unwrap().len(), 11);
+        let want = concat!(
+            r#"{"type":"sample","ts":1763700000.250,"step":42,"phase":"train","stats":{"#,
+            r#""allocated_bytes.all.current":21518876672,"allocated_bytes.all.peak":30064771072,"#,
+            r#""reserved_bytes.all.current":32212254720,"active_bytes.all.current":21518876672,"#,
+            r#""inactive_split_bytes.all.current":268435456,"#,
+            r#""requested_bytes.all.current":21441282048,"num_alloc_retries":0,"num_ooms":0,"#,
+            r#""num_sync_all_streams":0,"num_device_alloc":120,"num_device_free":3},"#,
+            r#""device_free":47244640256,"device_total":85520809984}"#,
+            "\n"
+        );
+        assert_eq!(String::from_utf8_lossy(&out), want);
+    }
+
+    /// A realistic sample carries every key the Python client sends (KNOWN_STATS_KEYS) and
+    /// device_free/total, as JSON, eval samples included.
+    #[test]
+    fn a_realistic_sample_is_one_json_object_with_every_client_key() {
+        let mut src = Source::new(Mode::Realistic, 1, 0);
+        let (mut step, mut phases) = (0, std::collections::HashSet::new());
+        for _ in 0..2000 {
+            let s = src.next(step);
+            step = s.step;
+            let mut out = Vec::new();
+            sample(&mut out, 1_763_700_000.0, &s);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["step"], s.step);
+            assert_eq!(v["stats"]["allocated_bytes.all.current"], s.stats.allocated);
+            assert_eq!(v["stats"].as_object().unwrap().len(), 11);
+            assert_eq!(v["device_total"], 85_520_809_984u64);
+            assert!(v["device_free"].as_u64().is_some());
+            phases.insert(v["phase"].as_str().unwrap().to_string());
+        }
+        assert_eq!(phases.len(), 2, "{phases:?}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod daemon;
 mod lines;
 mod probe;
 mod report;
+mod stats;
 mod trainer;
 
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use clap::Parser;
 
 use daemon::Api;
 use report::Report;
+use stats::{Mode, Source};
 use trainer::Trainer;
 
 /// Sessions opened by the load generator carry this job label.
@@ -51,6 +53,14 @@ pub struct Args {
     /// 1 Hz), before the daemon's memory is read; 0 skips this.
     #[arg(long, default_value_t = 3600)]
     history: u64,
+    /// What the samples' figures do: `simple` keeps all but allocated memory fixed (cheap to
+    /// make, for throughput); `realistic` moves every figure as a training run's allocator does
+    /// (varying batches, noise, segments, retries), for measuring the daemon's memory honestly.
+    #[arg(long, value_enum, default_value_t = Mode::Simple)]
+    stats: Mode,
+    /// Seed of the realistic figures: the same seed sends the same figures.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Time between latency probes, in milliseconds; 0 runs no probe (load and CPU only).
     #[arg(long, default_value_t = 10)]
     probe_interval_ms: u64,
@@ -99,13 +109,22 @@ fn run(args: &Args) -> anyhow::Result<Report> {
     }
     let api = Api::new(&args.api);
     let start_counters = api.counters()?;
-    let mut probe = Trainer::connect(&args.socket, &format!("{JOB}-probe"), 0)?;
+    // The probe needs a new step in each sample, which simple figures always give.
+    let mut probe = Trainer::connect(
+        &args.socket,
+        &format!("{JOB}-probe"),
+        0,
+        Source::new(Mode::Simple, args.seed, 0),
+    )?;
     let pid = match args.daemon_pid {
         Some(p) => p,
         None => daemon::peer_pid(&probe.stream)?,
     };
     let mut trainers = (0..args.connections)
-        .map(|rank| Trainer::connect(&args.socket, JOB, rank))
+        .map(|rank| {
+            let source = Source::new(args.stats, args.seed, rank as u64);
+            Trainer::connect(&args.socket, JOB, rank, source)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut r = Report::new(args, pid);
 

@@ -9,18 +9,21 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::lines;
+use crate::stats::Source;
 
 pub struct Trainer {
     pub stream: UnixStream,
     /// The session id from the daemon's welcome.
     pub session: String,
     step: u64,
+    source: Source,
     buf: Vec<u8>,
 }
 
 impl Trainer {
-    /// Connects and says hello; fails unless the daemon answers with a welcome.
-    pub fn connect(socket: &Path, job: &str, rank: usize) -> anyhow::Result<Self> {
+    /// Connects and says hello; fails unless the daemon answers with a welcome. Samples' figures
+    /// come from `source`.
+    pub fn connect(socket: &Path, job: &str, rank: usize, source: Source) -> anyhow::Result<Self> {
         let stream = UnixStream::connect(socket).with_context(|| {
             format!(
                 "cannot connect to the ingest socket {}; is the daemon running with --socket {}?",
@@ -44,11 +47,13 @@ impl Trainer {
             stream,
             session,
             step: 0,
+            source,
             buf: Vec::with_capacity(64 * 1024),
         })
     }
 
-    /// Sends `n` samples one second apart, ending now: `n` = 3600 is an hour of 1 Hz history.
+    /// Sends `n` samples one second apart (give or take the source's jitter), ending now: `n` =
+    /// 3600 is an hour of 1 Hz history.
     pub fn history(&mut self, n: u64, batch: usize) -> std::io::Result<()> {
         let end = lines::now();
         let mut left = n;
@@ -56,21 +61,33 @@ impl Trainer {
             self.buf.clear();
             for _ in 0..left.min(batch as u64) {
                 left -= 1;
-                self.step += 1;
-                lines::sample(&mut self.buf, end - left as f64, self.step);
+                let s = self.next();
+                // The newest is not sent from the future.
+                let jitter = if left == 0 {
+                    s.jitter.min(0.0)
+                } else {
+                    s.jitter
+                };
+                lines::sample(&mut self.buf, end - left as f64 + jitter, &s);
             }
             (&self.stream).write_all(&self.buf)?;
         }
         Ok(())
     }
 
-    /// One sample now, with the next step; returns that step.
+    /// One sample now; returns its step (a new one for the simple source the probe uses).
     pub fn one(&mut self) -> std::io::Result<u64> {
         self.buf.clear();
-        self.step += 1;
-        lines::sample(&mut self.buf, lines::now(), self.step);
+        let s = self.next();
+        lines::sample(&mut self.buf, lines::now(), &s);
         (&self.stream).write_all(&self.buf)?;
         Ok(self.step)
+    }
+
+    fn next(&mut self) -> crate::stats::Sample {
+        let s = self.source.next(self.step);
+        self.step = s.step;
+        s
     }
 
     /// Sends samples stamped with the wall clock until `stop`, `batch` lines per write, at `rate`
@@ -95,8 +112,8 @@ impl Trainer {
             self.buf.clear();
             let ts = lines::now();
             for _ in 0..batch {
-                self.step += 1;
-                lines::sample(&mut self.buf, ts, self.step);
+                let s = self.next();
+                lines::sample(&mut self.buf, ts, &s);
             }
             if let Err(e) = (&self.stream).write_all(&self.buf) {
                 return Err(format!("{e}; daemon said: {}", self.last_reply()));
