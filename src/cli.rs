@@ -115,15 +115,8 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Read NVML directly even if a daemon is running.
-    #[arg(long)]
-    pub direct: bool,
-    /// The daemon to ask, as HOST:PORT, http://HOST:PORT or https://HOST:PORT. Default: the
-    /// local daemon at --listen, or NVML directly when none answers.
-    #[arg(long, value_name = "URL", conflicts_with = "direct")]
-    pub connect: Option<String>,
     #[command(flatten)]
-    pub client: crate::daemon_client::ClientArgs,
+    pub source: crate::frontends::status::SourceArgs,
 }
 
 #[derive(Debug, Args)]

@@ -351,6 +351,16 @@ impl Config {
         }
     }
 
+    /// What `gpumon status` and the TUI need of the config: this machine's daemon and NVML.
+    pub fn machine(&self) -> crate::frontends::local::Machine {
+        crate::frontends::local::Machine {
+            listen: self.listen,
+            nvml_lib: self.nvml_lib.clone(),
+            procfs: self.procfs.clone(),
+            interval: self.interval,
+        }
+    }
+
     /// The `[oom]` settings: arming trainers before an OOM.
     pub fn oom(&self) -> crate::core::store::sessions::OomPolicy {
         self.oom.policy()
@@ -553,13 +563,13 @@ impl Config {
             }
         }
         let head = h.max_request_head_bytes;
-        if !(crate::outputs::http::MIN_HEAD_BYTES..=1 << 20).contains(&head) {
+        if !(crate::util::http_head::MIN_HEAD_BYTES..=1 << 20).contains(&head) {
             return invalid(
                 "http.max_request_head_bytes",
                 head.to_string(),
                 format!(
                     "keep between {} and 1048576 bytes, e.g. 16384",
-                    crate::outputs::http::MIN_HEAD_BYTES
+                    crate::util::http_head::MIN_HEAD_BYTES
                 ),
             );
         }

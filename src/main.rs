@@ -41,21 +41,20 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
-        Command::Status(s) => {
-            gpumon::frontends::status::fetch(&config, &s).and_then(|(snap, origin)| {
+        Command::Status(s) => gpumon::frontends::status::fetch(&config.machine(), &s.source)
+            .and_then(|(snap, origin)| {
                 if s.json {
                     println!("{}", serde_json::to_string_pretty(&snap)?);
                 } else {
                     print!("{}", gpumon::frontends::status::table(&snap, &origin));
                 }
                 Ok(())
-            })
-        }
+            }),
         Command::Demo(d) => {
-            let tui_config = config.clone();
+            let machine = config.machine();
             let tui: gpumon::frontends::demo::TuiFn = Box::new(move |url| {
                 gpumon::frontends::tui::run(
-                    &tui_config,
+                    &machine,
                     gpumon::frontends::tui::Options {
                         connect: vec![url],
                         refresh: std::time::Duration::from_secs(1),
@@ -65,13 +64,17 @@ fn main() -> ExitCode {
                     },
                 )
             });
-            gpumon::frontends::demo::run(d, config, Some(tui))
+            let defaults = gpumon::frontends::demo::Defaults {
+                listen: config.listen,
+                record_dir: config.record.dir.clone(),
+            };
+            gpumon::frontends::demo::run(d, defaults, demo_daemon(config), Some(tui))
         }
         Command::Tui(t) => {
             gpumon::daemon_client::DaemonClient::new(&t.client, std::time::Duration::from_secs(3))
                 .and_then(|client| {
                     gpumon::frontends::tui::run(
-                        &config,
+                        &config.machine(),
                         gpumon::frontends::tui::Options {
                             connect: t.connect,
                             refresh: t.refresh,
@@ -216,6 +219,28 @@ fn run_daemon(config: Config) -> anyhow::Result<()> {
             config.procfs.clone(),
         ));
         gpumon::daemon::run(config, listener, ingest, source, shutdown).await
+    })
+}
+
+/// The daemon `gpumon demo` runs: this config, pointed at the demo's simulated node. Signals are
+/// hooked before the daemon's run is spawned, as `run_daemon` hooks them before it serves.
+fn demo_daemon(mut config: Config) -> gpumon::frontends::demo::DaemonFn {
+    Box::new(move |parts| {
+        config.nvml_lib = parts.nvml_lib;
+        config.socket = Some(parts.socket);
+        config.record.dir = parts.record_dir;
+        gpumon::daemon::cancel_on_signals(parts.shutdown.clone())?;
+        let source = Box::new(gpumon::sources::nvml::NvmlSource::new(
+            config.nvml_lib.clone(),
+            config.procfs.clone(),
+        ));
+        Ok(Box::pin(gpumon::daemon::run(
+            config,
+            parts.listener,
+            Some(parts.ingest),
+            source,
+            parts.shutdown,
+        )))
     })
 }
 

@@ -2,6 +2,7 @@
 //! what `gpumon status --direct` and the TUI's in-process mode read when no daemon runs, so
 //! they show exactly what a daemon would, computed the same way.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
@@ -11,6 +12,17 @@ use crate::core::aggregator::{self, Handle};
 use crate::core::snapshot::Snapshot;
 use crate::core::store::{HistoryLimits, Store};
 use crate::sources::nvml::NvmlSource;
+
+/// This machine as the config names it: where its daemon listens, and how to read NVML here when
+/// none answers. `gpumon status` and the TUI take this, not the config, which sits above them.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub listen: SocketAddr,
+    pub nvml_lib: String,
+    pub procfs: PathBuf,
+    /// NVML's poll interval.
+    pub interval: Duration,
+}
 
 pub struct LocalNode {
     handle: Option<Handle>,

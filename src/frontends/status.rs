@@ -4,12 +4,25 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::cli::StatusArgs;
-use crate::config::Config;
 use crate::core::model::GpuState;
 use crate::core::snapshot::Snapshot;
-use crate::daemon_client::{normalize_url, DaemonClient};
+use crate::daemon_client::{normalize_url, ClientArgs, DaemonClient};
+use crate::frontends::local::{LocalNode, Machine};
 use crate::units::{bytes, opt};
+
+/// The flags that choose where `gpumon status` looks (flattened into its command line).
+#[derive(Debug, clap::Args)]
+pub struct SourceArgs {
+    /// Read NVML directly even if a daemon is running.
+    #[arg(long)]
+    pub direct: bool,
+    /// The daemon to ask, as HOST:PORT, http://HOST:PORT or https://HOST:PORT. Default: the
+    /// local daemon at --listen, or NVML directly when none answers.
+    #[arg(long, value_name = "URL", conflicts_with = "direct")]
+    pub connect: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
 
 /// Where the data came from, said in the table's first line.
 pub enum Origin {
@@ -17,7 +30,7 @@ pub enum Origin {
     Direct { reason: String },
 }
 
-pub fn fetch(config: &Config, args: &StatusArgs) -> anyhow::Result<(Snapshot, Origin)> {
+pub fn fetch(machine: &Machine, args: &SourceArgs) -> anyhow::Result<(Snapshot, Origin)> {
     let client = DaemonClient::new(&args.client, Duration::from_secs(2))?;
     if let Some(connect) = &args.connect {
         // A daemon named explicitly: its answer or its error, never the local NVML instead.
@@ -28,7 +41,7 @@ pub fn fetch(config: &Config, args: &StatusArgs) -> anyhow::Result<(Snapshot, Or
             .map_err(|e| anyhow::anyhow!("{url}: {e}"));
     }
     let direct = args.direct;
-    let url = format!("http://{}/api/v1/snapshot", config.listen);
+    let url = format!("http://{}/api/v1/snapshot", machine.listen);
     let mut tried = None;
     if !direct {
         match from_daemon(&client, &url) {
@@ -40,10 +53,10 @@ pub fn fetch(config: &Config, args: &StatusArgs) -> anyhow::Result<(Snapshot, Or
         }
     }
     // The daemon's own poller and aggregator, in this process, for one collection.
-    let node = crate::frontends::local::LocalNode::start(
-        config.nvml_lib.clone(),
-        config.procfs.clone(),
-        config.interval,
+    let node = LocalNode::start(
+        machine.nvml_lib.clone(),
+        machine.procfs.clone(),
+        machine.interval,
         1,
     )?;
     let (_, snap) = node

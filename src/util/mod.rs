@@ -4,5 +4,6 @@
 pub mod backoff;
 pub mod bounded;
 pub mod expand;
+pub mod http_head;
 pub mod pid_map;
 pub mod printable;

@@ -15,10 +15,11 @@ own recording once the window has ended. A trainer that cannot record answers `u
 
 import logging
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from . import attribution, peak, protocol
 from .snapsource import SnapshotSource, Unavailable
+from .transport import Transport
 
 log = logging.getLogger("gpumon_client")
 
@@ -46,7 +47,7 @@ class Armer:
 
     shares_recording = True  # an attribution window may ride on this recording (attribution.py)
 
-    def __init__(self, source: SnapshotSource, transport: Any, windows: Optional[Any] = None,
+    def __init__(self, source: SnapshotSource, transport: Transport, windows: Optional[attribution.Attributor] = None,
                  clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.transport = transport
@@ -54,7 +55,7 @@ class Armer:
         self._clock = clock
         self._monotonic = monotonic
         self.armed: Optional[Arm] = None
-        self.answers: dict = {}
+        self.answers: Dict[str, int] = {}
         self.peaks = 0
 
     # --- called by the client --------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Armer:
                 if attribution._recording is self:
                     attribution._recording = None
 
-    def stats(self) -> dict:
+    def stats(self) -> Dict[str, Any]:
         return {"armed": self.armed is not None, "answers": dict(self.answers), "peaks": self.peaks}
 
     # --- requests --------------------------------------------------------------------------------

@@ -25,17 +25,20 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 from . import protocol
+from .messages import Attribution, Peak
 from .snapsource import SnapshotSource, Unavailable
+from .transport import Transport
 
 log = logging.getLogger("gpumon_client")
 
 _MARGIN = 1024  # bytes of the line limit left unused, for what a re-encoding may add
 
 _lock = threading.Lock()
-_recording: Optional["Attributor"] = None  # whose window records allocation history, process-wide
+# Whose window (an Attributor) or arming (arming.Armer) records allocation history, process-wide.
+_recording: Optional[object] = None
 
 
 class Window:
@@ -64,7 +67,7 @@ class Attributor:
     def __init__(
         self,
         source: SnapshotSource,
-        transport: Any,
+        transport: Transport,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -205,6 +208,8 @@ class Attributor:
 
     def _finish(self, w: Window, step: Optional[int]) -> None:
         before = w.before
+        if before is None:  # at_step finishes only windows that took their first snapshot
+            raise RuntimeError("the window has no first snapshot")
         try:
             after = self.source.snapshot()
         finally:
@@ -279,7 +284,7 @@ class Attributor:
         _recording = None
 
 
-def fit_line(msg: Dict[str, Any]) -> None:
+def fit_line(msg: Union[Attribution, Peak]) -> None:
     """Trims `msg["sites"]` (outer frames first, then the smallest sites: snapdiff.fit, which
     also holds strings, stacks and the site count to the protocol's limits) so the message is one
     protocol line with _MARGIN to spare."""

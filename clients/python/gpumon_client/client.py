@@ -14,6 +14,7 @@ from . import _env, protocol
 from . import phases as _phase
 from .arming import Armer
 from .attribution import Attributor
+from .messages import ExplanationJson, Hello
 from .snapsource import SnapshotSource, TorchSnapshotSource, default_snapshots
 from .stats import StatsSource, TorchStatsSource, default_source
 from .transport import Transport
@@ -73,7 +74,7 @@ class Client:
         self.stats_keys = tuple(stats_keys) if stats_keys is not None else None
         self._clock = clock
         self._pid = pid
-        self._hello_msg: Optional[Dict[str, Any]] = None
+        self._hello_msg: Optional[Hello] = None
         self._monotonic = time.monotonic
         self._device_due = 0.0  # when device free/total and the allocator cap are next read
         self._mem: Optional[Tuple[int, int]] = None
@@ -186,7 +187,7 @@ class Client:
         device_free: Optional[int] = None,
         device: Optional[int] = None,
         limit: Optional[int] = None,
-        explanation: Optional[Dict[str, Any]] = None,
+        explanation: Optional[ExplanationJson] = None,
     ) -> None:
         """An `oom` event. `limit`: what the allocator was allowed (its cap, or the device total);
         `explanation`: oomreport.at_oom's, when the observer made one."""
@@ -252,31 +253,35 @@ class Client:
             caps.append(protocol.CAP_OOM_HISTORY)
         return caps or None
 
-    def _hello(self) -> Dict[str, Any]:
+    def _hello(self) -> Hello:
         # Built at the first connection, not at construction: by then the trainer has picked
         # its device (set_device after attach() is common). Resent unchanged on reconnects.
-        if self._hello_msg is None or self._hello_msg["pid"] != (self._pid or os.getpid()):
+        msg = self._hello_msg
+        if msg is None or msg["pid"] != (self._pid or os.getpid()):
             try:
                 info = dict(self.source.device_info() or {})
             except Exception as exc:
                 log.debug("gpumon: device info unavailable: %r", exc)
                 info = {}
-            fields = {k: info.get(k) for k in ("cuda_device", "gpu_uuid", "torch", "allocator", "expandable_segments")}
             if self._limit is None and info.get("alloc_limit") is not None:
                 self._limit = int(info["alloc_limit"])
-            self._hello_msg = protocol.hello(
+            msg = self._hello_msg = protocol.hello(
                 pid=self._pid or os.getpid(),
                 job=self.job,
                 rank=self.rank,
                 world_size=self.world_size,
                 caps=self._caps(),
-                **fields,
+                cuda_device=info.get("cuda_device"),
+                gpu_uuid=info.get("gpu_uuid"),
+                torch=info.get("torch"),
+                allocator=info.get("allocator"),
+                expandable_segments=info.get("expandable_segments"),
             )
         # A reconnect's hello carries the cap as it is now, not as it was at the first hello.
         if self._limit is not None:
-            self._hello_msg["alloc_limit"] = self._limit
+            msg["alloc_limit"] = self._limit
         self._limit_sent = self._limit
-        return self._hello_msg
+        return msg
 
 
 def _snapshot_source(option: Union[None, bool, SnapshotSource], stats: StatsSource) -> Optional[SnapshotSource]:

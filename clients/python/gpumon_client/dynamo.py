@@ -22,7 +22,7 @@ def keep_step_hooks(torch: Any) -> None:
         patcher = getattr(eval_frame, "TorchPatcher", None)
         patch = getattr(patcher, "patch", None)
         code = getattr(getattr(patch, "__wrapped__", patch), "__code__", None)
-        if code is None or "hooked" not in code.co_names:
+        if patcher is None or patch is None or code is None or "hooked" not in code.co_names:
             return
         _rehook(torch)  # torch.compile() runs the patcher when called: maybe before attach()
         if getattr(patch, "_gpumon_wrapped", False):
@@ -55,4 +55,4 @@ def _rehook(torch: Any) -> None:
             continue
         wrapped = wrap(step)
         wrapped.hooked = True
-        cls.step = wrapped
+        setattr(cls, "step", wrapped)  # any optimizer class: `type` names no `step` to assign

@@ -34,7 +34,7 @@ import json
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import snapdiff
 from .snapdiff import fmt_bytes
@@ -109,12 +109,12 @@ def _entries(snapshot: Dict[str, Any], device: Optional[int]) -> Tuple[Optional[
                 t = _int(e.get("time_us")) or 0
                 if t >= best[1]:
                     best = (d, t)
-    d = best[0] if best[0] is not None else device
-    if d is None:
+    dev = best[0] if best[0] is not None else device
+    if dev is None:
         # No OOM anywhere: the first device with a trace, for the live sites' allocation times.
-        d = next((i for i, t in enumerate(traces) if isinstance(t, list) and t), None)
-    trace = traces[d] if d is not None and d < len(traces) and isinstance(traces[d], list) else []
-    return d, [e for e in trace if isinstance(e, dict)]
+        dev = next((i for i, t in enumerate(traces) if isinstance(t, list) and t), None)
+    trace = traces[dev] if dev is not None and dev < len(traces) and isinstance(traces[dev], list) else []
+    return dev, [e for e in trace if isinstance(e, dict)]
 
 
 class _Block:
@@ -236,8 +236,9 @@ def _steps(snapshot: Dict[str, Any], trace: List[Dict[str, Any]], oom: int) -> T
 class _SiteTally:
     bytes: int = 0
     blocks: int = 0
-    stacks: Counter = field(default_factory=Counter)
-    steps: set = field(default_factory=set)
+    # Quoted: a class body evaluates its annotations, and collections.Counter[...] needs Python 3.9.
+    stacks: "Counter[Tuple[Frame, ...]]" = field(default_factory=Counter)
+    steps: Set[int] = field(default_factory=set)
     untimed: int = 0  # blocks allocated before the recorded history begins
 
 

@@ -195,14 +195,10 @@ def current() -> Optional[Attachment]:
 
 
 def _import_torch() -> Any:
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return torch
     try:
-        import torch
+        return sys.modules.get("torch") or importlib.import_module("torch")
     except Exception:
         return None
-    return torch
 
 
 def _torch_version(torch: Any) -> str:

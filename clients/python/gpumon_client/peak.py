@@ -7,7 +7,7 @@ entry after it gives the live blocks at that moment. Each block is charged to it
 rule `diff` and `explain` use (the innermost frame in the user's code).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from . import explain, snapdiff
 from .snapload import validate
@@ -44,7 +44,8 @@ def find(snapshot: Dict[str, Any], since_us: int = 0, device: Optional[int] = No
         if total > best:
             best, best_at = total, i
         e = trace[i]
-        size = e.get("size") if isinstance(e.get("size"), int) else 0
+        raw = e.get("size")
+        size = raw if isinstance(raw, int) else 0
         if e.get("action") == "alloc":
             total -= size
         elif e.get("action") == "free_completed":

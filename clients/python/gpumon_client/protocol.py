@@ -1,14 +1,16 @@
 """Messages of the gpumon ingest protocol, version 1 (docs/protocol.md), and their wire form.
 
-Everything here is pure: no sockets, no torch. Message builders return dicts; `encode` turns one
-into a newline-terminated UTF-8 line that fits the protocol's 64 KiB limit.
+Everything here is pure: no sockets, no torch. Message builders return dicts, typed by
+messages.py, and are the only place each message is built; `encode` turns one into a
+newline-terminated UTF-8 line that fits the protocol's 64 KiB limit.
 """
 
 import json
 import math
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, cast
 
 from ._version import __version__
+from .messages import Armed, Attribution, Bye, Event, Hello, Peak, Sample, SiteJson
 
 VERSION = 1
 CLIENT = "gpumon-py/" + __version__
@@ -55,10 +57,8 @@ MAX_ENTRIES = 100000  # the most allocation-history entries a request may ask th
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _put(msg: Dict[str, Any], key: str, value: Any) -> None:
-    # Optional fields are omitted rather than sent as null: the contract calls them optional.
-    if value is not None:
-        msg[key] = value
+# Optional fields are omitted rather than sent as null: the contract calls them optional. The
+# builders test each one inline (no helper call), as a sample is built at every sampled step.
 
 
 def hello(
@@ -71,21 +71,31 @@ def hello(
     torch: Optional[str] = None,
     allocator: Optional[str] = None,
     expandable_segments: Optional[bool] = None,
-    client: str = CLIENT,
+    client: Optional[str] = CLIENT,
     alloc_limit: Optional[int] = None,
     caps: Optional[Sequence[str]] = None,
-) -> Dict[str, Any]:
-    msg: Dict[str, Any] = {"type": "hello", "v": VERSION, "pid": pid}
-    _put(msg, "job", job)
-    _put(msg, "rank", rank)
-    _put(msg, "world_size", world_size)
-    _put(msg, "cuda_device", cuda_device)
-    _put(msg, "gpu_uuid", gpu_uuid)
-    _put(msg, "client", client)
-    _put(msg, "torch", torch)
-    _put(msg, "allocator", allocator)
-    _put(msg, "expandable_segments", expandable_segments)
-    _put(msg, "alloc_limit", alloc_limit)
+) -> Hello:
+    msg: Hello = {"type": "hello", "v": VERSION, "pid": pid}
+    if job is not None:
+        msg["job"] = job
+    if rank is not None:
+        msg["rank"] = rank
+    if world_size is not None:
+        msg["world_size"] = world_size
+    if cuda_device is not None:
+        msg["cuda_device"] = cuda_device
+    if gpu_uuid is not None:
+        msg["gpu_uuid"] = gpu_uuid
+    if client is not None:
+        msg["client"] = client
+    if torch is not None:
+        msg["torch"] = torch
+    if allocator is not None:
+        msg["allocator"] = allocator
+    if expandable_segments is not None:
+        msg["expandable_segments"] = expandable_segments
+    if alloc_limit is not None:
+        msg["alloc_limit"] = alloc_limit
     if caps:
         msg["caps"] = list(caps)
     return msg
@@ -106,43 +116,51 @@ def sample(
     device_free: Optional[int] = None,
     device_total: Optional[int] = None,
     alloc_limit: Optional[int] = None,
-) -> Dict[str, Any]:
-    msg: Dict[str, Any] = {"type": "sample", "ts": ts}
-    _put(msg, "step", step)
-    msg["phase"] = phase
-    msg["stats"] = stats
-    _put(msg, "device_free", device_free)
-    _put(msg, "device_total", device_total)
-    _put(msg, "alloc_limit", alloc_limit)
+) -> Sample:
+    """A `sample`: the one place a sample message is built (every caller goes through here)."""
+    # `step` goes between `ts` and `phase` on the wire: the two literals keep that key order.
+    if step is None:
+        msg: Sample = {"type": "sample", "ts": ts, "phase": phase, "stats": stats}
+    else:
+        msg = {"type": "sample", "ts": ts, "step": step, "phase": phase, "stats": stats}
+    if device_free is not None:
+        msg["device_free"] = device_free
+    if device_total is not None:
+        msg["device_total"] = device_total
+    if alloc_limit is not None:
+        msg["alloc_limit"] = alloc_limit
     return msg
 
 
-def event(ts: float, kind: str, **fields: Any) -> Dict[str, Any]:
+def event(ts: float, kind: str, **fields: Any) -> Event:
+    """An `event`; fields that are None are left out. Any field may be added (the daemon ignores
+    the ones it does not know), so the message is built as a plain dict and typed as an Event."""
     msg: Dict[str, Any] = {"type": "event", "ts": ts, "kind": kind}
     for key, value in fields.items():
-        _put(msg, key, value)
-    return msg
+        if value is not None:
+            msg[key] = value
+    return cast(Event, msg)
 
 
 def oom_event(
     ts: float, alloc_bytes: int, device_free: Optional[int], detail: str, alloc_limit: Optional[int] = None
-) -> Dict[str, Any]:
+) -> Event:
     return event(ts, "oom", alloc_bytes=alloc_bytes, device_free=device_free, alloc_limit=alloc_limit, detail=detail)
 
 
-def phase_event(ts: float, phase: str) -> Dict[str, Any]:
+def phase_event(ts: float, phase: str) -> Event:
     return event(ts, "phase", phase=phase)
 
 
-def mark_event(ts: float, detail: str, **extra: Any) -> Dict[str, Any]:
+def mark_event(ts: float, detail: str, **extra: Any) -> Event:
     return event(ts, "mark", detail=detail, **extra)
 
 
-def snapshot_event(ts: float, path: str) -> Dict[str, Any]:
+def snapshot_event(ts: float, path: str) -> Event:
     return event(ts, "snapshot", path=path)
 
 
-def dropped_mark(ts: float, dropped: int) -> Dict[str, Any]:
+def dropped_mark(ts: float, dropped: int) -> Event:
     """How the client reports lines it dropped while the daemon was down or slow.
 
     A `mark` event is the contract's free-form annotation; `dropped` is an extra field, which
@@ -152,7 +170,7 @@ def dropped_mark(ts: float, dropped: int) -> Dict[str, Any]:
     return mark_event(ts, "gpumon-client dropped %d line(s) while the daemon was unreachable" % dropped, dropped=dropped)
 
 
-def bye(ts: float) -> Dict[str, Any]:
+def bye(ts: float) -> Bye:
     return {"type": "bye", "ts": ts}
 
 
@@ -165,12 +183,15 @@ def clip(text: str, limit: int = MAX_STR) -> str:
 
 
 def _answer(id: int, ts: float, step_from: Optional[int], step_to: Optional[int],
-            seconds: Optional[float]) -> Dict[str, Any]:
+            seconds: Optional[float]) -> Attribution:
     """What every answer to an `attribute` request starts with: its request and its window."""
-    msg: Dict[str, Any] = {"type": "attribution", "id": id, "ts": ts}
-    _put(msg, "step_from", step_from)
-    _put(msg, "step_to", step_to)
-    _put(msg, "seconds", seconds)
+    msg: Attribution = {"type": "attribution", "id": id, "ts": ts}
+    if step_from is not None:
+        msg["step_from"] = step_from
+    if step_to is not None:
+        msg["step_to"] = step_to
+    if seconds is not None:
+        msg["seconds"] = seconds
     return msg
 
 
@@ -178,11 +199,11 @@ def attribution(
     id: int,
     ts: float,
     total_growth_bytes: int,
-    sites: List[Dict[str, Any]],
+    sites: List[SiteJson],
     step_from: Optional[int] = None,
     step_to: Optional[int] = None,
     seconds: Optional[float] = None,
-) -> Dict[str, Any]:
+) -> Attribution:
     """The answer to an `attribute` request: the window's growth and its top sites."""
     msg = _answer(id, ts, step_from, step_to, seconds)
     msg["total_growth_bytes"] = int(total_growth_bytes)
@@ -198,7 +219,7 @@ def attribution_error(
     step_from: Optional[int] = None,
     step_to: Optional[int] = None,
     seconds: Optional[float] = None,
-) -> Dict[str, Any]:
+) -> Attribution:
     """The answer to an `attribute` request the client could not fulfil (ATTRIBUTION_ERRORS)."""
     msg = _answer(id, ts, step_from, step_to, seconds)
     msg["error"] = error
@@ -265,10 +286,23 @@ def parse_line(raw: bytes) -> Optional[Dict[str, Any]]:
     return obj
 
 
-def _typed(obj: Mapping[str, Any], key: str, kind: Any) -> Any:
-    # bool is an int to Python, never to the protocol.
+# A field of a daemon line when it has the protocol's type, else None. bool is an int to Python,
+# never to the protocol.
+
+
+def _int(obj: Mapping[str, Any], key: str) -> Optional[int]:
     value = obj.get(key)
-    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(obj: Mapping[str, Any], key: str) -> Optional[float]:
+    value = obj.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(obj: Mapping[str, Any], key: str) -> Optional[str]:
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
 
 
 def parse_reply(raw: bytes) -> Optional[Reply]:
@@ -278,17 +312,14 @@ def parse_reply(raw: bytes) -> Optional[Reply]:
 
 
 def reply_of(obj: Mapping[str, Any]) -> Reply:
-    def typed(key: str, kind: type) -> Any:
-        return _typed(obj, key, kind)
-
     return Reply(
         type=obj["type"],
-        session=typed("session", str),
-        server=typed("server", str),
-        v=typed("v", int),
-        code=typed("code", str),
-        line=typed("line", int),
-        message=typed("message", str),
+        session=_str(obj, "session"),
+        server=_str(obj, "server"),
+        v=_int(obj, "v"),
+        code=_str(obj, "code"),
+        line=_int(obj, "line"),
+        message=_str(obj, "message"),
     )
 
 
@@ -312,28 +343,28 @@ def parse_request(obj: Mapping[str, Any]) -> Optional[AttributeRequest]:
     `steps` and `seconds` bound the window, whichever ends first; one of them may be absent.
     `max_entries` is capped at MAX_ENTRIES and `top` at MAX_SITES.
     """
-    rid = _typed(obj, "id", int)
+    rid = _int(obj, "id")
     if rid is None or rid < 0:
         return None
-    v = _typed(obj, "v", int)
+    v = _int(obj, "v")
     if v is None and "v" in obj:
         return AttributeRequest(rid, problem="bad request: v must be an integer")
     if v is not None and v != 1:
         return AttributeRequest(rid, v=v, problem="attribute request version %d not supported (this client speaks 1)" % v)
-    finding = _typed(obj, "finding", str)
-    steps = _typed(obj, "steps", int)
-    seconds = _typed(obj, "seconds", (int, float))
-    problems = []
+    finding = _str(obj, "finding")
+    steps = _int(obj, "steps")
+    seconds = _number(obj, "seconds")
+    problems: List[str] = []
     if "steps" in obj and (steps is None or steps < 1):
         problems.append("steps must be a positive integer")
     if "seconds" in obj and (seconds is None or not math.isfinite(seconds) or seconds <= 0):
         problems.append("seconds must be a positive number")
     if steps is None and seconds is None and not problems:
         problems.append("neither steps nor seconds bounds the window")
-    max_entries = _typed(obj, "max_entries", int)
+    max_entries = _int(obj, "max_entries")
     if "max_entries" in obj and (max_entries is None or max_entries < 1):
         problems.append("max_entries must be a positive integer")
-    top = _typed(obj, "top", int)
+    top = _int(obj, "top")
     if "top" in obj and (top is None or top < 1):
         problems.append("top must be a positive integer")
     return AttributeRequest(
@@ -363,25 +394,25 @@ class ArmRequest(NamedTuple):
 
 def parse_arm(obj: Mapping[str, Any]) -> Optional[ArmRequest]:
     """An `arm` or `disarm` request, or None when it has no usable `id`."""
-    rid = _typed(obj, "id", int)
+    rid = _int(obj, "id")
     if rid is None or rid < 0:
         return None
-    v = _typed(obj, "v", int)
+    v = _int(obj, "v")
     if "v" in obj and v != 1:
         return ArmRequest(rid, problem="%s request version %r not supported (this client speaks 1)" % (obj.get("type"), obj.get("v")))
     if obj.get("type") == "disarm":
         return ArmRequest(rid, disarm=True)
-    problems = []
-    seconds = _typed(obj, "seconds", (int, float))
+    problems: List[str] = []
+    seconds = _number(obj, "seconds")
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
         problems.append("seconds must be a positive number")
-    max_entries = _typed(obj, "max_entries", int)
+    max_entries = _int(obj, "max_entries")
     if "max_entries" in obj and (max_entries is None or max_entries < 1):
         problems.append("max_entries must be a positive integer")
-    peak = _typed(obj, "peak_after_steps", int)
+    peak = _int(obj, "peak_after_steps")
     if "peak_after_steps" in obj and (peak is None or peak < 0):
         problems.append("peak_after_steps must be a whole number")
-    finding = _typed(obj, "finding", str)
+    finding = _str(obj, "finding")
     return ArmRequest(
         id=rid,
         finding=clip(finding) if finding else None,
@@ -392,21 +423,23 @@ def parse_arm(obj: Mapping[str, Any]) -> Optional[ArmRequest]:
     )
 
 
-def armed(id: int, ts: float, error: Optional[str] = None, detail: Optional[str] = None) -> Dict[str, Any]:
+def armed(id: int, ts: float, error: Optional[str] = None, detail: Optional[str] = None) -> Armed:
     """The answer to an `arm` request: recording, or why not (`unavailable`, `failed`)."""
-    msg: Dict[str, Any] = {"type": "armed", "id": int(id), "ts": ts}
+    msg: Armed = {"type": "armed", "id": int(id), "ts": ts}
     if error is not None:
         msg["error"] = error
         msg["detail"] = clip(detail or "")
     return msg
 
 
-def peak(id: int, ts: float, peak_bytes: Optional[int], sites: List[Dict[str, Any]], step_from: Optional[int] = None,
-         step_to: Optional[int] = None, error: Optional[str] = None, detail: Optional[str] = None) -> Dict[str, Any]:
+def peak(id: int, ts: float, peak_bytes: Optional[int], sites: List[SiteJson], step_from: Optional[int] = None,
+         step_to: Optional[int] = None, error: Optional[str] = None, detail: Optional[str] = None) -> Peak:
     """What was live at the step's peak while armed (docs/protocol.md, `arm`)."""
-    msg: Dict[str, Any] = {"type": "peak", "id": int(id), "ts": ts}
-    _put(msg, "step_from", step_from)
-    _put(msg, "step_to", step_to)
+    msg: Peak = {"type": "peak", "id": int(id), "ts": ts}
+    if step_from is not None:
+        msg["step_from"] = step_from
+    if step_to is not None:
+        msg["step_to"] = step_to
     if error is not None:
         msg["error"] = error
         msg["detail"] = clip(detail or "")

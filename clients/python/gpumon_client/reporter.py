@@ -1,6 +1,6 @@
 """Reporter: explicit reporting for hand-written loops (and the base of the trainer callbacks)."""
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from . import hooks as _attach
 from .client import Client
@@ -53,7 +53,7 @@ class Reporter:
     def event(self, kind: str, **fields: Any) -> None:
         self.client.event(kind, **fields)
 
-    def stats(self) -> dict:
+    def stats(self) -> Dict[str, Any]:
         return self.client.stats()
 
     def close(self, timeout: float = 0.5) -> None:

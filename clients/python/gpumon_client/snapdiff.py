@@ -65,7 +65,7 @@ class Site:
     function: str
     bytes: int
     blocks: int
-    stack: list  # of {"file", "line", "function"} dicts, innermost first; stack[0] is the site
+    stack: List[Dict[str, Any]]  # {"file", "line", "function"} dicts, innermost first; stack[0] is the site
     note: Optional[str] = None
 
     def as_json(self) -> Dict[str, Any]:
@@ -89,7 +89,7 @@ class Site:
 @dataclass
 class Report:
     total_growth_bytes: int  # growth of all live memory (0 when it shrank)
-    sites: list  # of Site, largest first
+    sites: List[Site]  # largest first
     # Growth among live blocks that carry no stack (allocated while history was not recorded),
     # by the same rule as a site; 0 when there was none.
     no_stack_bytes: int = 0
@@ -193,7 +193,7 @@ class _Tally:
     def __init__(self) -> None:
         self.blocks = 0
         self.bytes = 0
-        self.stacks: Counter = Counter()
+        self.stacks: "Counter[Tuple[Frame, ...]]" = Counter()
 
 
 def _tally(snapshot: Dict[str, Any]) -> Tuple[Dict[Frame, _Tally], _Tally, int, bool]:
@@ -332,7 +332,7 @@ def _size(obj: Any) -> int:
     return len(json.dumps(obj))  # ASCII (escapes): bytes = characters, never under the UTF-8 size
 
 
-def fit(sites_json: list, budget: int) -> list:
+def fit(sites_json: List[Dict[str, Any]], budget: int) -> List[Dict[str, Any]]:
     """A copy of `sites_json` (Site.as_json() dicts, largest first) that fits the protocol: strings
     at most 512 bytes, stacks at most 32 frames, at most 20 sites, and `json.dumps` of the list at
     most `budget` bytes, got by dropping outer frames (from the longest stacks first), then the

@@ -57,9 +57,8 @@ class TorchSnapshotSource(SnapshotSource):
 
     @staticmethod
     def _modules() -> Tuple[Any, Any]:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            import torch  # noqa: F811 - optional dependency, imported on demand
+        # An optional dependency, imported on demand (the trainer has usually imported it).
+        torch = sys.modules.get("torch") or importlib.import_module("torch")
         return torch, importlib.import_module("torch.cuda.memory")
 
     def unavailable(self) -> Optional[str]:
@@ -150,7 +149,8 @@ class ReplaySnapshotSource(SnapshotSource):
         path = self.paths[self._next % 2]
         self._next += 1
         self.calls.append(("snapshot", path))
-        return snapdiff.load(path)
+        snapshot: Dict[str, Any] = snapdiff.load(path)  # checked: a snapshot is a dict
+        return snapshot
 
     def stop(self) -> None:
         self.calls.append(("stop",))

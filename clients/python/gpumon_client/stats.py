@@ -113,12 +113,11 @@ class TorchStatsSource(StatsSource):
 
     @staticmethod
     def available() -> bool:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            try:
-                import torch  # noqa: F811 - optional dependency, imported on demand
-            except Exception:
-                return False
+        try:
+            # An optional dependency, imported on demand (the trainer has usually imported it).
+            torch = sys.modules.get("torch") or importlib.import_module("torch")
+        except Exception:
+            return False
         try:
             return bool(torch.cuda.is_available())
         except Exception:
@@ -169,7 +168,8 @@ class TorchStatsSource(StatsSource):
         torch = self._mod()
         nested_fn, paths = self._nested, self._paths
         if nested_fn is None or paths is None:
-            return torch.cuda.memory_stats(self.device)
+            stats: Mapping[str, Any] = torch.cuda.memory_stats(self.device)
+            return stats
         nested = nested_fn(self.device)
         out = {}
         for key, path in paths:

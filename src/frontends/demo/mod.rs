@@ -13,13 +13,15 @@ pub mod profile;
 pub mod scenario;
 pub mod trainer;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 
+use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
 use profile::Profile;
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +63,30 @@ pub struct TrainerArgs {
     pub t0: f64,
 }
 
+/// What the demo takes from the config: each used unless its flag says otherwise.
+#[derive(Debug, Clone)]
+pub struct Defaults {
+    pub listen: SocketAddr,
+    pub record_dir: Option<PathBuf>,
+}
+
+/// What the demo hands the daemon it runs: the bound listeners, the simulated node's NVML
+/// library and where to record.
+pub struct DaemonParts {
+    pub listener: TcpListener,
+    pub ingest: UnixListener,
+    pub socket: PathBuf,
+    pub nvml_lib: String,
+    pub record_dir: Option<PathBuf>,
+    pub shutdown: CancellationToken,
+}
+
+/// Starts the daemon on the demo's parts; called inside the demo's runtime, it returns the
+/// daemon's run for the demo to spawn. Given by the caller, which holds the config: the daemon
+/// wires every layer and sits above the frontends.
+pub type DaemonFn = Box<dyn FnOnce(DaemonParts) -> anyhow::Result<DaemonRun> + Send>;
+pub type DaemonRun = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
 /// Children and the scratch directory, cleaned up however the demo ends.
 struct Node {
     dir: PathBuf,
@@ -92,7 +118,12 @@ fn fake_lib(args: &DemoArgs, dir: &Path) -> anyhow::Result<bundled::FakeLib> {
     Ok(lib)
 }
 
-pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Result<()> {
+pub fn run(
+    args: DemoArgs,
+    defaults: Defaults,
+    daemon: DaemonFn,
+    tui: Option<TuiFn>,
+) -> anyhow::Result<()> {
     if !(args.skip.is_finite() && args.skip >= 0.0) {
         anyhow::bail!("--skip takes seconds, 0 or more (got {})", args.skip);
     }
@@ -132,19 +163,18 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
     // Read by the fake library at NVML init, which happens after this on the poller thread.
     std::env::set_var("FAKE_NVML_SCENARIO", &scen);
     std::env::set_var("FAKE_NVML_T0", t0.to_string());
-    config.nvml_lib = lib.path.display().to_string();
-    config.socket = Some(socket.clone());
-    if let Some(d) = &args.record_dir {
+    let record_dir = match &args.record_dir {
         // Relative is refused by the recorder; made absolute here, as a user means it.
-        config.record.dir = Some(std::path::absolute(d)?);
-    }
+        Some(d) => Some(std::path::absolute(d)?),
+        None => defaults.record_dir,
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let listener = bind_http(args.listen.unwrap_or(config.listen), args.listen.is_some()).await?;
+        let listener = bind_http(args.listen.unwrap_or(defaults.listen), args.listen.is_some()).await?;
         let addr = listener.local_addr()?;
         let ingest = crate::sources::ingest::socket::bind(&socket)?;
         // Removed again when the demo exits, like the daemon's.
@@ -155,7 +185,7 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
              simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), untracked (GPU 0), near-limit (GPU 1)\n",
             socket.display()
         );
-        if let Some(d) = &config.record.dir {
+        if let Some(d) = &record_dir {
             banner += &format!(
                 "traces: {} (replay with `gpumon analyze {}/gpumon-*.trace.jsonl`)\n",
                 d.display(),
@@ -170,18 +200,14 @@ pub fn run(args: DemoArgs, mut config: Config, tui: Option<TuiFn>) -> anyhow::Re
             let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
         }
         let shutdown = CancellationToken::new();
-        crate::daemon::cancel_on_signals(shutdown.clone())?;
-        let source = Box::new(crate::sources::nvml::NvmlSource::new(
-            config.nvml_lib.clone(),
-            config.procfs.clone(),
-        ));
-        let daemon = tokio::spawn(crate::daemon::run(
-            config,
+        let daemon = tokio::spawn(daemon(DaemonParts {
             listener,
-            Some(ingest),
-            source,
-            shutdown.clone(),
-        ));
+            ingest,
+            socket: socket.clone(),
+            nvml_lib: lib.path.display().to_string(),
+            record_dir,
+            shutdown: shutdown.clone(),
+        })?);
         // Without a terminal (a pipe, a service) the demo runs headless rather than failing.
         let interactive = !args.headless && std::io::IsTerminal::is_terminal(&std::io::stdout());
         if let Some(tui) = tui.filter(|_| interactive) {

@@ -8,6 +8,7 @@ pub mod finding;
 #[doc(hidden)]
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod geometry;
 pub mod source;
 pub mod terminal;
 pub mod ui;
@@ -20,7 +21,7 @@ use anyhow::Context;
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
-use crate::config::Config;
+use crate::frontends::local::Machine;
 use app::state::{Action, App, Node, Origin, Update};
 use event_loop::Exit;
 
@@ -34,14 +35,14 @@ pub enum Msg {
 }
 
 pub struct Options {
-    /// Daemons to show; empty means the local one (config `listen`), else NVML in-process.
+    /// Daemons to show; empty means the local one (`Machine::listen`), else NVML in-process.
     pub connect: Vec<String>,
     pub refresh: Duration,
     /// TLS and basic auth for the daemons in `connect`.
     pub client: crate::daemon_client::DaemonClient,
 }
 
-pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
+pub fn run(machine: &Machine, opts: Options) -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() {
         anyhow::bail!(
             "gpumon tui needs a terminal on stdout; for a one-shot report use `gpumon status` (or `gpumon status --json`)"
@@ -59,7 +60,7 @@ pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel();
     let mut nodes = Vec::new();
     if urls.is_empty() {
-        let url = format!("http://{}", config.listen);
+        let url = format!("http://{}", machine.listen);
         match source::probe(&url, &opts.client) {
             Ok(snap) => {
                 nodes.push(Node::new(Origin::Daemon { url: url.clone() }));
@@ -68,12 +69,12 @@ pub fn run(config: &Config, opts: Options) -> anyhow::Result<()> {
                 source::spawn_daemon(0, url, refresh, opts.client.clone(), tx.clone(), cursor);
             }
             Err(_) => {
-                let reason = format!("no daemon at {}", config.listen);
+                let reason = format!("no daemon at {}", machine.listen);
                 nodes.push(Node::new(Origin::InProcess { reason }));
                 source::spawn_in_process(
                     0,
-                    config.nvml_lib.clone(),
-                    config.procfs.clone(),
+                    machine.nvml_lib.clone(),
+                    machine.procfs.clone(),
                     refresh,
                     tx.clone(),
                 );

@@ -309,7 +309,7 @@ fn resize_keeps_the_selection_visible_and_tiny_terminals_get_a_notice() {
         width: 80,
         height: 24,
     });
-    let rows = super::ui::layout::table_rows(80, 24);
+    let rows = super::geometry::table_rows(80, 24);
     let (o, s) = (app.procs.offset, app.procs.selected);
     assert!(
         o <= s && s < o + rows,

@@ -67,8 +67,7 @@ impl From<&crate::config::HttpConfig> for HttpLimits {
     }
 }
 
-/// hyper panics on a smaller read buffer.
-pub const MIN_HEAD_BYTES: usize = 8192;
+pub use crate::util::http_head::MIN_HEAD_BYTES;
 
 /// Serves `router` on `listener` until `shutdown`, then drains for at most `limits.drain`.
 pub async fn serve(

@@ -51,6 +51,8 @@ pub struct Trace {
     id: u64,
     path: PathBuf,
     buf: Vec<u8>,
+    /// The size of the last buffer handed over: the next one starts with about that much room.
+    last_len: usize,
     lines: u64,
     sent: Instant,
     /// Set by the recorder thread (or here) once this session's recording stopped.
@@ -128,6 +130,7 @@ impl Recorder {
             id,
             path,
             buf: Vec::new(),
+            last_len: 0,
             lines: 0,
             sent: Instant::now(),
             stopped,
@@ -176,7 +179,11 @@ impl Trace {
         }
         self.seq = self.seq.max(seq);
         if self.buf.capacity() == 0 {
-            self.buf.reserve(CHUNK + 1024);
+            // Room for what the last second brought, not for a whole chunk: a trainer sending
+            // a line a second fills a few hundred bytes of it, and 64 sessions each holding a
+            // fresh 65 KiB buffer after every hand-off kept 2 MiB more resident.
+            let want = self.last_len + self.last_len / 4 + line.len() + 1;
+            self.buf.reserve(want.min(CHUNK + 1024));
         }
         self.buf.extend_from_slice(line);
         self.buf.push(b'\n');
@@ -201,6 +208,7 @@ impl Trace {
             return;
         }
         q.fetch_add(len, Ordering::Relaxed);
+        self.last_len = self.buf.len();
         let bytes = std::mem::take(&mut self.buf);
         let lines = std::mem::take(&mut self.lines);
         let _ = self.rec.tx.send(Msg::Data {

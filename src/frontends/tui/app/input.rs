@@ -7,6 +7,7 @@ use crossterm::event::{
 use ratatui::layout::Rect;
 
 use super::state::{Action, App, Screen};
+use crate::frontends::tui::geometry;
 use crate::frontends::tui::ui::layout;
 
 pub fn action(app: &App, ev: &Event) -> Option<Action> {
@@ -83,7 +84,7 @@ fn mouse(app: &App, m: &MouseEvent) -> Option<Action> {
     if app.help {
         return Some(Action::ToggleHelp);
     }
-    let a = layout::areas(Rect::new(0, 0, app.width, app.height));
+    let a = geometry::areas(Rect::new(0, 0, app.width, app.height));
     let (x, y) = (m.column, m.row);
     if y == a.tabs.y {
         return layout::tab_at(app, x).map(Action::Show);
@@ -93,7 +94,7 @@ fn mouse(app: &App, m: &MouseEvent) -> Option<Action> {
     }
     match app.screen {
         Screen::Processes => {
-            let (head, rows) = layout::table(a.body);
+            let (head, rows) = geometry::table(a.body);
             let inside = x >= head.x && x < head.x + head.width;
             if y == head.y && inside {
                 layout::column_at(x - head.x, head.width, app.multi_node()).map(Action::SortBy)
@@ -104,11 +105,11 @@ fn mouse(app: &App, m: &MouseEvent) -> Option<Action> {
             }
         }
         Screen::Findings => {
-            let (list, _) = layout::findings(a.body);
-            let inner = layout::inset(list);
+            let (list, _) = geometry::findings(a.body);
+            let inner = geometry::inset(list);
             if y >= inner.y && y < inner.y + inner.height {
                 Some(Action::Select(usize::from(
-                    (y - inner.y) / layout::FINDING_LINES,
+                    (y - inner.y) / geometry::FINDING_LINES,
                 )))
             } else {
                 None

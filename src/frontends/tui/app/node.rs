@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::core::model::{GpuState, Timestamp};
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{GpuView, Snapshot};
 use crate::frontends::tui::finding::{Finding, FindingView, State};
 
 /// Seconds of per-GPU memory history kept for the overview's sparklines.
@@ -120,6 +120,17 @@ impl Node {
 
     pub fn firing(&self) -> usize {
         self.findings.iter().filter(|f| f.firing()).count()
+    }
+
+    /// Firing findings about one GPU.
+    pub fn firing_on(&self, g: &GpuView) -> usize {
+        let idx = g.reading.identity.index.to_string();
+        self.findings
+            .iter()
+            .filter(|f| f.firing())
+            // The daemon resolved each finding's GPU (MIG instances to their parent's index).
+            .filter(|f| f.gpu.as_deref() == Some(idx.as_str()))
+            .count()
     }
 
     /// Findings about one trainer (by session, else by pid): firing first, critical before

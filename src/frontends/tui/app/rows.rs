@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 
-use super::state::Node;
+use super::node::Node;
 use crate::core::snapshot::SessionView;
 use crate::frontends::tui::finding::{Finding, FindingView};
 use crate::units::bytes;

@@ -4,7 +4,7 @@
 use super::rows::{self, Column, ProcRow, RowKey};
 use crate::core::model::Timestamp;
 use crate::frontends::tui::finding::{Finding, FindingView};
-use crate::frontends::tui::ui::layout;
+use crate::frontends::tui::geometry;
 
 pub use super::node::{authority, Link, Node, Origin, Update, HISTORY_SECS};
 
@@ -372,8 +372,8 @@ impl App {
 
     fn page(&self) -> usize {
         match self.screen {
-            Screen::Findings => layout::finding_rows(self.width, self.height),
-            _ => layout::table_rows(self.width, self.height),
+            Screen::Findings => geometry::finding_rows(self.width, self.height),
+            _ => geometry::table_rows(self.width, self.height),
         }
         .max(1)
     }
@@ -484,10 +484,10 @@ impl App {
 
     /// Keeps the selection inside the visible window after anything moved or resized.
     fn scroll_into_view(&mut self) {
-        let rows = layout::table_rows(self.width, self.height).max(1);
+        let rows = geometry::table_rows(self.width, self.height).max(1);
         let p = &mut self.procs;
         p.offset = window(p.selected, p.offset, rows, p.view.len());
-        let rows = layout::finding_rows(self.width, self.height).max(1);
+        let rows = geometry::finding_rows(self.width, self.height).max(1);
         let f = &mut self.findings;
         f.offset = window(f.selected, f.offset, rows, f.items.len());
     }

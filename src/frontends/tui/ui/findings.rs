@@ -7,11 +7,11 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::fmt::{ago, clip, clip_keeping_last, duration};
-use super::layout::{self, FINDING_LINES};
 use super::notice;
 use super::theme::Theme;
 use crate::frontends::tui::app::state::{App, Origin};
 use crate::frontends::tui::finding::{Finding, FindingView, State};
+use crate::frontends::tui::geometry::{self, FINDING_LINES};
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     let items = &app.findings.items;
@@ -20,7 +20,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
         .iter()
         .filter(|(_, f)| f.state() == State::Resolved)
         .count();
-    let (list, pane) = layout::findings(area);
+    let (list, pane) = geometry::findings(area);
     let block = Block::bordered()
         .border_style(t.border())
         .title(Line::from(vec![

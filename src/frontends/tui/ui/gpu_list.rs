@@ -6,8 +6,8 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::fmt::{clip, plural};
+use super::gauge::gauge;
 use super::header::disconnected;
-use super::overview::{gauge, gpu_firing};
 use super::spark::{bar, buckets, short, spark_range};
 use super::theme::Theme;
 use crate::core::model::{GpuState, Timestamp};
@@ -145,7 +145,7 @@ fn compact(node: &Node, g: &GpuView, width: u16, now: Timestamp, t: Theme) -> Li
             s.push(Span::styled(format!("{bars:>sw$}"), t.used()));
         }
     }
-    let firing = gpu_firing(node, g);
+    let firing = node.firing_on(g);
     if firing > 0 {
         s.push(Span::styled(format!(" ▲{firing}"), t.crit()));
     }

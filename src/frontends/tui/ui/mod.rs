@@ -2,6 +2,7 @@
 
 mod findings;
 pub mod fmt;
+mod gauge;
 mod gpu_list;
 mod header;
 mod help;
@@ -23,23 +24,24 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use crate::frontends::tui::app::state::{App, Screen};
+use crate::frontends::tui::geometry;
 use theme::Theme;
 
 pub fn render(f: &mut Frame, app: &App) {
     let area = f.area();
     let theme = Theme::new(app.color);
-    if area.width < layout::MIN_WIDTH || area.height < layout::MIN_HEIGHT {
+    if area.width < geometry::MIN_WIDTH || area.height < geometry::MIN_HEIGHT {
         let msg = format!(
             "Terminal too small ({}x{}): gpumon tui needs {}x{}. Enlarge it, or q to quit.",
             area.width,
             area.height,
-            layout::MIN_WIDTH,
-            layout::MIN_HEIGHT
+            geometry::MIN_WIDTH,
+            geometry::MIN_HEIGHT
         );
         f.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
         return;
     }
-    let a = layout::areas(area);
+    let a = geometry::areas(area);
     header::render(f, a.header, app, theme);
     header::tabs(f, a.tabs, app, theme);
     match (&app.detail, app.screen) {

@@ -3,13 +3,13 @@
 //! fit beside the trainer table, which has the room first; several nodes are listed one after
 //! the other under a heading each.
 
-use crate::frontends::tui::finding::FindingView;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Sparkline};
 use ratatui::Frame;
 
 use super::fmt::{ago, plural};
+use super::gauge::gauge;
 use super::gpu_list::listing;
 use super::notice;
 use super::spark::{buckets, short, spark_range};
@@ -274,7 +274,7 @@ fn readings(node: &Node, g: &GpuView, t: Theme) -> Line<'static> {
             .unwrap_or_else(|| "power n/a".into()),
     ))];
     // Firing before the counts: in a half-width block it is what must not be cut off.
-    let firing = gpu_firing(node, g);
+    let firing = node.firing_on(g);
     if firing > 0 {
         s.push(Span::raw(" · "));
         s.push(Span::styled(format!("{firing} firing"), t.crit()));
@@ -300,53 +300,4 @@ fn readings(node: &Node, g: &GpuView, t: Theme) -> Line<'static> {
         ));
     }
     Line::from(s)
-}
-
-pub(super) fn gpu_firing(node: &Node, g: &GpuView) -> usize {
-    let idx = g.reading.identity.index.to_string();
-    node.findings
-        .iter()
-        .filter(|f| f.firing())
-        // The daemon resolved each finding's GPU (MIG instances to their parent's index).
-        .filter(|f| f.gpu.as_deref() == Some(idx.as_str()))
-        .count()
-}
-
-/// Used, then reserved by the driver, then free, in proportion to the total.
-pub(super) fn gauge(used: u64, reserved: u64, total: u64, width: u16, t: Theme) -> Line<'static> {
-    let w = usize::from(width);
-    let part = |b: u64| {
-        if total == 0 {
-            0
-        } else {
-            ((b as f64 / total as f64) * w as f64).round() as usize
-        }
-    };
-    let res = if reserved > 0 {
-        part(reserved).max(1)
-    } else {
-        0
-    }
-    .min(w);
-    let used = part(used).min(w - res);
-    let free = w - res - used;
-    Line::from(vec![
-        Span::styled(USED.repeat(used), t.used()),
-        Span::styled(RESERVED.repeat(res), t.reserved()),
-        Span::styled(FREE.repeat(free), t.free()),
-    ])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gauge_adds_up_to_its_width() {
-        let t = Theme::new(false);
-        for w in [1u16, 7, 40, 77] {
-            let l = gauge(21 << 30, 541 << 20, 80 << 30, w, t);
-            assert_eq!(l.width(), usize::from(w));
-        }
-    }
 }

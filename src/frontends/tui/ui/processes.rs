@@ -11,6 +11,7 @@ use super::notice;
 use super::theme::Theme;
 use crate::frontends::tui::app::rows::{Column, ProcRow};
 use crate::frontends::tui::app::state::App;
+use crate::frontends::tui::geometry;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     let p = &app.procs;
@@ -33,7 +34,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
         .border_style(t.border())
         .title(Line::from(title));
     f.render_widget(block, area);
-    let (head, body) = layout::table(area);
+    let (head, body) = geometry::table(area);
     let cols = layout::columns(head.width, app.multi_node());
     // The selection marker lives in the first cell, so the first column is two wider.
     let widths: Vec<Constraint> = cols
