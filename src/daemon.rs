@@ -14,7 +14,8 @@ use crate::outputs::http::web_config::WebConfigWatch;
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
 use crate::outputs::record::{self, Recorder};
-use crate::sources::ingest::server::{IngestStats, Limits};
+use crate::sources::ingest::server::Limits;
+use crate::sources::ingest::stats::IngestStats;
 use crate::sources::GpuSource;
 use crate::{core::aggregator, outputs::prometheus};
 

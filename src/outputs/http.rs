@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use super::prometheus::Exporter;
 use crate::core::aggregator::Handle;
 use crate::core::snapshot::{SessionEntry, Snapshot};
-use crate::sources::ingest::server::IngestStats;
+use crate::sources::ingest::stats::IngestStats;
 
 mod admit;
 pub mod gzip;

@@ -16,7 +16,7 @@ use prometheus::{Registry, TextEncoder};
 use crate::core::model::{GpuState, NodeReading};
 use crate::outputs::http::gzip::GzPrefix;
 use crate::outputs::http::HttpStats;
-use crate::sources::ingest::server::IngestStats;
+use crate::sources::ingest::stats::IngestStats;
 
 mod findings;
 mod health;

@@ -10,7 +10,7 @@ use super::Family;
 use crate::core::model::ProcessReading;
 use crate::core::store::sessions::Session;
 use crate::core::store::Store;
-use crate::sources::ingest::server::IngestStats;
+use crate::sources::ingest::stats::IngestStats;
 
 pub const T: &[&str] = &[
     "gpu",

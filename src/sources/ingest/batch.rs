@@ -13,7 +13,7 @@ use tokio::io::AsyncRead;
 use super::conn::{Conn, Outcome};
 use super::lines::{Frame, LineReader};
 use super::protocol::{self, Code, Message, Rejection, MAX_LINE};
-use super::server::IngestStats;
+use super::stats::IngestStats;
 use crate::core::model::now;
 use crate::core::store::sessions::Sessions;
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::server::IngestStats;
+use super::stats::IngestStats;
 
 /// Bytes of a connection's buffer that need no grant: what a trainer keeping up reads with.
 pub const BASE: usize = 4 * 1024;

@@ -9,3 +9,4 @@ pub mod protocol;
 pub mod resume;
 pub mod server;
 pub mod socket;
+pub mod stats;
