@@ -28,13 +28,13 @@ use crate::core::view::View;
 
 pub use health::AlertStats;
 
+/// Collections are deflated ahead of the scrape while a gzip scrape came within this many
+/// seconds (Prometheus scrapes every 15-60 s); otherwise nobody would read the result.
+const GZIP_AHEAD_FOR: f64 = 300.0;
 /// Labels added with Kubernetes support, left out of a series where they are empty (outside
 /// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
 /// Kubernetes is what it was before they existed.
 /// `container_name` (the kubelet's name for the container) is on `gpumon_process_info` only.
-/// Collections are deflated ahead of the scrape while a gzip scrape came within this many
-/// seconds (Prometheus scrapes every 15-60 s); otherwise nobody would read the result.
-const GZIP_AHEAD_FOR: f64 = 300.0;
 const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod", "container_name"];
 
 /// Builds one metric family; label names are given once, values per series.
@@ -345,8 +345,9 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
 
 /// /metrics: the latest view's two texts plus the daemon's own counters.
 ///
-/// The gzip form of the NVML text is made at the first scrape that asks for gzip after each
-/// collection and kept until the next; the rest is compressed per scrape (it is small).
+/// The gzip form of the NVML text is made as each collection's view arrives (while scrapes ask
+/// for gzip, `GZIP_AHEAD_FOR`) and kept until the next; the rest is compressed per scrape (it
+/// is small).
 pub struct Exporter {
     registry: Registry,
     views: watch::Receiver<Arc<View>>,
@@ -386,8 +387,8 @@ impl Exporter {
         })
     }
 
-    /// An exporter of one store as it is now (`status --direct`, tests, benches): the view the
-    /// aggregator would publish for it.
+    /// An exporter of one store as it is now, for tests and `benches/render.rs` (the daemon's
+    /// exporter reads the aggregator's views): the view the aggregator would publish for it.
     pub fn of_store(store: &Store, ingest: Arc<IngestStats>) -> Result<Self, prometheus::Error> {
         let view = View::of(
             store,

@@ -71,6 +71,17 @@ impl Kind {
     }
 }
 
+// `index()` is the declaration order: ALL must list every known kind, in order, with Unknown
+// last, or per-kind counters would land in another kind's slot. Checked when compiling.
+const _: () = {
+    let mut i = 0;
+    while i < Kind::ALL.len() {
+        assert!(Kind::ALL[i] as usize == i);
+        i += 1;
+    }
+    assert!(Kind::Unknown as usize == Kind::ALL.len());
+};
+
 impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(self.as_str())

@@ -1,5 +1,6 @@
-//! gpumon_trainer_* and gpumon_ingest_* families. Rendered on every scrape: sessions change with
-//! every sample, and there are few of them (one per trainer process and device).
+//! gpumon_trainer_* and gpumon_ingest_* families. The trainer families are encoded on the
+//! aggregator's thread when a scrape syncs and sessions changed since the last encode (at most
+//! once per publish gap); the ingest counters are encoded per scrape (a few series).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

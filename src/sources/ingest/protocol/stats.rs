@@ -12,36 +12,38 @@ use serde_json::Value;
 use super::{shorten, MAX_BYTES, MAX_QUOTE};
 use crate::core::trainer::Stats;
 
-/// The keys the daemon uses, in the order of `slot`.
-const KEYS: [&str; 11] = [
-    "allocated_bytes.all.current",
-    "allocated_bytes.all.peak",
-    "reserved_bytes.all.current",
-    "active_bytes.all.current",
-    "inactive_split_bytes.all.current",
-    "requested_bytes.all.current",
-    "num_alloc_retries",
-    "num_ooms",
-    "num_sync_all_streams",
-    "num_device_alloc",
-    "num_device_free",
-];
+/// The keys the daemon uses, each with the field it fills: one table, so a key cannot be
+/// added without its field.
+macro_rules! fields {
+    ($($key:literal => $field:ident),* $(,)?) => {
+        const FIELDS: &[(&str, fn(&mut Stats) -> &mut Option<u64>)] = &[$((
+            $key,
+            {
+                fn field(s: &mut Stats) -> &mut Option<u64> {
+                    &mut s.$field
+                }
+                field
+            },
+        )),*];
+    };
+}
+
+fields! {
+    "allocated_bytes.all.current" => allocated,
+    "allocated_bytes.all.peak" => allocated_peak,
+    "reserved_bytes.all.current" => reserved,
+    "active_bytes.all.current" => active,
+    "inactive_split_bytes.all.current" => inactive_split,
+    "requested_bytes.all.current" => requested,
+    "num_alloc_retries" => alloc_retries,
+    "num_ooms" => ooms,
+    "num_sync_all_streams" => sync_all_streams,
+    "num_device_alloc" => device_alloc,
+    "num_device_free" => device_free,
+}
 
 fn slot(s: &mut Stats, key: usize) -> Option<&mut Option<u64>> {
-    Some(match key {
-        0 => &mut s.allocated,
-        1 => &mut s.allocated_peak,
-        2 => &mut s.reserved,
-        3 => &mut s.active,
-        4 => &mut s.inactive_split,
-        5 => &mut s.requested,
-        6 => &mut s.alloc_retries,
-        7 => &mut s.ooms,
-        8 => &mut s.sync_all_streams,
-        9 => &mut s.device_alloc,
-        10 => &mut s.device_free,
-        _ => return None,
-    })
+    FIELDS.get(key).map(|(_, field)| field(s))
 }
 
 /// `stats` as parsed; a known key with a bad value is remembered so the error can name it.
@@ -94,7 +96,7 @@ impl<'de> Visitor<'de> for StatsVisitor {
     }
 }
 
-/// A stats key: a known one's index in `KEYS` and name, found without copying it.
+/// A stats key: a known one's index in `FIELDS` and name, found without copying it.
 struct Key(Option<(usize, &'static str)>);
 
 impl<'de> Deserialize<'de> for Key {
@@ -113,7 +115,10 @@ impl Visitor<'_> for KeyVisitor {
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Key, E> {
-        Ok(Key(KEYS.iter().copied().enumerate().find(|(_, k)| *k == v)))
+        Ok(Key(FIELDS
+            .iter()
+            .enumerate()
+            .find_map(|(i, (k, _))| (*k == v).then_some((i, *k)))))
     }
 }
 
