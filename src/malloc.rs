@@ -15,6 +15,28 @@ pub fn return_large_buffers() {
     }
 }
 
+/// For a process that allocates little, and only at its refresh (the TUI): one arena for all
+/// its threads, so the fetch thread's and the resolver threads' allocations do not each keep an
+/// arena of free pages beside the main one. Call before the threads start.
+pub fn one_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// Gives every whole free page back now. For the TUI after it applied a snapshot: the answer's
+/// text and its parse are freed by then, and at one refresh a second a trim is cheap next to the
+/// memory it keeps from staying resident.
+pub fn trim_now() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes each arena's lock itself; it is safe from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// How often a due trim is done.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 

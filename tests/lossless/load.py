@@ -46,7 +46,7 @@ def main() -> None:
             "steps": step,
             "seconds": elapsed,
             "rate_skipped": st["rate_skipped"],
-            "last_seq": c.transport._seq,
+            "last_seq": c.transport.last_seq,
             "dropped": st["dropped"],
             "unconfirmed": st["unconfirmed"],
             "resent": st["resent"],

@@ -9,9 +9,14 @@ Only the CUDA driver is stood in (there is no GPU here): memory_stats_as_nested_
 allocator's ~130 counters and, with --stats-cost-us, busy-waits that long per call, to charge each
 sample what torch.cuda.memory_stats() costs on a real GPU (about 180 us measured on an H100).
 
-Reports per step length: samples taken, the client's own time per step measured inside its hook
-(precise), and the step-time difference bare vs attached (end to end, noisy on a shared machine),
-against the budget: <= 1 % of the step for steps >= 5 ms and <= 50 us per step amortised.
+Reports per step length: samples taken, the client's own time per step measured inside its hook,
+and the whole cost: the per-round difference in step time, attached minus bare, with a 95 %
+bootstrap interval, two ways. Wall time is what a trainer waits, but on a shared machine it carries
+every other process's scheduling; the training thread's CPU time (torch runs on one thread here)
+counts the same work, the client's hook, cadence, JSON and socket write, cache misses included,
+without the time the thread spent descheduled, so its interval resolves a budget of a few us
+where wall time cannot. The verdict is by the CPU-time interval; the wall one is printed beside
+it. Budget: the whole cost <= 1 % of a step under 1 ms, <= 0.5 % of a longer one, <= 25 us.
 
     $(scripts/torch-venv newest)/bin/python clients/python/bench/bench_client.py [--stats-cost-us 180]
 """
@@ -107,10 +112,12 @@ def timed_hook():
 
 
 def block(step, n):
+    """Seconds per step over n steps: (wall, this thread's CPU)."""
+    c0 = time.thread_time()
     t0 = time.perf_counter()
     for _ in range(n):
         step()
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / n, (time.thread_time() - c0) / n
 
 
 def interval(diffs, rng, resamples=2000):
@@ -130,14 +137,14 @@ def run_shape(name, width, batch, rounds, block_s, sock, rng):
     step = make_loop(width, batch)
     for _ in range(20):
         step()
-    per_step = block(step, 20)
+    per_step = block(step, 20)[0]
     n = max(20, int(block_s / per_step))
     # source= only because CUDA is unavailable here: TorchStatsSource on the stand-in driver.
     state = gpumon_client.attach(job="bench", socket=sock, source=TorchStatsSource(0))
     state._hook_handle.remove()
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
     start_lines = state.client.transport.sent_lines
-    bare, diffs, attached_steps, attached_time = [], [], 0, 0.0
+    bare, diffs, cpu_diffs, attached_steps, attached_time = [], [], [], 0, 0.0
     # Rounds of one bare and one attached block in a random order: a drift in machine speed, or
     # one block's bad luck, lands on either side alike. The real hook, unwrapped.
     for _ in range(rounds):
@@ -149,10 +156,11 @@ def run_shape(name, width, batch, rounds, block_s, sock, rng):
             t[attach_it] = block(step, n)
             if handle is not None:
                 handle.remove()
-        bare.append(t[False])
-        diffs.append((t[True] - t[False]) * 1e6)
+        bare.append(t[False][0])
+        diffs.append((t[True][0] - t[False][0]) * 1e6)
+        cpu_diffs.append((t[True][1] - t[False][1]) * 1e6)
         attached_steps += n
-        attached_time += n * t[True]
+        attached_time += n * t[True][0]
     samples = state.client.transport.sent_lines - start_lines
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
@@ -167,7 +175,11 @@ def run_shape(name, width, batch, rounds, block_s, sock, rng):
     hooks._oom_observer_installed = False
     b = statistics.median(bare)
     med, lo, hi = interval(diffs, rng)
+    cmed, clo, chi = interval(cpu_diffs, rng)
     return {
+        "cpu_us": cmed,
+        "cpu_lo_us": clo,
+        "cpu_hi_us": chi,
         "shape": name,
         "step_us": b * 1e6,
         "own_us": own * 1e6,
@@ -200,21 +212,22 @@ def main():
         print("torch %s, memory_stats charged %.1f us per call, 1 thread, %d shuffled rounds of %.2f s blocks; "
               "budget: the whole cost <= 1 %% of a step under 1 ms, <= 0.5 %% of a longer one, <= 25 us"
               % (torch.__version__, args.stats_cost_us, args.rounds, args.block))
-        print("%-7s %9s %10s %26s %9s %10s  %s" % (
-            "step", "bare us", "hook us", "whole cost us (95% CI)", "budget us", "samples/s", "verdict"))
+        print("%-7s %9s %10s %26s %26s %9s %10s  %s" % (
+            "step", "bare us", "hook us", "CPU: whole cost us (95% CI)", "wall: whole cost us (95% CI)",
+            "budget us", "samples/s", "verdict (CPU)"))
         verdicts = []
         for name, width, batch in SHAPES:
             r = run_shape(name, width, batch, args.rounds, args.block, sock, rng)
-            if r["hi_us"] <= r["budget_us"]:
+            if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
-            elif r["lo_us"] > r["budget_us"]:
+            elif r["cpu_lo_us"] > r["budget_us"]:
                 verdict = "OVER"
             else:
                 verdict = "unresolved (the interval straddles the budget: more --rounds)"
             verdicts.append(verdict)
-            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f  %s" % (
-                r["shape"], r["step_us"], r["own_us"], r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"],
-                r["samples_per_s"], verdict))
+            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f  %s" % (
+                r["shape"], r["step_us"], r["own_us"], r["cpu_us"], r["cpu_lo_us"], r["cpu_hi_us"],
+                r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"], r["samples_per_s"], verdict))
         ok = all(v == "within" for v in verdicts)
         print("budget met (whole cost, by its interval):", "yes" if ok else "NO")
         return 0 if ok else 1

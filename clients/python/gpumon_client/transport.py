@@ -172,6 +172,11 @@ class Transport:
     # --- the parts' settings and counters, as attributes of the transport ------------------------
 
     @property
+    def last_seq(self) -> int:
+        """The `seq` of the last numbered line (0 before any: capability `ack` numbers them)."""
+        return self._outbox._seq
+
+    @property
     def max_lines(self) -> int:
         return self._outbox.max_lines
 

@@ -55,6 +55,7 @@ pub fn run(machine: &Machine, opts: Options) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
     let refresh = opts.refresh.max(Duration::from_millis(100));
+    crate::malloc::one_arena();
     // Before any thread starts, so they all inherit the mask and only sigwait sees the signals.
     let signals = terminal::block_signals().context("blocking signals")?;
     let (tx, rx) = mpsc::channel();
