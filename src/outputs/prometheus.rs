@@ -122,9 +122,27 @@ const PROC: &[&str] = &[
     "pod",
 ];
 
-/// The NVML families of one collection as text (the poller's encoder).
+/// The NVML families of one collection as text (the poller's encoder). Each process family is
+/// encoded as soon as it is built and dropped before the next is: at 1,024 processes one
+/// family's label pairs are about a megabyte of small allocations, and building them all
+/// before encoding held the poller's arena at its peak for good (the freed label pairs lie
+/// below the top of its heap, where glibc cannot give them back).
 pub fn gpu_text(nvml: &NvmlStatus, latest: Option<&NodeReading>) -> String {
-    encode(&gpu_families(nvml, latest))
+    let mut families = Vec::with_capacity(24);
+    nvml_families(nvml, &mut families);
+    if let Some(r) = latest {
+        gpu_series(r, &mut families);
+    }
+    let mut text = String::new();
+    encode_into(&families, &mut text);
+    if let Some(r) = latest {
+        for part in [ProcessFamily::Used, ProcessFamily::Info] {
+            families.clear();
+            process_series(r, part, &mut families);
+            encode_into(&families, &mut text);
+        }
+    }
+    text
 }
 
 /// The trainer and finding families of a store as text (the aggregator's encoder).
@@ -139,20 +157,31 @@ pub fn trainer_text(store: &Store) -> String {
 /// Families from the NVML side: its health and the latest collection.
 pub fn gpu_families(n: &NvmlStatus, latest: Option<&NodeReading>) -> Vec<MetricFamily> {
     let mut out = Vec::with_capacity(24);
+    nvml_families(n, &mut out);
+    if let Some(r) = latest {
+        gpu_series(r, &mut out);
+        process_series(r, ProcessFamily::Used, &mut out);
+        process_series(r, ProcessFamily::Info, &mut out);
+    }
+    out
+}
+
+/// NVML's own health: up, the last poll's duration, polls and errors.
+fn nvml_families(n: &NvmlStatus, out: &mut Vec<MetricFamily>) {
     let mut f = Family::gauge(
         "gpumon_nvml_up",
         "1 when the last NVML poll succeeded.",
         &[],
     );
     f.add(&[], if n.up { 1.0 } else { 0.0 });
-    f.finish(&mut out);
+    f.finish(out);
     let mut f = Family::gauge(
         "gpumon_nvml_poll_duration_seconds",
         "Duration of the last NVML poll in seconds.",
         &[],
     );
     f.add(&[], n.last_poll_duration_seconds);
-    f.finish(&mut out);
+    f.finish(out);
     let mut f = Family::new(
         "gpumon_nvml_polls_total",
         "NVML polls attempted since start.",
@@ -160,7 +189,7 @@ pub fn gpu_families(n: &NvmlStatus, latest: Option<&NodeReading>) -> Vec<MetricF
         &[],
     );
     f.add(&[], n.polls_total as f64);
-    f.finish(&mut out);
+    f.finish(out);
     let mut f = Family::new(
         "gpumon_nvml_poll_errors_total",
         "NVML polls that could not read the node at all.",
@@ -168,12 +197,7 @@ pub fn gpu_families(n: &NvmlStatus, latest: Option<&NodeReading>) -> Vec<MetricF
         &[],
     );
     f.add(&[], n.poll_errors_total as f64);
-    f.finish(&mut out);
-    if let Some(r) = latest {
-        gpu_series(r, &mut out);
-        process_series(r, &mut out);
-    }
-    out
+    f.finish(out);
 }
 
 fn gpu_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
@@ -282,7 +306,14 @@ fn gpu_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
     }
 }
 
-fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
+/// The two per-process families, built one at a time (see `gpu_text`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProcessFamily {
+    Used,
+    Info,
+}
+
+fn process_series(r: &NodeReading, part: ProcessFamily, out: &mut Vec<MetricFamily>) {
     let mut used = Family::gauge(
         "gpumon_process_memory_used_bytes",
         "GPU memory used by a process in bytes (NVML); absent when NVML reports it as not available.",
@@ -316,8 +347,11 @@ fn process_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
         let ns = p.info.namespace.as_deref().unwrap_or("");
         let pod = p.info.pod.as_deref().unwrap_or("");
         let container_name = p.info.container_name.as_deref().unwrap_or("");
-        if let Some(b) = p.used_memory_bytes {
-            used.add(&[gpu, &p.uuid, pid, name, container, ns, pod], b as f64);
+        if part == ProcessFamily::Used {
+            if let Some(b) = p.used_memory_bytes {
+                used.add(&[gpu, &p.uuid, pid, name, container, ns, pod], b as f64);
+            }
+            continue;
         }
         let kind = p.kind.as_str();
         let user = p.info.user.as_deref().unwrap_or("");
@@ -497,12 +531,17 @@ impl Exporter {
 
 pub fn encode(families: &[MetricFamily]) -> String {
     let mut out = String::new();
+    encode_into(families, &mut out);
+    out
+}
+
+/// Appends the families' text to `out`.
+fn encode_into(families: &[MetricFamily], out: &mut String) {
     // Writing into a String cannot fail on I/O; an error would mean a malformed family, which
     // `Family` never builds.
-    if let Err(e) = TextEncoder::new().encode_utf8(families, &mut out) {
+    if let Err(e) = TextEncoder::new().encode_utf8(families, out) {
         tracing::error!(error = %e, "encoding metrics failed");
     }
-    out
 }
 
 #[cfg(test)]

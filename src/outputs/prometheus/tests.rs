@@ -195,3 +195,15 @@ fn each_collection_is_deflated_ahead_once_a_gzip_scrape_came() {
         task.abort();
     });
 }
+
+/// The poller's text, built a family at a time, is the text of every family encoded at once.
+#[test]
+fn gpu_text_built_family_by_family_is_the_whole_encoding() {
+    let r = reading();
+    let nvml = NvmlStatus::default();
+    let text = gpu_text(&nvml, Some(&r));
+    assert_eq!(text, encode(&gpu_families(&nvml, Some(&r))));
+    assert!(text.contains("gpumon_process_memory_used_bytes{"), "{text}");
+    assert!(text.contains("gpumon_process_info{"), "{text}");
+    assert_eq!(gpu_text(&nvml, None), encode(&gpu_families(&nvml, None)));
+}
