@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpumon::core::apply::Core;
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
 use gpumon::sources::ingest::conn::Conn;
@@ -18,7 +19,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| parse(std::hint::black_box(sample.as_bytes())).unwrap())
     });
 
-    let mut sessions = Sessions::new(SessionLimits::default());
+    let mut sessions = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut conn = Conn::new(Peer {
         pid: 1,
         uid: 0,

@@ -4,7 +4,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumon::core::model::*;
 use gpumon::core::store::{HistoryLimits, Store};
-use gpumon::outputs::prometheus::{encode, gpu_families, Exporter};
+use gpumon::outputs::prometheus::{gpu_text, Exporter};
 
 pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
     let gpus_v = (0..gpus)
@@ -66,7 +66,7 @@ fn bench(c: &mut Criterion) {
     store.apply(node(8, 128), 0.001);
     // What the first scrape after each collection pays (once per poll interval).
     c.bench_function("encode_after_collection_8gpu_x_128proc", |b| {
-        b.iter(|| encode(&gpu_families(&store.nvml, store.latest())))
+        b.iter(|| gpu_text(&store.nvml, store.latest()))
     });
     let exporter = Exporter::of_store(&store, Default::default()).unwrap();
     let text = exporter.render();

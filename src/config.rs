@@ -9,6 +9,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::outputs::http::serve::{HttpConfig, InvalidHttp};
+use crate::outputs::record::{InvalidRecord, RecordConfig};
+use crate::sources::kubelet::{InvalidKubernetes, KubernetesConfig};
+use crate::util::seconds::de_seconds;
+
 /// Where the daemon looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpumon/gpumon.toml";
 
@@ -38,34 +43,6 @@ pub struct Config {
     pub oom: oom::OomSection,
     pub alerts: AlertsConfig,
     pub kubernetes: KubernetesConfig,
-}
-
-/// Pod and namespace names for GPU processes, from the kubelet's pods API. Off unless
-/// `kubelet_url` is set: GPU processes in pods then carry their pod UID alone.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KubernetesConfig {
-    /// The kubelet's base URL, e.g. "https://${NODE_IP}:10250"; `${NAME}` is read from the
-    /// environment when the daemon starts (the DaemonSet sets NODE_IP from status.hostIP).
-    pub kubelet_url: Option<String>,
-    /// A bearer token for the kubelet, read again at every request (projected tokens rotate).
-    pub token_file: PathBuf,
-    /// CA bundle that verifies the kubelet's serving certificate.
-    pub ca_file: PathBuf,
-    /// Skip verifying the kubelet's certificate (a self-signed one, kubeadm's default).
-    pub insecure_skip_verify: bool,
-}
-
-impl Default for KubernetesConfig {
-    fn default() -> Self {
-        let sa = Path::new("/var/run/secrets/kubernetes.io/serviceaccount");
-        Self {
-            kubelet_url: None,
-            token_file: sa.join("token"),
-            ca_file: sa.join("ca.crt"),
-            insecure_skip_verify: false,
-        }
-    }
 }
 
 /// Leak attribution: asking a trainer (one whose client announced it can) where the growing
@@ -153,31 +130,6 @@ impl Default for DetectSection {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RecordConfig {
-    /// Write each trainer session's lines to a trace file here; unset records nothing.
-    pub dir: Option<PathBuf>,
-    /// A trace file past this size is closed and continued in a new part (hello first).
-    pub max_file_bytes: u64,
-    /// The oldest finished traces are deleted to keep the directory under this size.
-    pub max_total_bytes: u64,
-    /// ...and under this many trace files: what the recorder remembers about them stays
-    /// bounded whatever the number of sessions.
-    pub max_files: usize,
-}
-
-impl Default for RecordConfig {
-    fn default() -> Self {
-        Self {
-            dir: None,
-            max_file_bytes: 64 << 20,
-            max_total_bytes: 1 << 30,
-            max_files: 10_000,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
 pub struct IngestConfig {
     /// Open trainer connections at most; one more is refused with `too_many_connections`.
     pub max_connections: usize,
@@ -211,42 +163,6 @@ impl Default for IngestConfig {
             max_connections_per_uid: 256,
             reserved_connections: 32,
             max_line_buffer_bytes: 16 << 20,
-        }
-    }
-}
-
-/// Limits of the HTTP server (/metrics and the API), so that slow, idle or oversized clients
-/// are closed rather than held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpConfig {
-    /// Open HTTP connections at most; one more is closed as soon as it is accepted.
-    pub connection_limit: usize,
-    /// Seconds from connecting (or from the first byte of a later request) to a complete head.
-    #[serde(deserialize_with = "de_seconds")]
-    pub header_timeout_seconds: f64,
-    /// Seconds a keep-alive connection may sit between requests.
-    #[serde(deserialize_with = "de_seconds")]
-    pub keepalive_timeout_seconds: f64,
-    /// Request line plus headers, in bytes; a larger head is answered 431 and closed.
-    pub max_request_head_bytes: usize,
-    /// Seconds that requests in flight get to finish at shutdown; then every connection closes.
-    #[serde(deserialize_with = "de_seconds")]
-    pub shutdown_grace_seconds: f64,
-    /// TLS, basic auth and response headers, in the exporter-toolkit's web config format.
-    pub web_config_file: Option<PathBuf>,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        Self {
-            // Far below the unit's LimitNOFILE=8192 less ingest's 1024, so ingest keeps its fds.
-            connection_limit: 512,
-            header_timeout_seconds: 10.0,
-            keepalive_timeout_seconds: 60.0,
-            max_request_head_bytes: 16 * 1024,
-            shutdown_grace_seconds: 3.0,
-            web_config_file: None,
         }
     }
 }
@@ -323,6 +239,22 @@ pub enum ConfigError {
         reason: String,
     },
 }
+
+/// The parts' own settings errors read as config's: each already names its key and value.
+macro_rules! invalid_from {
+    ($($part:ty),*) => {$(
+        impl From<$part> for ConfigError {
+            fn from(e: $part) -> Self {
+                Self::Invalid {
+                    key: e.key,
+                    value: e.value,
+                    reason: e.reason,
+                }
+            }
+        }
+    )*};
+}
+invalid_from!(InvalidHttp, InvalidKubernetes, InvalidRecord);
 
 impl ConfigError {
     /// The exit status for a configuration error: EX_CONFIG from sysexits.h. The systemd unit
@@ -449,29 +381,10 @@ impl Config {
         self.validate_attribution()?;
         self.oom.validate()?;
         self.validate_ingest()?;
-        self.validate_http()?;
-        self.validate_kubernetes()?;
-        self.validate_record()
-    }
-
-    fn validate_kubernetes(&self) -> Result<(), ConfigError> {
-        let Some(url) = &self.kubernetes.kubelet_url else {
-            return Ok(());
-        };
-        // Only the form is checked here; the variables are read when the daemon starts.
-        let expanded = crate::util::expand::expand(url, |_| Some("host".into()));
-        let reason = match expanded {
-            Err(reason) => reason,
-            Ok(u) if !(u.starts_with("https://") || u.starts_with("http://")) => {
-                "use the kubelet's https:// URL, e.g. \"https://${NODE_IP}:10250\"".into()
-            }
-            Ok(_) => return Ok(()),
-        };
-        Err(ConfigError::Invalid {
-            key: "kubernetes.kubelet_url",
-            value: url.clone(),
-            reason,
-        })
+        self.http.validate()?;
+        self.kubernetes.validate()?;
+        self.record.validate()?;
+        Ok(())
     }
 }
 
@@ -516,111 +429,6 @@ impl Config {
                     "must be below ingest.max_connections = {}: set it between 0 and {}, or raise max_connections",
                     i.max_connections,
                     i.max_connections.saturating_sub(1)
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    fn validate_http(&self) -> Result<(), ConfigError> {
-        let h = &self.http;
-        let invalid =
-            |key, value: String, reason: String| Err(ConfigError::Invalid { key, value, reason });
-        if !(1..=1_000_000).contains(&h.connection_limit) {
-            return invalid(
-                "http.connection_limit",
-                h.connection_limit.to_string(),
-                "keep between 1 and 1000000, and well under the open-file limit".into(),
-            );
-        }
-        for (key, v, min, max) in [
-            (
-                "http.header_timeout_seconds",
-                h.header_timeout_seconds,
-                0.1,
-                3_600.0,
-            ),
-            (
-                "http.keepalive_timeout_seconds",
-                h.keepalive_timeout_seconds,
-                0.1,
-                86_400.0,
-            ),
-            (
-                "http.shutdown_grace_seconds",
-                h.shutdown_grace_seconds,
-                0.0,
-                300.0,
-            ),
-        ] {
-            // Written as a negated range so that NaN is refused too.
-            if !(v >= min && v <= max) {
-                return invalid(
-                    key,
-                    v.to_string(),
-                    format!("keep between {min} and {max} seconds"),
-                );
-            }
-        }
-        let head = h.max_request_head_bytes;
-        if !(crate::util::http_head::MIN_HEAD_BYTES..=1 << 20).contains(&head) {
-            return invalid(
-                "http.max_request_head_bytes",
-                head.to_string(),
-                format!(
-                    "keep between {} and 1048576 bytes, e.g. 16384",
-                    crate::util::http_head::MIN_HEAD_BYTES
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    fn validate_record(&self) -> Result<(), ConfigError> {
-        let r = &self.record;
-        if let Some(dir) = &r.dir {
-            // An empty path is the daemon's working directory and a relative one depends on it:
-            // the pruner must never be pointed at a directory nobody chose.
-            if dir.as_os_str().is_empty() || !dir.is_absolute() {
-                return Err(ConfigError::Invalid {
-                    key: "record.dir",
-                    value: dir.display().to_string(),
-                    reason: "use an absolute path to a directory for gpumon's traces alone, e.g. \"/var/lib/gpumon/traces\"".into(),
-                });
-            }
-        }
-        for (key, v) in [
-            ("record.max_total_bytes", r.max_total_bytes),
-            ("record.max_file_bytes", r.max_file_bytes),
-        ] {
-            if v < 4096 {
-                return Err(ConfigError::Invalid {
-                    key,
-                    value: v.to_string(),
-                    reason: "keep it at least 4096".into(),
-                });
-            }
-        }
-        if !(1..=1_000_000).contains(&r.max_files) {
-            return Err(ConfigError::Invalid {
-                key: "record.max_files",
-                value: r.max_files.to_string(),
-                reason: "set it between 1 and 1000000".into(),
-            });
-        }
-        if r.max_file_bytes > r.max_total_bytes {
-            // Name the key the user most likely set: the one that is not at its default.
-            let (key, value) = if r.max_file_bytes == RecordConfig::default().max_file_bytes {
-                ("record.max_total_bytes", r.max_total_bytes)
-            } else {
-                ("record.max_file_bytes", r.max_file_bytes)
-            };
-            return Err(ConfigError::Invalid {
-                key,
-                value: value.to_string(),
-                reason: format!(
-                    "record.max_file_bytes ({}) must be at most record.max_total_bytes ({})",
-                    r.max_file_bytes, r.max_total_bytes
                 ),
             });
         }
@@ -673,20 +481,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// Seconds as a TOML float or integer (`120.0` or `120`).
-fn de_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Seconds {
-        Int(i64),
-        Float(f64),
-    }
-    Ok(match Seconds::deserialize(d)? {
-        Seconds::Int(i) => i as f64,
-        Seconds::Float(f) => f,
-    })
 }
 
 /// Parses "1s", "500ms", "2m" as clap and serde both need it.

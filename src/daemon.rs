@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::core::store::{HistoryLimits, Store};
+use crate::core::tap::Tap;
 use crate::outputs::http::web_config::WebConfigWatch;
 use crate::outputs::http::{router, AppState};
 use crate::outputs::prometheus::Exporter;
@@ -99,7 +100,7 @@ pub async fn run(
             agg.clone(),
             ingest_stats.clone(),
             limits,
-            recorder.clone(),
+            recorder.clone().map(|r| r as Arc<dyn Tap>),
             shutdown.clone(),
         ))
     });

@@ -261,7 +261,16 @@ fn open_ingest(
         tracing::warn!("no ingest socket: /run/gpumon is not writable and XDG_RUNTIME_DIR is unset; set --socket");
         return Ok((None, None));
     };
-    let listener = socket::bind(&path)?;
+    let listener = socket::bind(&path).map_err(|e| match e {
+        // Only another path fixes it: final for systemd, like any configuration error.
+        socket::BindError::Path { path, reason } => ConfigError::Invalid {
+            key: "socket",
+            value: path.display().to_string(),
+            reason,
+        }
+        .into(),
+        socket::BindError::Other(e) => e,
+    })?;
     let file = socket::SocketFile::claim(&path);
     tracing::info!(socket = %path.display(), "ingest socket ready");
     Ok((Some(listener), Some(file)))

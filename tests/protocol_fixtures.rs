@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use gpumon::core::apply::Core;
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
 use gpumon::sources::ingest::conn::{Conn, Outcome};
@@ -25,7 +26,7 @@ fn every_client_fixture_line_is_accepted() {
         }
         files += 1;
         let text = std::fs::read_to_string(&path).unwrap();
-        let mut sessions = Sessions::new(SessionLimits::default());
+        let mut sessions = Core::with_sessions(Sessions::new(SessionLimits::default()));
         let mut conn = Conn::new(Peer {
             pid: 1,
             uid: 0,

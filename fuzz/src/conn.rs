@@ -8,6 +8,8 @@
 //! points, events and ended sessions stay within the limits; a session's sample count equals
 //! the sample lines accepted for it; closing a connection always ends its session.
 
+use gpumon::core::apply::Core;
+use gpumon::core::input::Closing;
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::{Ending, Peer};
 use gpumon::sources::ingest::conn::{Conn, Outcome};
@@ -48,7 +50,7 @@ impl Slot {
 }
 
 pub fn check(data: &[u8]) {
-    let mut sessions = Sessions::new(LIMITS);
+    let mut core = Core::with_sessions(Sessions::new(LIMITS));
     let mut slots: Vec<Slot> = (0..CONNS).map(Slot::new).collect();
     let mut ids_seen = 0u64;
     let mut cur = 0;
@@ -57,29 +59,29 @@ pub fn check(data: &[u8]) {
         match line {
             [0, b'c', ..] => {
                 let old = std::mem::replace(&mut slots[cur], Slot::new(cur));
-                close(old, &mut sessions, now);
+                close(old, &mut core, now);
             }
             [0, b, ..] => cur = usize::from(*b) % CONNS,
             [0] => {}
-            _ => feed(&mut slots[cur], line, &mut sessions, now, &mut ids_seen),
+            _ => feed(&mut slots[cur], line, &mut core, now, &mut ids_seen),
         }
-        invariants(&slots, &sessions);
+        invariants(&slots, core.sessions());
     }
     for slot in slots {
-        close(slot, &mut sessions, T0 + 1e6);
+        close(slot, &mut core, T0 + 1e6);
     }
-    assert_eq!(sessions.live_count(), 0);
+    assert_eq!(core.sessions().live_count(), 0);
 }
 
-fn feed(slot: &mut Slot, line: &[u8], sessions: &mut Sessions, now: f64, ids_seen: &mut u64) {
+fn feed(slot: &mut Slot, line: &[u8], core: &mut Core, now: f64, ids_seen: &mut u64) {
     slot.lines += 1;
-    let live_before = sessions.live_count();
+    let live_before = core.sessions().live_count();
     // What the server does with a line over the cap: the reader skipped it.
     let (outcome, parsed) = if line.len() > MAX_LINE {
         let r = Rejection::new(Code::LineTooLong, "skipped");
         (slot.conn.reject(r.clone()), Err(r))
     } else {
-        (slot.conn.handle(line, sessions, now), protocol::parse(line))
+        (slot.conn.handle(line, core, now), protocol::parse(line))
     };
     assert_eq!(slot.conn.line_number(), slot.lines);
     match (parsed, slot.session.is_some(), outcome) {
@@ -106,7 +108,7 @@ fn feed(slot: &mut Slot, line: &[u8], sessions: &mut Sessions, now: f64, ids_see
             *ids_seen += 1;
             let id = format!("s-{ids_seen}");
             assert_eq!(v["session"], id.as_str(), "{v}");
-            assert_eq!(sessions.live_count(), live_before + 1);
+            assert_eq!(core.sessions().live_count(), live_before + 1);
             slot.session = Some(id);
             slot.samples = 0;
         }
@@ -124,7 +126,11 @@ fn feed(slot: &mut Slot, line: &[u8], sessions: &mut Sessions, now: f64, ids_see
         (Ok(Message::Attribution(_)), true, Outcome::Accepted) => {}
         (Ok(Message::Bye { .. }), true, Outcome::Bye) => {
             let id = slot.session.take();
-            let ended = sessions.ended().last().map(|s| (s.id.clone(), s.ended));
+            let ended = core
+                .sessions()
+                .ended()
+                .last()
+                .map(|s| (s.id.clone(), s.ended));
             assert_eq!(
                 ended,
                 Some((id.unwrap_or_default(), Some((now, Ending::Clean))))
@@ -136,9 +142,10 @@ fn feed(slot: &mut Slot, line: &[u8], sessions: &mut Sessions, now: f64, ids_see
     }
 }
 
-fn close(slot: Slot, sessions: &mut Sessions, now: f64) {
-    let live_before = sessions.live_count();
-    slot.conn.close(sessions, now);
+fn close(slot: Slot, core: &mut Core, now: f64) {
+    let live_before = core.sessions().live_count();
+    slot.conn.close(core, Closing::Crash, now);
+    let sessions = core.sessions();
     let Some(id) = slot.session else {
         assert_eq!(
             sessions.live_count(),

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{de_seconds, ConfigError};
+use super::ConfigError;
 use crate::core::store::sessions::{OomPolicy, OOM_MAX_ENTRIES};
+use crate::util::seconds::de_seconds;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

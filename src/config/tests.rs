@@ -496,3 +496,33 @@ fn oom_settings_are_read_and_bounded() {
     let err = env::check(["GPUMON_OOM_ARM"]).unwrap_err().to_string();
     assert!(err.contains("oom.arm"), "{err}");
 }
+
+#[test]
+fn a_parts_settings_error_reads_the_same_from_config() {
+    let http = HttpConfig {
+        connection_limit: 0,
+        ..HttpConfig::default()
+    };
+    let e = http.validate().unwrap_err();
+    let text = "invalid http.connection_limit = \"0\": keep between 1 and 1000000, and well under the open-file limit";
+    assert_eq!(e.to_string(), text);
+    assert_eq!(ConfigError::from(e).to_string(), text);
+
+    let record = RecordConfig {
+        max_files: 0,
+        ..RecordConfig::default()
+    };
+    let e = record.validate().unwrap_err();
+    let text = "invalid record.max_files = \"0\": set it between 1 and 1000000";
+    assert_eq!(e.to_string(), text);
+    assert_eq!(ConfigError::from(e).to_string(), text);
+
+    let kubernetes = KubernetesConfig {
+        kubelet_url: Some("10.0.0.1:10250".into()),
+        ..KubernetesConfig::default()
+    };
+    let e = kubernetes.validate().unwrap_err();
+    let text = "invalid kubernetes.kubelet_url = \"10.0.0.1:10250\": use the kubelet's https:// URL, e.g. \"https://${NODE_IP}:10250\"";
+    assert_eq!(e.to_string(), text);
+    assert_eq!(ConfigError::from(e).to_string(), text);
+}

@@ -1,9 +1,10 @@
 //! The one owner of the daemon's state (the tokio-console shape). The poller and every ingest
 //! connection send their inputs on one bounded channel; a dedicated thread applies them to the
 //! store in arrival order, runs detection as part of that, and after each batch of inputs
-//! publishes an immutable `Arc<View>` on a watch channel. Nothing else touches the store: readers
-//! take the latest view, and reads that need history (the JSON API) run as a closure on this
-//! thread between inputs. So there is no lock to contend for, poison, or hold across a slow step.
+//! publishes an immutable `Arc<View>` on a watch channel. Every input is typed and applied by
+//! `Core::apply`; nothing else touches the store: readers take the latest view, and reads that
+//! need history (the JSON API) are typed queries answered on this thread between inputs. So
+//! there is no lock to contend for, poison, or hold across a slow step.
 //!
 //! Every bounded hand-off counts what it could not take: a collection offered while the queue
 //! is full is dropped (the next one comes a poll later), finding transitions the alert thread
@@ -19,8 +20,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::view::View;
+use crate::core::apply::Core;
 use crate::core::detect::Finding;
-use crate::core::store::{Collection, Store};
+use crate::core::input::{Input, Output};
+use crate::core::query::{Answer, Query};
+use crate::core::store::Store;
+
+mod handle;
+
+pub use handle::{Handle, WeakHandle};
 
 /// Inputs waiting for the aggregator at most: a few hundred milliseconds of the heaviest load
 /// measured (64 trainers), and a bound on what a stalled aggregator holds.
@@ -38,39 +46,31 @@ const DRAIN: usize = 256;
 /// of it) for at most this much added latency. Interrupt coalescing, in effect.
 const LINGER: Duration = Duration::from_millis(1);
 
-type Job = Box<dyn FnOnce(&mut Store) + Send>;
-
-/// What the aggregator applies; see `Source` for who sends which.
-enum Input {
-    Collection(Box<Collection>),
-    Update(Source, Job),
-    Read(Job),
+/// What the aggregator takes; see `Handle` for who sends which.
+enum Msg {
+    /// An input for the core, and where its output goes (a collection's goes nowhere).
+    Apply(Input, Option<oneshot::Sender<Output>>),
+    Query(Query, oneshot::Sender<Answer>),
     /// Publish what was applied, if anything waits, and say so.
     Sync(oneshot::Sender<()>),
     /// Apply what is queued, then end (later sends fail).
     Stop,
+    /// Tests: hold the thread until the sender goes, or panic inside an apply.
+    #[cfg(test)]
+    Test(tests::Probe),
 }
 
-/// Where an update comes from, for the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// A batch of lines from a trainer connection.
-    Ingest,
-    /// A trainer connection ending.
-    Close,
-    /// Anything else (tests, the in-process TUI).
-    Other,
-}
+/// Labels of `AggregatorStats::updates`, in order: a batch of a trainer connection's lines, a
+/// connection ending, and anything else (a replayed trace note; a running daemon gets none).
+pub const UPDATES: [&str; 3] = ["ingest", "close", "other"];
 
-impl Source {
-    pub const ALL: [Source; 3] = [Source::Ingest, Source::Close, Source::Other];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Ingest => "ingest",
-            Source::Close => "close",
-            Source::Other => "other",
-        }
+/// Where an input is counted in `AggregatorStats::updates` (a collection has its own count).
+fn update_index(input: &Input) -> Option<usize> {
+    match input {
+        Input::Collection(_) => None,
+        Input::Lines(_) => Some(0),
+        Input::Close(_) => Some(1),
+        Input::Note(..) => Some(2),
     }
 }
 
@@ -80,12 +80,12 @@ pub struct AggregatorStats {
     pub collections: AtomicU64,
     /// Collections dropped because the queue was full.
     pub collections_dropped: AtomicU64,
-    /// Updates applied, by `Source` (in `Source::ALL` order).
+    /// Inputs other than collections applied, by kind (in `UPDATES` order).
     pub updates: [AtomicU64; 3],
     pub reads: AtomicU64,
     /// Sends that found the queue full and waited for room.
     pub queue_full: AtomicU64,
-    /// Inputs whose closure panicked; the aggregator went on with the next one.
+    /// Inputs and queries that panicked; the aggregator went on with the next one.
     pub panics: AtomicU64,
     pub views: AtomicU64,
     /// Time spent applying inputs and publishing views, in nanoseconds.
@@ -101,14 +101,6 @@ pub struct AggregatorStats {
 /// not depend on the exposition format).
 pub type Encode = fn(&Store) -> String;
 
-/// The senders' and readers' side; cheap to clone.
-#[derive(Clone)]
-pub struct Handle {
-    tx: mpsc::Sender<Input>,
-    view: watch::Receiver<Arc<View>>,
-    stats: Arc<AggregatorStats>,
-}
-
 /// Starts the aggregator thread, owning `store`. Finding transitions go to `alerts` when given,
 /// and are dropped otherwise (no sink wants them). The thread ends when every `Handle` is gone,
 /// after applying what was sent.
@@ -119,7 +111,7 @@ pub fn spawn(
 ) -> std::io::Result<(Handle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let mut agg = Aggregator {
-        store,
+        core: Core::new(store),
         encode,
         alerts,
         stats: Arc::new(AggregatorStats::default()),
@@ -130,163 +122,15 @@ pub fn spawn(
     let first = agg.next_view(true);
     let (view_tx, view_rx) = watch::channel(first.clone());
     agg.view = first;
-    let handle = Handle {
-        tx,
-        view: view_rx,
-        stats: agg.stats.clone(),
-    };
+    let handle = Handle::new(tx, view_rx, agg.stats.clone());
     let thread = std::thread::Builder::new()
         .name("gpumon-aggregator".into())
         .spawn(move || agg.run(rx, view_tx))?;
     Ok((handle, thread))
 }
 
-/// A handle that does not keep the aggregator running (for threads that must see it end).
-#[derive(Clone)]
-pub struct WeakHandle {
-    tx: mpsc::WeakSender<Input>,
-    view: watch::Receiver<Arc<View>>,
-    stats: Arc<AggregatorStats>,
-}
-
-impl WeakHandle {
-    pub fn upgrade(&self) -> Option<Handle> {
-        Some(Handle {
-            tx: self.tx.upgrade()?,
-            view: self.view.clone(),
-            stats: self.stats.clone(),
-        })
-    }
-}
-
-impl Handle {
-    pub fn downgrade(&self) -> WeakHandle {
-        WeakHandle {
-            tx: self.tx.downgrade(),
-            view: self.view.clone(),
-            stats: self.stats.clone(),
-        }
-    }
-
-    /// The latest published view.
-    pub fn view(&self) -> Arc<View> {
-        self.view.borrow().clone()
-    }
-
-    /// A receiver that wakes on each new view.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<View>> {
-        self.view.clone()
-    }
-
-    pub fn stats(&self) -> &Arc<AggregatorStats> {
-        &self.stats
-    }
-
-    /// Inputs waiting now.
-    pub fn queued(&self) -> usize {
-        self.tx.max_capacity() - self.tx.capacity()
-    }
-
-    /// Offers a collection without waiting (the poller's thread never blocks on us); a full
-    /// queue drops it and counts it. False when the aggregator is gone.
-    pub fn offer_collection(&self, c: Collection) -> bool {
-        match self.tx.try_send(Input::Collection(Box::new(c))) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.stats
-                    .collections_dropped
-                    .fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    }
-
-    /// Runs `f` on the store, between other inputs, and returns its result. None when the
-    /// aggregator is gone or `f` panicked there.
-    pub async fn update<R: Send + 'static>(
-        &self,
-        source: Source,
-        f: impl FnOnce(&mut Store) -> R + Send + 'static,
-    ) -> Option<R> {
-        let (job, rx) = job(f);
-        self.send(Input::Update(source, job)).await?;
-        rx.await.ok()
-    }
-
-    /// Runs `f` on the store without changing it (no view is published for it).
-    pub async fn read<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Store) -> R + Send + 'static,
-    ) -> Option<R> {
-        let (job, rx) = job(move |s: &mut Store| f(s));
-        self.send(Input::Read(job)).await?;
-        rx.await.ok()
-    }
-
-    /// Waits until every input sent before this call is in the published view (/metrics calls
-    /// it before reading the view; API reads see the store itself). Returns at once when the
-    /// aggregator is gone.
-    pub async fn sync(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.send(Input::Sync(tx)).await.is_some() {
-            let _ = rx.await;
-        }
-    }
-
-    /// Makes the aggregator apply what is already queued and then end, whoever still holds a
-    /// handle (the daemon's shutdown: a handle left in a lingering task cannot keep it alive).
-    pub async fn stop(&self) {
-        let _ = self.tx.send(Input::Stop).await;
-    }
-
-    /// `update` for a caller outside the async runtime (it blocks that thread).
-    pub fn update_blocking<R: Send + 'static>(
-        &self,
-        source: Source,
-        f: impl FnOnce(&mut Store) -> R + Send + 'static,
-    ) -> Option<R> {
-        let (job, rx) = job(f);
-        self.tx.blocking_send(Input::Update(source, job)).ok()?;
-        rx.blocking_recv().ok()
-    }
-
-    /// `read` for a caller outside the async runtime (it blocks that thread).
-    pub fn read_blocking<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Store) -> R + Send + 'static,
-    ) -> Option<R> {
-        let (job, rx) = job(move |s: &mut Store| f(s));
-        self.tx.blocking_send(Input::Read(job)).ok()?;
-        rx.blocking_recv().ok()
-    }
-
-    async fn send(&self, input: Input) -> Option<()> {
-        match self.tx.try_send(input) {
-            Ok(()) => Some(()),
-            Err(mpsc::error::TrySendError::Full(input)) => {
-                self.stats.queue_full.fetch_add(1, Ordering::Relaxed);
-                self.tx.send(input).await.ok()
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => None,
-        }
-    }
-}
-
-/// `f` boxed for the aggregator, with the receiver of its result.
-fn job<R: Send + 'static>(
-    f: impl FnOnce(&mut Store) -> R + Send + 'static,
-) -> (Job, oneshot::Receiver<R>) {
-    let (tx, rx) = oneshot::channel();
-    let job: Job = Box::new(move |s: &mut Store| {
-        // The caller may have gone (a closed HTTP request): nothing to tell it then.
-        let _ = tx.send(f(s));
-    });
-    (job, rx)
-}
-
 struct Aggregator {
-    store: Store,
+    core: Core,
     encode: Encode,
     alerts: Option<std::sync::mpsc::SyncSender<Finding>>,
     stats: Arc<AggregatorStats>,
@@ -297,7 +141,7 @@ struct Aggregator {
 }
 
 impl Aggregator {
-    fn run(mut self, rx: mpsc::Receiver<Input>, views: watch::Sender<Arc<View>>) {
+    fn run(mut self, rx: mpsc::Receiver<Msg>, views: watch::Sender<Arc<View>>) {
         // A current-thread runtime only to wait on the channel with a deadline; every input is
         // applied synchronously on this thread.
         let rt = match tokio::runtime::Builder::new_current_thread()
@@ -313,8 +157,8 @@ impl Aggregator {
         rt.block_on(self.serve(rx, views));
     }
 
-    async fn serve(&mut self, mut rx: mpsc::Receiver<Input>, views: watch::Sender<Arc<View>>) {
-        let stop = |rx: &mut mpsc::Receiver<Input>| {
+    async fn serve(&mut self, mut rx: mpsc::Receiver<Msg>, views: watch::Sender<Arc<View>>) {
+        let stop = |rx: &mut mpsc::Receiver<Msg>| {
             // recv() now returns what is queued, then None.
             rx.close();
         };
@@ -344,9 +188,9 @@ impl Aggregator {
             let mut next = first;
             let mut applied = 0;
             while let Some(input) = next.take() {
-                if matches!(input, Input::Stop) {
+                if matches!(input, Msg::Stop) {
                     stop(&mut rx);
-                } else if let Input::Sync(done) = input {
+                } else if let Msg::Sync(done) = input {
                     // A scrape is about to read the view: what is applied goes out first, so
                     // a scrape after an API read never shows less than that read did. At most
                     // one encode per PUBLISH_GAP, however fast /metrics is asked for.
@@ -395,33 +239,43 @@ impl Aggregator {
         }
     }
 
-    /// Applies one input; (whether the store changed, whether it was a collection).
-    fn apply(&mut self, input: Input) -> (bool, bool) {
-        let (job, changed, collection): (Job, bool, bool) = match input {
-            Input::Collection(c) => {
-                self.stats.collections.fetch_add(1, Ordering::Relaxed);
-                (
-                    Box::new(move |s: &mut Store| s.apply_collection(*c)),
-                    true,
-                    true,
-                )
+    /// Applies one input or answers one query; (whether the store changed, whether it was a
+    /// collection). A panic is caught and counted: the panic message went to the log through
+    /// the panic hook, the input is lost, and its sender sees its answer missing (an ingest
+    /// connection closes).
+    fn apply(&mut self, msg: Msg) -> (bool, bool) {
+        let core = &mut self.core;
+        let (ran, changed, collection) = match msg {
+            Msg::Apply(input, reply) => {
+                let collection = matches!(input, Input::Collection(_));
+                match update_index(&input) {
+                    Some(i) => self.stats.updates[i].fetch_add(1, Ordering::Relaxed),
+                    None => self.stats.collections.fetch_add(1, Ordering::Relaxed),
+                };
+                let ran = catch_unwind(AssertUnwindSafe(|| core.apply(input))).map(|out| {
+                    // The sender may have gone (a connection cancelled): nothing to tell it.
+                    if let Some(reply) = reply {
+                        let _ = reply.send(out);
+                    }
+                });
+                (ran, true, collection)
             }
-            Input::Update(source, job) => {
-                if let Some(i) = Source::ALL.iter().position(|s| *s == source) {
-                    self.stats.updates[i].fetch_add(1, Ordering::Relaxed);
-                }
-                (job, true, false)
-            }
-            Input::Read(job) => {
+            Msg::Query(q, reply) => {
                 self.stats.reads.fetch_add(1, Ordering::Relaxed);
-                (job, false, false)
+                let ran = catch_unwind(AssertUnwindSafe(|| core.answer(q))).map(|a| {
+                    // A closed HTTP request: nothing to tell it.
+                    let _ = reply.send(a);
+                });
+                (ran, false, false)
             }
-            Input::Stop | Input::Sync(_) => return (false, false),
+            #[cfg(test)]
+            Msg::Test(probe) => {
+                self.stats.updates[2].fetch_add(1, Ordering::Relaxed);
+                (catch_unwind(AssertUnwindSafe(|| probe.run())), true, false)
+            }
+            Msg::Stop | Msg::Sync(_) => return (false, false),
         };
-        let store = &mut self.store;
-        if catch_unwind(AssertUnwindSafe(|| job(store))).is_err() {
-            // The panic message went to the log through the panic hook; the input is lost and
-            // its sender sees the aggregator's answer missing (an ingest connection closes).
+        if ran.is_err() {
             self.stats.panics.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
                 "an input panicked in the aggregator; it was dropped and the aggregator goes on"
@@ -436,16 +290,14 @@ impl Aggregator {
 
     /// Hands finding transitions to the alert thread, each with its GPU's index resolved.
     fn forward_transitions(&mut self) {
-        let findings = &mut self.store.sessions.findings;
-        let transitions = findings.drain();
+        let transitions = self.core.transitions();
         self.stats
             .outbox_dropped
-            .store(findings.outbox_dropped(), Ordering::Relaxed);
+            .store(self.core.outbox_dropped(), Ordering::Relaxed);
         let Some(alerts) = &self.alerts else {
             return;
         };
-        for mut f in transitions {
-            self.store.resolve_gpu(&mut f);
+        for f in transitions {
             if alerts.try_send(f).is_err() {
                 self.stats.alerts_dropped.fetch_add(1, Ordering::Relaxed);
             }
@@ -469,7 +321,7 @@ impl Aggregator {
     }
 
     fn next_view(&mut self, encode: bool) -> Arc<View> {
-        let s = &self.store;
+        let s = self.core.store();
         let trainer_text = if encode && self.trainers_dirty {
             self.last_encode = Some(Instant::now());
             self.trainers_dirty = false;

@@ -1,6 +1,7 @@
-//! `gpumon analyze TRACE...`: replays trace files through the same connection logic and detectors
-//! the daemon runs, in order, with each line's own timestamp as the clock, and reports every
-//! finding with the step at which it was first raised.
+//! `gpumon analyze TRACE...`: replays trace files through the same connection logic and core
+//! (`Core`, here without the aggregator's thread) the daemon runs, in order, with each line's
+//! own timestamp as the clock, and reports every finding with the step at which it was first
+//! raised.
 //!
 //! Exit status (detection.md): 0 no finding, 1 at least one, 2 a trace could not be read. A bad
 //! line is reported with its file and line number and the rest of the trace is still analysed.
@@ -19,11 +20,13 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::apply::Core;
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::attribution::Site;
 use crate::core::detect::explanation::Explanation;
 use crate::core::detect::peak::Peak;
 use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
+use crate::core::input::{Closing, Note};
 use crate::core::store::sessions::nvml::NvmlFigure;
 use crate::core::store::sessions::{SessionLimits, Sessions};
 use crate::core::trace::{self, RecorderLine, MAX_LINE};
@@ -152,7 +155,8 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
         events: 1,
         ended_kept: 1,
     };
-    let mut sessions = Sessions::new(limits).with_detect(cfg);
+    // The daemon's own core, run on this thread: the same rules, transitions and GPUs.
+    let mut core = Core::with_sessions(Sessions::new(limits).with_detect(cfg));
     // Acknowledging, so a resent line (an `instance` and `seq` already taken) is dropped.
     let mut conn = Conn::new(Peer {
         pid: 0,
@@ -239,6 +243,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                     continue;
                 }
                 Some(RecorderLine::Gpu(gpu)) => {
+                    core.note(conn.link(), Note::Gpu(gpu.clone()));
                     report.gpu = Some(gpu);
                     continue;
                 }
@@ -249,10 +254,8 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 }
                 Some(RecorderLine::Resumes(_)) => continue,
                 Some(RecorderLine::Nvml(used, ts)) => {
-                    if let Some(key) = conn.session() {
-                        let figure = used.zip(ts).map(|(used, ts)| NvmlFigure { used, ts });
-                        sessions.noted_nvml(key, figure);
-                    }
+                    let figure = used.zip(ts).map(|(used, ts)| NvmlFigure { used, ts });
+                    core.note(conn.link(), Note::Nvml(figure));
                     continue;
                 }
                 None => {}
@@ -265,7 +268,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                     .map_err(|e| unreadable(format!("read failed: {e}")))?;
             }
             clock = line_ts(line).unwrap_or(clock);
-            match conn.handle(line, &mut sessions, clock) {
+            match conn.handle(line, &mut core, clock) {
                 Outcome::Reply {
                     rejected: Some(_),
                     line: reply,
@@ -279,7 +282,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 }
                 Outcome::Reply { .. } => {
                     accepted += 1;
-                    if let Some(s) = sessions.live().next() {
+                    if let Some(s) = core.sessions().live().next() {
                         report.job = s.hello.job.clone();
                         report.rank = s.hello.rank;
                     }
@@ -288,44 +291,40 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 // Sent again after a restart: in the earlier trace already.
                 Outcome::Duplicate => report.duplicates += 1,
             }
-            collect(
-                &mut sessions,
-                &mut seen,
-                &mut report.findings,
-                report.gpu.as_deref(),
-            );
+            collect(&mut core, &mut seen, &mut report.findings);
         }
     }
     let file = report.file.clone();
     let unreadable = |reason: String| Unreadable { file, reason };
-    if let Some(s) = sessions.live().next() {
+    if let Some(s) = core.sessions().live().next() {
         report.samples = s.samples;
     }
     // The daemon closed the connection for going quiet (its `idle_timeout` event ends the
     // trace): the trainer may be alive, as the daemon itself recorded no crash.
-    let idle = sessions
+    let idle = core
+        .sessions()
         .live()
         .next()
         .and_then(|s| s.events.back())
         .is_some_and(|e| e.kind == EventKind::IdleTimeout);
     if report.truncated.is_some() || report.ended.is_some() || idle {
         // What happened after the trace stops is unknown: no crash is read into it.
-        conn.close_for_shutdown(&mut sessions, clock);
+        conn.close(&mut core, Closing::DaemonStopped, clock);
     } else {
-        conn.close(&mut sessions, clock);
+        conn.close(&mut core, Closing::Crash, clock);
     }
-    if let Some(s) = sessions.ended().last() {
+    if let Some(s) = core.sessions().ended().last() {
         report.samples = s.samples;
     }
-    collect(
-        &mut sessions,
-        &mut seen,
-        &mut report.findings,
-        report.gpu.as_deref(),
-    );
+    collect(&mut core, &mut seen, &mut report.findings);
     // An answer that could not attribute stays on the session, not on the finding: it is
     // reported under the finding it answered when that has nothing better.
-    if let Some(a) = sessions.ended().last().and_then(|s| s.attribution.as_ref()) {
+    if let Some(a) = core
+        .sessions()
+        .ended()
+        .last()
+        .and_then(|s| s.attribution.as_ref())
+    {
         let answered = a.finding.as_ref().and_then(|id| seen.get(id));
         if let Some(f) = answered.and_then(|i| report.findings.get_mut(*i)) {
             f.attribution.get_or_insert_with(|| a.clone());
@@ -343,13 +342,8 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
 /// Adds each finding the first time it fires; `seen` maps its id to its place in `out`. An
 /// attribution comes after the finding was raised (the trainer records a window first), so
 /// later transitions of a finding already reported (refreshed, resolved) bring it in.
-fn collect(
-    sessions: &mut Sessions,
-    seen: &mut HashMap<String, usize>,
-    out: &mut Vec<FoundFinding>,
-    gpu: Option<&str>,
-) {
-    for f in sessions.findings.drain() {
+fn collect(core: &mut Core, seen: &mut HashMap<String, usize>, out: &mut Vec<FoundFinding>) {
+    for f in core.transitions() {
         if let Some(found) = seen.get(&f.id).and_then(|i| out.get_mut(*i)) {
             if f.kind == Kind::Oom && f.state == FindingState::Firing {
                 // The run went on from it: the message and evidence say so now.
@@ -370,15 +364,15 @@ fn collect(
             continue;
         }
         seen.insert(f.id.clone(), out.len());
-        out.push(found(f, gpu));
+        out.push(found(f));
     }
 }
 
-fn found(f: Finding, gpu: Option<&str>) -> FoundFinding {
+fn found(f: Finding) -> FoundFinding {
     let e = &f.evidence;
     FoundFinding {
         kind: f.kind,
-        gpu: gpu.map(str::to_owned),
+        gpu: f.gpu.clone(),
         gpu_uuid: f.subject.gpu_uuid.clone(),
         first_step: f.first_step,
         first_ts: f.first_ts,

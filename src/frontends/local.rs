@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::core::aggregator::{self, Handle};
+use crate::core::query::{Answer, Query};
 use crate::core::snapshot::Snapshot;
 use crate::core::store::{HistoryLimits, Store};
 use crate::sources::nvml::NvmlSource;
@@ -87,8 +88,13 @@ impl LocalNode {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        let host = self.hostname.clone();
-        handle.read_blocking(move |s| (s.generation(), Snapshot::build(s, &host, 0.0)))
+        let asked = Query::Local {
+            hostname: self.hostname.clone(),
+        };
+        match handle.query_blocking(asked)? {
+            Answer::Local(generation, snap) => Some((generation, *snap)),
+            _ => None,
+        }
     }
 }
 

@@ -15,7 +15,8 @@ use tokio::sync::Semaphore;
 
 use super::prometheus::Exporter;
 use crate::core::aggregator::Handle;
-use crate::core::snapshot::{SessionEntry, Snapshot};
+use crate::core::query::{Answer, Query as Read};
+use crate::core::snapshot::Snapshot;
 use crate::sources::ingest::stats::IngestStats;
 
 mod admit;
@@ -290,12 +291,12 @@ async fn snapshot(
         Ok(Ok(p)) => p,
         _ => return busy(),
     };
-    let hostname = s.hostname.clone();
-    let copied = s
-        .aggregator
-        .read(move |store| Snapshot::build_since(store, &hostname, history, since.as_deref()))
-        .await;
-    let Some(snap) = copied else {
+    let asked = Read::Snapshot {
+        hostname: s.hostname.to_string(),
+        history,
+        since,
+    };
+    let Some(Answer::Snapshot(snap)) = s.aggregator.query(asked).await else {
         return unavailable();
     };
     let ingest = s.ingest.view();
@@ -303,7 +304,7 @@ async fn snapshot(
         let _permit = permit;
         serde_json::to_vec(&Snapshot {
             ingest: Some(ingest),
-            ..snap
+            ..*snap
         })
     })
     .await;
@@ -325,12 +326,7 @@ fn unavailable() -> Response {
 /// One trainer session, shaped as in the snapshot: a cheap poll for a dashboard (or a probe)
 /// that follows one trainer, without serialising every session.
 async fn session(State(s): State<AppState>, Path(id): Path<String>) -> Response {
-    let wanted = id.clone();
-    let Some(view) = s
-        .aggregator
-        .read(move |store| SessionEntry::lookup(store, &wanted))
-        .await
-    else {
+    let Some(Answer::Session(view)) = s.aggregator.query(Read::Session(id.clone())).await else {
         return unavailable();
     };
     match view {

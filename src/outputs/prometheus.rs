@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::{Registry, TextEncoder};
 
 use crate::core::model::{GpuState, NodeReading};
@@ -18,6 +18,7 @@ use crate::outputs::http::gzip::GzPrefix;
 use crate::outputs::http::HttpStats;
 use crate::sources::ingest::stats::IngestStats;
 
+mod family;
 mod findings;
 mod health;
 mod record;
@@ -26,91 +27,12 @@ use crate::core::aggregator::Handle;
 use crate::core::store::{NvmlStatus, Store};
 use crate::core::view::View;
 
+pub(crate) use family::Family;
 pub use health::AlertStats;
 
 /// Collections are deflated ahead of the scrape while a gzip scrape came within this many
 /// seconds (Prometheus scrapes every 15-60 s); otherwise nobody would read the result.
 const GZIP_AHEAD_FOR: f64 = 300.0;
-/// Labels added with Kubernetes support, left out of a series where they are empty (outside
-/// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
-/// Kubernetes is what it was before they existed.
-/// `container_name` (the kubelet's name for the container) is on `gpumon_process_info` only.
-const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod", "container_name"];
-
-/// Builds one metric family; label names are given once, values per series.
-pub(crate) struct Family {
-    mf: MetricFamily,
-    labels: &'static [&'static str],
-    omitted: &'static [&'static str],
-}
-
-impl Family {
-    pub(crate) fn new(
-        name: &str,
-        help: &str,
-        kind: MetricType,
-        labels: &'static [&'static str],
-    ) -> Self {
-        let mut mf = MetricFamily::default();
-        mf.set_name(name.to_string());
-        mf.set_help(help.to_string());
-        mf.set_field_type(kind);
-        Self {
-            mf,
-            labels,
-            omitted: OMITTED_WHEN_EMPTY,
-        }
-    }
-
-    /// Leaves out these labels, instead of the Kubernetes ones, where they are empty: for a
-    /// family whose label was added later, so its series outside a container stay as they were.
-    pub(crate) fn omitting_empty(mut self, labels: &'static [&'static str]) -> Self {
-        self.omitted = labels;
-        self
-    }
-
-    pub(crate) fn gauge(name: &str, help: &str, labels: &'static [&'static str]) -> Self {
-        Self::new(name, help, MetricType::GAUGE, labels)
-    }
-
-    pub(crate) fn add(&mut self, values: &[&str], value: f64) {
-        let mut m = Metric::default();
-        let pairs = self
-            .labels
-            .iter()
-            .zip(values)
-            .filter(|(n, v)| !(v.is_empty() && self.omitted.contains(n)))
-            .map(|(n, v)| {
-                let mut lp = LabelPair::default();
-                lp.set_name(n.to_string());
-                lp.set_value(v.to_string());
-                lp
-            })
-            .collect();
-        m.set_label(pairs);
-        match self.mf.get_field_type() {
-            MetricType::COUNTER => {
-                let mut c = prometheus::proto::Counter::default();
-                c.set_value(value);
-                m.set_counter(c);
-            }
-            _ => {
-                let mut g = Gauge::default();
-                g.set_value(value);
-                m.set_gauge(g);
-            }
-        }
-        self.mf.mut_metric().push(m);
-    }
-
-    pub(crate) fn finish(self, out: &mut Vec<MetricFamily>) {
-        // An empty family would print HELP/TYPE with no samples; leave it out instead.
-        if !self.mf.get_metric().is_empty() {
-            out.push(self.mf);
-        }
-    }
-}
-
 const GPU: &[&str] = &["gpu", "uuid"];
 const PROC: &[&str] = &[
     "gpu",
@@ -122,52 +44,28 @@ const PROC: &[&str] = &[
     "pod",
 ];
 
-/// The NVML families of one collection as text (the poller's encoder). Each process family is
-/// encoded as soon as it is built and dropped before the next is: at 1,024 processes one
-/// family's label pairs are about a megabyte of small allocations, and building them all
-/// before encoding held the poller's arena at its peak for good (the freed label pairs lie
-/// below the top of its heap, where glibc cannot give them back).
-pub fn gpu_text(nvml: &NvmlStatus, latest: Option<&NodeReading>) -> String {
-    let mut families = Vec::with_capacity(24);
-    nvml_families(nvml, &mut families);
-    if let Some(r) = latest {
-        gpu_series(r, &mut families);
-    }
-    let mut text = String::new();
-    encode_into(&families, &mut text);
-    if let Some(r) = latest {
-        for part in [ProcessFamily::Used, ProcessFamily::Info] {
-            families.clear();
-            process_series(r, part, &mut families);
-            encode_into(&families, &mut text);
-        }
-    }
-    text
-}
-
-/// The trainer and finding families of a store as text (the aggregator's encoder).
-pub fn trainer_text(store: &Store) -> String {
-    let mut out = Vec::new();
-    let sessions = trainers::labelled(store);
-    trainers::session_families(store, &sessions, &mut out);
-    findings::finding_families(store, &sessions, &mut out);
-    encode(&out)
-}
-
-/// Families from the NVML side: its health and the latest collection.
-pub fn gpu_families(n: &NvmlStatus, latest: Option<&NodeReading>) -> Vec<MetricFamily> {
-    let mut out = Vec::with_capacity(24);
+/// The NVML families of one collection as text (the poller's encoder).
+pub fn gpu_text(n: &NvmlStatus, latest: Option<&NodeReading>) -> String {
+    let mut out = String::new();
     nvml_families(n, &mut out);
     if let Some(r) = latest {
         gpu_series(r, &mut out);
-        process_series(r, ProcessFamily::Used, &mut out);
-        process_series(r, ProcessFamily::Info, &mut out);
+        process_series(r, &mut out);
     }
     out
 }
 
+/// The trainer and finding families of a store as text (the aggregator's encoder).
+pub fn trainer_text(store: &Store) -> String {
+    let mut out = String::new();
+    let sessions = trainers::labelled(store);
+    trainers::session_families(store, &sessions, &mut out);
+    findings::finding_families(store, &sessions, &mut out);
+    out
+}
+
 /// NVML's own health: up, the last poll's duration, polls and errors.
-fn nvml_families(n: &NvmlStatus, out: &mut Vec<MetricFamily>) {
+fn nvml_families(n: &NvmlStatus, out: &mut String) {
     let mut f = Family::gauge(
         "gpumon_nvml_up",
         "1 when the last NVML poll succeeded.",
@@ -200,7 +98,7 @@ fn nvml_families(n: &NvmlStatus, out: &mut Vec<MetricFamily>) {
     f.finish(out);
 }
 
-fn gpu_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
+fn gpu_series(r: &NodeReading, out: &mut String) {
     let driver = r.driver_version.as_deref().unwrap_or("");
     let mut info = Family::gauge(
         "gpumon_gpu_info",
@@ -306,14 +204,7 @@ fn gpu_series(r: &NodeReading, out: &mut Vec<MetricFamily>) {
     }
 }
 
-/// The two per-process families, built one at a time (see `gpu_text`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ProcessFamily {
-    Used,
-    Info,
-}
-
-fn process_series(r: &NodeReading, part: ProcessFamily, out: &mut Vec<MetricFamily>) {
+fn process_series(r: &NodeReading, out: &mut String) {
     let mut used = Family::gauge(
         "gpumon_process_memory_used_bytes",
         "GPU memory used by a process in bytes (NVML); absent when NVML reports it as not available.",
@@ -347,11 +238,8 @@ fn process_series(r: &NodeReading, part: ProcessFamily, out: &mut Vec<MetricFami
         let ns = p.info.namespace.as_deref().unwrap_or("");
         let pod = p.info.pod.as_deref().unwrap_or("");
         let container_name = p.info.container_name.as_deref().unwrap_or("");
-        if part == ProcessFamily::Used {
-            if let Some(b) = p.used_memory_bytes {
-                used.add(&[gpu, &p.uuid, pid, name, container, ns, pod], b as f64);
-            }
-            continue;
+        if let Some(b) = p.used_memory_bytes {
+            used.add(&[gpu, &p.uuid, pid, name, container, ns, pod], b as f64);
         }
         let kind = p.kind.as_str();
         let user = p.info.user.as_deref().unwrap_or("");
@@ -470,7 +358,7 @@ impl Exporter {
 
     /// What is not the NVML text: the view's trainer text and the counters read now.
     fn live_text(&self, view: &View) -> String {
-        let mut live = Vec::new();
+        let mut live = String::new();
         trainers::ingest_families(&self.ingest, &mut live);
         record::record_families(&crate::outputs::record::STATS, &mut live);
         if let Some(http) = &self.http {
@@ -484,7 +372,7 @@ impl Exporter {
         }
         let mut out = String::with_capacity(view.trainer_text.len() + 8192);
         out.push_str(&view.trainer_text);
-        out.push_str(&encode(&live));
+        out.push_str(&live);
         out.push_str(&encode(&self.registry.gather()));
         out
     }
@@ -529,19 +417,15 @@ impl Exporter {
     }
 }
 
-pub fn encode(families: &[MetricFamily]) -> String {
+/// The registry's families (gpumon_build_info) as text.
+fn encode(families: &[MetricFamily]) -> String {
     let mut out = String::new();
-    encode_into(families, &mut out);
-    out
-}
-
-/// Appends the families' text to `out`.
-fn encode_into(families: &[MetricFamily], out: &mut String) {
     // Writing into a String cannot fail on I/O; an error would mean a malformed family, which
-    // `Family` never builds.
-    if let Err(e) = TextEncoder::new().encode_utf8(families, out) {
+    // the registry never gathers.
+    if let Err(e) = TextEncoder::new().encode_utf8(families, &mut out) {
         tracing::error!(error = %e, "encoding metrics failed");
     }
+    out
 }
 
 #[cfg(test)]

@@ -17,9 +17,11 @@ use serde::Deserialize;
 
 use super::procinfo::kube_ids;
 use super::{GpuSource, SourceError};
-use crate::config::KubernetesConfig;
 use crate::core::model::NodeReading;
 use crate::util::expand::expand;
+
+mod settings;
+pub use settings::{InvalidKubernetes, KubernetesConfig};
 
 /// Shortest time between two requests to the kubelet.
 pub const MIN_REFRESH: Duration = Duration::from_secs(30);

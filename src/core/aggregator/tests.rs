@@ -2,10 +2,32 @@ use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
 use super::*;
+use crate::core::input::{Close, Closing, Lines, Link};
+use crate::core::message::Message;
 use crate::core::model::NodeReading;
-use crate::core::store::{HistoryLimits, NvmlStatus};
-use crate::core::trainer::Peer;
-use crate::sources::ingest::conn::Conn;
+use crate::core::store::{Collection, HistoryLimits, NvmlStatus};
+use crate::core::trainer::{Hello, Peer};
+
+/// What a test makes the aggregator's thread do: wait until the sender goes, or panic (its
+/// answer then never comes).
+pub(super) enum Probe {
+    Hold(std_mpsc::Receiver<()>),
+    Panic(oneshot::Sender<u32>),
+}
+
+impl Probe {
+    pub(super) fn run(self) {
+        match self {
+            Probe::Hold(wait) => {
+                let _ = wait.recv();
+            }
+            Probe::Panic(answer) => {
+                let _ = answer;
+                panic!("a bug in one input")
+            }
+        }
+    }
+}
 
 fn store() -> Store {
     Store::new(HistoryLimits { gpu_points: 8 }, 1.0, "lib".into())
@@ -43,11 +65,7 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
 fn block(h: &Handle) -> std_mpsc::Sender<()> {
     let (gate, wait) = std_mpsc::channel::<()>();
     let h2 = h.clone();
-    std::thread::spawn(move || {
-        h2.update_blocking(Source::Other, move |_| {
-            let _ = wait.recv();
-        })
-    });
+    std::thread::spawn(move || h2.send_blocking(Msg::Test(Probe::Hold(wait))));
     wait_for("the blocking update to start", || {
         h.stats().updates[2].load(Ordering::Relaxed) == 1 && h.queued() == 0
     });
@@ -94,17 +112,35 @@ fn collections_offered_to_a_full_queue_are_dropped_and_counted() {
 }
 
 /// A trainer that says hello and vanishes: a crash finding fires when its connection closes.
-fn crash(store: &mut Store, pid: u32) {
+fn crash(h: &Handle, rt: &tokio::runtime::Runtime, pid: u32) {
     let peer = Peer {
         pid,
         uid: 1000,
         gid: 1000,
     };
-    let mut conn = Conn::new(peer);
     // Each its own job: crashes of one job are reported together.
-    let hello = format!(r#"{{"type":"hello","v":1,"job":"j{pid}","rank":0}}"#);
-    conn.handle(hello.as_bytes(), &mut store.sessions, 1.0);
-    conn.close(&mut store.sessions, 2.0);
+    let hello = Hello {
+        job: Some(format!("j{pid}")),
+        rank: Some(0),
+        ..Hello::default()
+    };
+    let mut lines = Box::new(Lines::new(Link::new(peer)));
+    lines.now = 1.0;
+    lines.messages.push(Message::Hello(hello));
+    let out = rt.block_on(h.apply(Input::Lines(lines))).unwrap();
+    let link = out.into_lines().unwrap().link;
+    let close = Close {
+        link,
+        how: Closing::Crash,
+        now: 2.0,
+    };
+    rt.block_on(h.apply(Input::Close(close))).unwrap();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -112,14 +148,14 @@ fn transitions_the_alert_thread_cannot_take_are_dropped_and_counted() {
     let (tx, rx) = std_mpsc::sync_channel(3);
     let (h, thread) = spawn(store(), no_text, Some(tx)).unwrap();
     let crashes = 10;
-    let fired = h
-        .update_blocking(Source::Other, move |s| {
-            for pid in 0..crashes {
-                crash(s, 100 + pid);
-            }
-            s.sessions.firing().count()
-        })
-        .unwrap();
+    let rt = runtime();
+    for pid in 0..crashes {
+        crash(&h, &rt, 100 + pid);
+    }
+    let fired = match h.query_blocking(Query::Firing) {
+        Some(Answer::Firing(f)) => f.len(),
+        _ => panic!("no answer"),
+    };
     assert_eq!(fired, crashes as usize);
     // No one reads the alert channel: three fit, the rest were dropped, and counted.
     wait_for("the count", || {
@@ -134,15 +170,26 @@ fn transitions_the_alert_thread_cannot_take_are_dropped_and_counted() {
     thread.join().unwrap();
 }
 
+fn live_sessions(h: &Handle) -> Option<usize> {
+    match h.query_blocking(Query::Local {
+        hostname: "h".into(),
+    })? {
+        Answer::Local(_, snap) => Some(snap.sessions.len()),
+        _ => None,
+    }
+}
+
 #[test]
 fn an_input_that_panics_is_dropped_and_the_aggregator_goes_on() {
     let (h, thread) = spawn(store(), no_text, None).unwrap();
-    let lost = h.update_blocking(Source::Other, |_| -> u32 { panic!("a bug in one input") });
+    let (answer, lost) = oneshot::channel();
+    assert!(h.send_blocking(Msg::Test(Probe::Panic(answer))));
+    let lost = lost.blocking_recv().ok();
     assert_eq!(lost, None);
     wait_for("the panic to be counted", || {
         h.stats().panics.load(Ordering::Relaxed) == 1
     });
-    let next = h.read_blocking(|s| s.sessions.live().count());
+    let next = live_sessions(&h);
     assert_eq!(next, Some(0));
     drop(h);
     thread.join().unwrap();
@@ -167,7 +214,7 @@ fn stop_applies_what_is_queued_and_then_ends_whoever_holds_a_handle() {
     assert_eq!(h.stats().collections.load(Ordering::Relaxed), 5);
     assert_eq!(h.view().collection, 5);
     // `h` is still held, and yet the aggregator is gone: later inputs are refused.
-    assert_eq!(h.read_blocking(|_| ()), None);
+    assert!(h.query_blocking(Query::Firing).is_none());
     assert!(!h.offer_collection(collection(9.0)));
 }
 
@@ -175,7 +222,7 @@ static ENCODES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize:
 
 fn counted_text(s: &Store) -> String {
     ENCODES.fetch_add(1, Ordering::Relaxed);
-    s.sessions.timestamps_clamped.to_string()
+    s.generation().to_string()
 }
 
 #[test]
@@ -187,8 +234,7 @@ fn scrapes_in_a_tight_loop_cost_at_most_one_encode_per_publish_gap() {
     let started = Instant::now();
     let before = ENCODES.load(Ordering::Relaxed);
     for n in 1..=300u64 {
-        h.update_blocking(Source::Other, move |s| s.sessions.timestamps_clamped = n)
-            .unwrap();
+        assert!(h.offer_collection(collection(n as f64)));
         rt.block_on(h.sync());
         // Held or not, a sync returns only once the view has what came before it.
         assert_eq!(&*h.view().trainer_text, n.to_string().as_str());

@@ -89,6 +89,9 @@ pub struct Store {
     /// The latest collection's NVML families as exposition text.
     gpu_text: Arc<str>,
     gpu_series: HashMap<String, Series>,
+    /// GPU indexes a replayed trace noted for its device (`trace_gpu`), by UUID: what the daemon
+    /// resolved when it recorded, where no reading can answer. Empty in a running daemon.
+    noted_gpus: HashMap<String, String>,
 }
 
 impl Store {
@@ -105,6 +108,7 @@ impl Store {
             latest: None,
             gpu_text: Arc::from(""),
             gpu_series: HashMap::new(),
+            noted_gpus: HashMap::new(),
         }
     }
 
@@ -114,9 +118,16 @@ impl Store {
         self.latest.as_ref()?.gpu_index_of(uuid)
     }
 
-    /// `gpu_index_number` as a label value.
+    /// `gpu_index_number` as a label value; on replay, the index the trace noted.
     pub fn gpu_index(&self, uuid: &str) -> Option<String> {
-        self.gpu_index_number(uuid).map(|i| i.to_string())
+        self.gpu_index_number(uuid)
+            .map(|i| i.to_string())
+            .or_else(|| self.noted_gpus.get(uuid).cloned())
+    }
+
+    /// A replayed trace's `trace_gpu`: the GPU the daemon resolved `uuid` to when recording.
+    pub fn note_gpu(&mut self, uuid: String, gpu: String) {
+        self.noted_gpus.insert(uuid, gpu);
     }
 
     pub fn generation(&self) -> u64 {

@@ -455,6 +455,11 @@ impl Sessions {
     pub fn live_count(&self) -> usize {
         self.live.len()
     }
+
+    /// A live session by its key.
+    pub fn live_session(&self, key: u64) -> Option<&Session> {
+        self.live.get(&key)
+    }
 }
 
 fn point(st: &Stats, step: Option<u64>, train: bool) -> SessionPoint {

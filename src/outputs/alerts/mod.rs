@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::aggregator::{WeakHandle, ALERT_QUEUE};
 use crate::core::detect::{Finding, FindingState};
+use crate::core::query::{Answer, Query};
 use crate::outputs::prometheus::AlertStats;
 use crate::util::backoff::Backoff;
 
@@ -225,7 +226,10 @@ fn run(
         let firing: Vec<Finding> = match (&agg, resend_due && !ended) {
             (Some(a), true) => a
                 .upgrade()
-                .and_then(|h| h.read_blocking(|s| s.firing_resolved()))
+                .and_then(|h| match h.query_blocking(Query::Firing) {
+                    Some(Answer::Firing(f)) => Some(f),
+                    _ => None,
+                })
                 .unwrap_or_default(),
             _ => Vec::new(),
         };

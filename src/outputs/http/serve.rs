@@ -29,7 +29,10 @@ use super::admit::{Admission, Room, Yield, Yielding};
 use super::stats::{Closed, HttpStats};
 use super::web_config::WebConfigWatch;
 
-/// The server's limits; `[http]` in the config.
+mod settings;
+pub use settings::{HttpConfig, InvalidHttp};
+
+/// The server's limits, from `[http]` in the config (`HttpConfig`).
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
     /// Connections open at once. One more gets in by closing the one least worth keeping (see
@@ -44,27 +47,6 @@ pub struct HttpLimits {
     /// After shutdown begins, how long requests in flight may take before every connection is
     /// dropped.
     pub drain: Duration,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        Self::from(&crate::config::HttpConfig::default())
-    }
-}
-
-impl From<&crate::config::HttpConfig> for HttpLimits {
-    /// Seconds were range-checked by `Config::validate`; a config built in code without it
-    /// falls back to a fixed value for one a Duration cannot hold.
-    fn from(c: &crate::config::HttpConfig) -> Self {
-        let secs = |s: f64, default| Duration::try_from_secs_f64(s).unwrap_or(default);
-        Self {
-            max_connections: c.connection_limit.max(1),
-            header_timeout: secs(c.header_timeout_seconds, Duration::from_secs(10)),
-            idle_timeout: secs(c.keepalive_timeout_seconds, Duration::from_secs(60)),
-            max_head_bytes: c.max_request_head_bytes.max(MIN_HEAD_BYTES),
-            drain: secs(c.shutdown_grace_seconds, Duration::from_secs(3)),
-        }
-    }
 }
 
 pub use crate::util::http_head::MIN_HEAD_BYTES;

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use super::admit::Yield;
 use super::web_config::ReloadStats;
@@ -162,7 +162,7 @@ impl HttpStats {
         OpenGuard(self.clone())
     }
 
-    pub fn families(&self, out: &mut Vec<MetricFamily>) {
+    pub fn families(&self, out: &mut String) {
         let mut open = Family::gauge("gpumon_http_connections", "HTTP connections open now.", &[]);
         open.add(&[], self.open() as f64);
         open.finish(out);

@@ -1,14 +1,16 @@
 //! Detection series: per-session leak, OOM forecast and near-limit gauges, and findings by kind.
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use super::trainers::{Labelled, OMITTED, T};
 use super::Family;
 use crate::core::detect::{FindingState, Kind};
 use crate::core::store::Store;
 
-pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut Vec<MetricFamily>) {
-    let g = |name: &str, help: &str| Family::gauge(name, help, T).omitting_empty(OMITTED);
+pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
+    let g = |name: &'static str, help: &'static str| {
+        Family::gauge(name, help, T).omitting_empty(OMITTED)
+    };
     let mut leak = g(
         "gpumon_leak_suspected",
         "1 while a leak finding is firing for this trainer.",

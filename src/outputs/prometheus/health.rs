@@ -4,12 +4,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use super::Family;
-use crate::core::aggregator::{Handle, Source};
+use crate::core::aggregator::{Handle, UPDATES};
 
-fn counter(name: &str, help: &str, labels: &'static [&'static str]) -> Family {
+fn counter(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Family {
     Family::new(name, help, MetricType::COUNTER, labels)
 }
 
@@ -17,7 +17,7 @@ fn load(a: &AtomicU64) -> f64 {
     a.load(Ordering::Relaxed) as f64
 }
 
-pub fn aggregator_families(h: &Handle, out: &mut Vec<MetricFamily>) {
+pub fn aggregator_families(h: &Handle, out: &mut String) {
     let s = h.stats();
     let mut inputs = counter(
         "gpumon_aggregator_inputs_total",
@@ -25,8 +25,8 @@ pub fn aggregator_families(h: &Handle, out: &mut Vec<MetricFamily>) {
         &["input"],
     );
     inputs.add(&["collection"], load(&s.collections));
-    for (i, src) in Source::ALL.iter().enumerate() {
-        inputs.add(&[src.as_str()], load(&s.updates[i]));
+    for (i, kind) in UPDATES.iter().enumerate() {
+        inputs.add(&[kind], load(&s.updates[i]));
     }
     inputs.add(&["read"], load(&s.reads));
     inputs.finish(out);
@@ -115,7 +115,7 @@ impl AlertStats {
         self.sinks.iter().find(|(n, _)| *n == name).map(|(_, s)| s)
     }
 
-    pub fn families(&self, out: &mut Vec<MetricFamily>) {
+    pub fn families(&self, out: &mut String) {
         let mut ok = counter(
             "gpumon_alert_deliveries_total",
             "Batches of findings an alert sink delivered, by sink and result (ok, error).",

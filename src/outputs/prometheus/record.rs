@@ -3,14 +3,14 @@
 
 use std::sync::atomic::Ordering;
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use super::Family;
 use crate::outputs::record::{Reason, RecordStats};
 
-pub fn record_families(s: &RecordStats, out: &mut Vec<MetricFamily>) {
+pub fn record_families(s: &RecordStats, out: &mut String) {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
-    let counter = |name: &str, help: &str, v: f64, out: &mut Vec<MetricFamily>| {
+    let counter = |name: &'static str, help: &'static str, v: f64, out: &mut String| {
         let mut f = Family::new(name, help, MetricType::COUNTER, &[]);
         f.add(&[], v);
         f.finish(out);

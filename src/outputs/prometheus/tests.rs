@@ -196,14 +196,68 @@ fn each_collection_is_deflated_ahead_once_a_gzip_scrape_came() {
     });
 }
 
-/// The poller's text, built a family at a time, is the text of every family encoded at once.
+/// The text `Family` writes is what the prometheus crate's encoder writes for the same family:
+/// the library stays the oracle for the format.
 #[test]
-fn gpu_text_built_family_by_family_is_the_whole_encoding() {
-    let r = reading();
-    let nvml = NvmlStatus::default();
-    let text = gpu_text(&nvml, Some(&r));
-    assert_eq!(text, encode(&gpu_families(&nvml, Some(&r))));
-    assert!(text.contains("gpumon_process_memory_used_bytes{"), "{text}");
-    assert!(text.contains("gpumon_process_info{"), "{text}");
-    assert_eq!(gpu_text(&nvml, None), encode(&gpu_families(&nvml, None)));
+fn family_text_is_the_library_encoding() {
+    use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily};
+    const LABELS: &[&str] = &["gpu", "process", "namespace"];
+    let series: &[(&[&str], f64)] = &[
+        (&["0", "python", "ml"], 1.0),
+        (&["1", "say \"hi\"\\back\nline", ""], 268435456.0),
+        (&["2", "", ""], 0.5),
+        (&["3", "x", "y"], f64::NAN),
+        (&["4", "x", "y"], f64::INFINITY),
+        (&["5", "x", "y"], -1e-7),
+        (&["6", "ü", "y"], 1.8446744073709552e19),
+    ];
+    for kind in [MetricType::GAUGE, MetricType::COUNTER] {
+        for help in ["GPU memory \\ used,\nin bytes \"quoted\".", ""] {
+            let mut f = Family::new("gpumon_test", help, kind, LABELS);
+            let mut mf = MetricFamily::default();
+            mf.set_name("gpumon_test".into());
+            mf.set_help(help.into());
+            mf.set_field_type(kind);
+            for (values, v) in series {
+                f.add(values, *v);
+                let mut m = Metric::default();
+                let pairs = LABELS
+                    .iter()
+                    .zip(values.iter())
+                    .filter(|(n, v)| !(v.is_empty() && **n == "namespace"))
+                    .map(|(n, v)| {
+                        let mut lp = LabelPair::default();
+                        lp.set_name(n.to_string());
+                        lp.set_value(v.to_string());
+                        lp
+                    })
+                    .collect();
+                m.set_label(pairs);
+                if kind == MetricType::COUNTER {
+                    let mut c = Counter::default();
+                    c.set_value(*v);
+                    m.set_counter(c);
+                } else {
+                    let mut g = Gauge::default();
+                    g.set_value(*v);
+                    m.set_gauge(g);
+                }
+                mf.mut_metric().push(m);
+            }
+            let mut ours = String::new();
+            f.finish(&mut ours);
+            assert_eq!(ours, encode(&[mf]));
+        }
+    }
+    // Without labels, and without series (left out).
+    let mut f = Family::gauge("gpumon_up", "Up.", &[]);
+    f.add(&[], 1.0);
+    let mut ours = String::new();
+    f.finish(&mut ours);
+    assert_eq!(
+        ours,
+        "# HELP gpumon_up Up.\n# TYPE gpumon_up gauge\ngpumon_up 1\n"
+    );
+    Family::gauge("gpumon_none", "None.", &[]).finish(&mut ours);
+    assert!(!ours.contains("gpumon_none"));
 }

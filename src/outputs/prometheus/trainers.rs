@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use super::Family;
 use crate::core::model::ProcessReading;
@@ -32,7 +32,7 @@ pub const OMITTED: &[&str] = &["container", "namespace", "pod"];
 /// by the trainer and the finding families alike.
 pub type Labelled<'a> = [(Labels, &'a Session, bool)];
 
-pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<MetricFamily>) {
+pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let mut info = Family::gauge(
         "gpumon_trainer_info",
         "Instrumented trainer session; always 1.",
@@ -51,7 +51,9 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         ],
     )
     .omitting_empty(OMITTED);
-    let g = |name: &str, help: &str| Family::gauge(name, help, T).omitting_empty(OMITTED);
+    let g = |name: &'static str, help: &'static str| {
+        Family::gauge(name, help, T).omitting_empty(OMITTED)
+    };
     let mut allocated = g(
         "gpumon_trainer_allocated_bytes",
         "PyTorch allocated_bytes.all.current.",
@@ -89,7 +91,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut Vec<Metric
         "gpumon_fragmentation_ratio",
         "(reserved - allocated) / reserved of the trainer's caching allocator.",
     );
-    let c = |name: &str, help: &str| {
+    let c = |name: &'static str, help: &'static str| {
         Family::new(name, help, MetricType::COUNTER, T).omitting_empty(OMITTED)
     };
     let mut retries = c(
@@ -264,7 +266,7 @@ impl Labels {
     }
 }
 
-pub fn ingest_families(stats: &IngestStats, out: &mut Vec<MetricFamily>) {
+pub fn ingest_families(stats: &IngestStats, out: &mut String) {
     let mut f = Family::gauge(
         "gpumon_ingest_connections",
         "Open trainer connections.",

@@ -7,8 +7,9 @@
 //! number of those, files being written included, under `max_total_bytes` and `max_files`
 //! (writer.rs).
 //!
-//! Ingest only appends a line to the trace's buffer (on the aggregator's thread: a copy,
-//! nothing more) and hands full buffers to the recorder thread, which owns the files. Lines wait at most
+//! The recorder is ingest's tap (`core::tap`): ingest only appends a line to the trace's buffer
+//! (on the connection's task: a copy, nothing more) and hands full buffers to the recorder
+//! thread, which owns the files. Lines wait at most
 //! a second (or until 64 KiB) in the buffer while the trainer is sending; the rest goes when
 //! the session ends. A recorder thread behind by more than `MAX_QUEUED` stops recording the
 //! session whose chunk does not fit, counted, rather than growing memory.
@@ -26,8 +27,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::core::tap::{SessionTap, Tap};
 pub use stats::{Reason, RecordStats, STATS};
-pub use writer::Caps;
+pub use writer::{Caps, InvalidRecord, RecordConfig};
 use writer::{Msg, Writer};
 
 /// A trace's buffer goes to the recorder thread at this size...
@@ -47,7 +49,8 @@ pub struct Recorder {
 
 /// One session's trace being written.
 pub struct Trace {
-    rec: Arc<Recorder>,
+    tx: Sender<Msg>,
+    stats: &'static RecordStats,
     id: u64,
     path: PathBuf,
     buf: Vec<u8>,
@@ -106,7 +109,7 @@ impl Recorder {
 
     /// Starts the trace of a session whose hello line was just accepted.
     pub fn start(
-        self: &Arc<Self>,
+        &self,
         session: &str,
         job: Option<&str>,
         rank: Option<u64>,
@@ -126,7 +129,8 @@ impl Recorder {
             durable: durable.clone(),
         });
         Trace {
-            rec: self.clone(),
+            tx: self.tx.clone(),
+            stats: self.stats,
             id,
             path,
             buf: Vec::new(),
@@ -199,7 +203,7 @@ impl Trace {
             return;
         }
         let len = self.buf.len() as u64;
-        let q = &self.rec.stats.queued_bytes;
+        let q = &self.stats.queued_bytes;
         if q.load(Ordering::Relaxed) + len > MAX_QUEUED {
             self.queue_full = true;
             self.dropped += self.lines;
@@ -211,7 +215,7 @@ impl Trace {
         self.last_len = self.buf.len();
         let bytes = std::mem::take(&mut self.buf);
         let lines = std::mem::take(&mut self.lines);
-        let _ = self.rec.tx.send(Msg::Data {
+        let _ = self.tx.send(Msg::Data {
             id: self.id,
             bytes,
             lines,
@@ -220,17 +224,43 @@ impl Trace {
     }
 }
 
+impl Tap for Recorder {
+    fn start(
+        &self,
+        session: &str,
+        job: Option<&str>,
+        rank: Option<u64>,
+        started: f64,
+        header: &[u8],
+    ) -> Box<dyn SessionTap> {
+        Box::new(Recorder::start(self, session, job, rank, started, header))
+    }
+}
+
+impl SessionTap for Trace {
+    fn write(&mut self, line: &[u8], seq: u64) {
+        Trace::write(self, line, seq);
+    }
+
+    fn recording(&self) -> bool {
+        Trace::recording(self)
+    }
+
+    fn durable(&self) -> u64 {
+        Trace::durable(self)
+    }
+}
+
 impl Drop for Trace {
     fn drop(&mut self) {
         if !self.queue_full {
             self.send();
         }
-        self.rec
-            .stats
+        self.stats
             .dropped_lines
             .fetch_add(self.dropped, Ordering::Relaxed);
         let reason = self.queue_full.then_some(Reason::QueueFull);
-        let _ = self.rec.tx.send(Msg::Close {
+        let _ = self.tx.send(Msg::Close {
             id: self.id,
             reason,
         });

@@ -17,6 +17,9 @@ use super::names::{self, Ident};
 use super::stats::{Reason, RecordStats};
 use crate::core::trace;
 
+mod settings;
+pub use settings::{InvalidRecord, RecordConfig};
+
 /// Room kept per open session for the line that says its recording stopped, so that line never
 /// takes the directory over its cap.
 pub const MARKER_RESERVE: u64 = 256;
@@ -38,7 +41,7 @@ impl Caps {
         Self {
             file_bytes,
             total_bytes,
-            files: crate::config::RecordConfig::default().max_files,
+            files: RecordConfig::default().max_files,
         }
     }
 }

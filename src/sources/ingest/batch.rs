@@ -1,6 +1,7 @@
-//! What one read brought in from a connection, handled together: framed, rate-checked and parsed
-//! line by line in order on the connection's task, then applied by the aggregator as one input,
-//! so 64 busy trainers cost one hand-off per read instead of one per line. Every line still
+//! What one read brought in from a connection, handled together: framed, rate-checked, parsed
+//! and numbered line by line in order on the connection's task, then the parsed messages applied
+//! by the core as one input (`Lines`), so 64 busy trainers cost one aggregator hand-off per read
+//! instead of one per line; then each line's outcome, in order, on the task again. Every line still
 //! gets exactly what handling it alone would give: its own line number, its error reply, its
 //! count. A line over the rate limit is dropped and counted, and the connection goes on; the
 //! lines that end or open a session (hello, bye) and an `oom` event are never dropped.
@@ -10,12 +11,12 @@ use std::sync::atomic::Ordering;
 
 use tokio::io::AsyncRead;
 
-use super::conn::{Conn, Outcome};
+use super::conn::{Conn, Outcome, Pending};
 use super::lines::{Frame, LineReader};
 use super::protocol::{self, Code, Message, Rejection, MAX_LINE};
 use super::stats::IngestStats;
-use crate::core::model::now;
-use crate::core::store::sessions::Sessions;
+use crate::core::input::Lines;
+use crate::core::model::{now, Timestamp};
 
 /// Lines taken per batch at most, so one connection's burst holds the aggregator and its worker
 /// thread only briefly (256 sample lines parse in well under a millisecond).
@@ -45,14 +46,27 @@ enum Item {
     Partial,
 }
 
+/// A line's place in the batch's outcomes: known already, or the core's answer to come.
+enum Slot {
+    Done(Outcome),
+    /// Its message went to the core; where its raw bytes lie.
+    Core(Pending, Range<usize>),
+}
+
 #[derive(Default)]
 pub struct Batch {
     items: Vec<Item>,
     /// The parsed lines' bytes (a recorded session writes them as received), copied out of the
-    /// reader so the batch can travel to the aggregator; only when `keep_raw`.
+    /// reader, which the next read reuses; only when `keep_raw`.
     raw: Vec<u8>,
     keep_raw: bool,
+    slots: Vec<Slot>,
     outcomes: Vec<Outcome>,
+    /// The messages for the core and its answers, kept between batches for their room (away
+    /// at the aggregator in between).
+    lines: Option<Box<Lines>>,
+    /// When the batch was prepared: its lines' arrival.
+    now: Timestamp,
     /// Requests for the trainer that came due with this batch, sent after its replies.
     requests: Vec<Vec<u8>>,
     /// An `ack` that came due with this batch, sent last.
@@ -137,20 +151,18 @@ impl Batch {
         }
     }
 
-    /// Applies the batch to the connection and the sessions (on the aggregator's thread). A
-    /// batch without parsed lines (`needs_sessions` false) is applied with `None`, on the
-    /// connection's own task.
-    pub fn apply(
-        &mut self,
-        conn: &mut Conn,
-        mut sessions: Option<&mut Sessions>,
-        stats: &IngestStats,
-    ) {
+    /// Numbers the batch's lines and drops resends, on the connection's task; the parsed
+    /// messages left, for the core to apply as one input (None: nothing for it).
+    pub fn prepare(&mut self, conn: &mut Conn, stats: &IngestStats) -> Option<Box<Lines>> {
         let ts = now();
-        let mut touched = false;
+        self.now = ts;
         self.note_size();
+        let mut lines = self
+            .lines
+            .take()
+            .unwrap_or_else(|| Box::new(Lines::new(conn.link())));
         for item in self.items.drain(..) {
-            let outcome = match item {
+            let slot = match item {
                 Item::Msg(msg, raw, seq) => {
                     if let Message::Event(crate::core::trainer::Event {
                         dropped: Some(n), ..
@@ -158,17 +170,14 @@ impl Batch {
                     {
                         self.client_dropped = self.client_dropped.saturating_add(*n);
                     }
-                    // Never None here: a batch with a parsed line goes to the aggregator.
-                    let Some(sessions) = sessions.as_deref_mut() else {
-                        continue;
-                    };
-                    touched = true;
-                    let raw = self.raw.get(raw).unwrap_or_default();
-                    conn.apply(msg, raw, seq, sessions, ts)
+                    match conn.take(msg, seq, &mut lines.messages) {
+                        Ok(pending) => Slot::Core(pending, raw),
+                        Err(outcome) => Slot::Done(outcome),
+                    }
                 }
-                Item::Reject(r) => conn.reject(r),
+                Item::Reject(r) => Slot::Done(conn.reject(r)),
                 Item::Limited => match conn.over_limit(ts) {
-                    Some(reply) => reply,
+                    Some(reply) => Slot::Done(reply),
                     None => {
                         self.silenced += 1;
                         continue;
@@ -179,14 +188,48 @@ impl Batch {
                     continue;
                 }
             };
+            self.slots.push(slot);
+        }
+        if lines.messages.is_empty() {
+            self.lines = Some(lines);
+            return None;
+        }
+        lines.link = conn.link();
+        lines.now = ts;
+        // Asked once per batch: a request comes due only when a line changed the session.
+        lines.ask = true;
+        Some(lines)
+    }
+
+    /// What the core made of the messages (`lines`, as it gave them back; None when none went):
+    /// each line's outcome in order, the session's trace written, the requests due, an ack.
+    pub fn complete(&mut self, conn: &mut Conn, lines: Option<Box<Lines>>) {
+        let mut lines = lines;
+        if let Some(l) = &lines {
+            conn.moved_on(l.link);
+        }
+        let mut applied = lines.as_mut().map(|l| l.applied.drain(..));
+        for slot in self.slots.drain(..) {
+            let outcome = match slot {
+                Slot::Done(o) => o,
+                Slot::Core(pending, raw) => {
+                    // Never None: the core answers every message it was given.
+                    let Some(a) = applied.as_mut().and_then(Iterator::next) else {
+                        continue;
+                    };
+                    let raw = self.raw.get(raw).unwrap_or_default();
+                    conn.applied(a, pending, raw, self.now)
+                }
+            };
             self.outcomes.push(outcome);
         }
-        self.raw.clear();
-        // Asked once per batch: a request comes due only when a sample changed the session.
-        if let (true, Some(sessions)) = (touched, sessions) {
-            conn.requests(sessions, ts, &mut self.requests);
+        drop(applied);
+        if let Some(mut l) = lines {
+            Conn::requests(l.requests.drain(..), &mut self.requests);
+            self.lines = Some(l);
         }
-        self.ack = conn.ack_due(ts);
+        self.raw.clear();
+        self.ack = conn.ack_due(self.now);
     }
 
     /// Notes the batch's size, and at the end of each run of `RUN` batches gives back the room
@@ -203,8 +246,13 @@ impl Batch {
         self.run = 0;
         if self.items.capacity() > SLACK * lines || self.raw.capacity() > SLACK * bytes {
             self.items.shrink_to(lines);
+            self.slots.shrink_to(lines);
             self.outcomes.shrink_to(lines);
             self.raw.shrink_to(bytes);
+            if let Some(l) = self.lines.as_mut() {
+                l.messages.shrink_to(lines);
+                l.applied.shrink_to(lines);
+            }
             crate::malloc::burst_freed();
         }
     }
@@ -214,11 +262,6 @@ impl Batch {
         self.items
             .iter()
             .any(|i| matches!(i, Item::Msg(Message::Hello(_), ..)))
-    }
-
-    /// Whether a line of the batch changes the sessions (else it needs no aggregator).
-    pub fn needs_sessions(&self) -> bool {
-        self.items.iter().any(|i| matches!(i, Item::Msg(..)))
     }
 
     /// Counts the outcomes and sends the replies, in line order, then a request that came due;

@@ -8,9 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::core::detect::attribution::Attribution;
-use crate::core::detect::peak::Peak;
-use crate::core::store::sessions::ArmAnswer;
+pub use crate::core::message::Message;
 use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 
 mod attribution;
@@ -109,6 +107,25 @@ impl Rejection {
     }
 }
 
+/// What the session's state refused, in the protocol's words.
+impl From<crate::core::input::Refusal> for Rejection {
+    fn from(r: crate::core::input::Refusal) -> Self {
+        use crate::core::input::Refusal;
+        match r {
+            Refusal::NoHello => Rejection::new(
+                Code::NoHello,
+                "send hello first: {\"type\":\"hello\",\"v\":1,...}",
+            ),
+            Refusal::DuplicateHello => Rejection::new(
+                Code::DuplicateHello,
+                "hello was already accepted on this connection; open a new connection for another device",
+            ),
+            Refusal::Unasked(e) => e.into(),
+            Refusal::UnaskedArm(e) => e.into(),
+        }
+    }
+}
+
 /// An attribution that answers no open request is a `bad_field`.
 impl From<crate::core::store::sessions::Unasked> for Rejection {
     fn from(e: crate::core::store::sessions::Unasked) -> Self {
@@ -127,22 +144,6 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.code.as_str(), self.message)
     }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    Hello(Hello),
-    Sample(Sample),
-    Event(Event),
-    /// The answer to an `attribute` request; `finding` is left for the daemon to fill in.
-    Attribution(Attribution),
-    /// The answer to an `arm` request: recording, or why not.
-    Armed(ArmAnswer),
-    /// What was live at the step peak, for an armed near_limit; `finding` left to the daemon.
-    Peak(Peak),
-    Bye {
-        ts: Option<f64>,
-    },
 }
 
 /// Every field of every message type, all optional; the `type` decides which apply.

@@ -22,9 +22,9 @@ pub struct Resume {
 pub struct Mark(AtomicU64);
 
 impl Mark {
-    /// Whether `seq` is new (above the mark); if so the mark moves up to it. Callers apply a
-    /// client's lines one at a time on the aggregator's thread, so check-and-raise cannot
-    /// interleave between two connections of one instance.
+    /// Whether `seq` is new (above the mark); if so the mark moves up to it. One atomic step,
+    /// so two connections of one instance, each checking its lines on its own task before the
+    /// core applies them, never both take a `seq`.
     pub fn advance(&self, seq: u64) -> bool {
         self.0.fetch_max(seq, Ordering::Relaxed) < seq
     }

@@ -1,5 +1,5 @@
-//! The ingest socket: accepts trainer connections and feeds their lines through `Conn` into the
-//! store. Replies and requests are written with `try_write` only, so a client that never reads
+//! The ingest socket: accepts trainer connections and feeds their lines through `Conn` to the
+//! aggregator, as typed inputs (a batch of parsed lines per read, a close). Replies and requests are written with `try_write` only, so a client that never reads
 //! can cost us dropped lines but never a blocked task; over-long lines are skipped unbuffered; a client
 //! past the line rate has its excess lines dropped and counted, with a `rate_limited` reply at most
 //! once a second, and stays connected (its welcome names the limit so it can pace itself); one past
@@ -25,10 +25,11 @@ use super::lines::LineReader;
 use super::protocol::{Code, Rejection, MAX_LINE};
 use super::resume::Resume;
 pub use super::stats::{Close, IngestStats};
-use crate::core::aggregator::{Handle, Source};
+use crate::core::aggregator::Handle;
+use crate::core::input::{Closing, Input, Output};
 use crate::core::model::now;
+use crate::core::tap::Tap;
 use crate::core::trainer::Peer;
-use crate::outputs::record::Recorder;
 
 mod admission;
 
@@ -73,7 +74,7 @@ pub async fn serve(
     aggregator: Handle,
     stats: Arc<IngestStats>,
     limits: Limits,
-    recorder: Option<Arc<Recorder>>,
+    tap: Option<Arc<dyn Tap>>,
     shutdown: CancellationToken,
 ) {
     let tracker = TaskTracker::new();
@@ -121,10 +122,10 @@ pub async fn serve(
             }
         };
         let (aggregator, stats, shutdown) = (aggregator.clone(), stats.clone(), shutdown.clone());
-        let (recorder, resume, budget) = (recorder.clone(), resume.clone(), budget.clone());
+        let (tap, resume, budget) = (tap.clone(), resume.clone(), budget.clone());
         tracker.spawn(async move {
             let conn = Conn::new(peer)
-                .recording(recorder)
+                .recording(tap)
                 .acking(resume)
                 .rate_limited(limits.max_lines_per_second);
             let ctx = Ctx {
@@ -263,23 +264,19 @@ async fn handle(
         } else if slot.greeted() {
             slot.touch();
         }
-        if batch.needs_sessions() {
-            let st = stats.clone();
-            let applied = aggregator
-                .update(Source::Ingest, move |store| {
-                    batch.apply(&mut conn, Some(&mut store.sessions), &st);
-                    (conn, batch)
-                })
-                .await;
-            // The aggregator is gone (the daemon is stopping) or failed on this input: its
-            // connection state went with it, so there is nothing left to close.
-            let Some((c, b)) = applied else {
-                return;
-            };
-            (conn, batch) = (c, b);
-        } else {
-            batch.apply(&mut conn, None, stats);
-        }
+        let lines = match batch.prepare(&mut conn, stats) {
+            Some(lines) => {
+                let applied = aggregator.apply(Input::Lines(lines)).await;
+                // The aggregator is gone (the daemon is stopping) or failed on this input:
+                // nothing is left to apply this connection's lines or its close to.
+                let Some(lines) = applied.and_then(Output::into_lines) else {
+                    return;
+                };
+                Some(lines)
+            }
+            None => None,
+        };
+        batch.complete(&mut conn, lines);
         if hello {
             if conn.greeted() {
                 timer.as_mut().reset(after(last_read, limits.idle_timeout));
@@ -312,17 +309,16 @@ async fn handle(
     };
     let quiet = matches!(end, End::Closed(Close::IdleTimeout | Close::LineStalled))
         || matches!(slot.evicted_now(), Some(Eviction::Fair { .. }));
-    aggregator
-        .update(Source::Close, move |s| {
-            let sessions = &mut s.sessions;
-            match end {
-                // The daemon is going away, not the trainer: no crash to report.
-                End::Shutdown => conn.close_for_shutdown(sessions, now()),
-                _ if quiet => conn.close_idle(sessions, now(), idle),
-                _ => conn.close(sessions, now()),
-            }
-        })
-        .await;
+    let how = match end {
+        // The daemon is going away, not the trainer: no crash to report.
+        End::Shutdown => Closing::DaemonStopped,
+        _ if quiet => Closing::Idle(idle),
+        _ => Closing::Crash,
+    };
+    let close = Input::Close(conn.closing(how, now()));
+    if let Some(closed) = aggregator.apply(close).await.and_then(Output::into_closed) {
+        conn.closed(closed);
+    }
     // `slot` drops here (or wherever this task unwinds): the connection's slot is free again.
 }
 

@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
 
-use crate::config::ConfigError;
-
 pub const DEFAULT_PATH: &str = "/run/gpumon/ingest.sock";
 /// First fd passed by systemd socket activation.
 const SD_LISTEN_FDS_START: i32 = 3;
@@ -48,15 +46,23 @@ pub fn from_systemd() -> std::io::Result<Option<UnixListener>> {
     Ok(Some(UnixListener::from_std(std_listener)?))
 }
 
+/// Why `bind` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// Only another path can fix it: the daemon treats it as a configuration error (EX_CONFIG).
+    #[error("invalid socket = {:?}: {reason}", path.display().to_string())]
+    Path { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
 /// Binds `path`: removes a stale socket left by a previous run (only a socket, never another
 /// kind of file), then sets mode 0660 and group `gpumon` when it exists. The directory must
 /// exist: creating a mistyped path's directories would leave trainers looking elsewhere, with
-/// nothing said. Every error names the path; the ones only the config can fix are
-/// `ConfigError`s (the daemon then exits with EX_CONFIG).
-pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    let invalid = |reason: String| ConfigError::Invalid {
-        key: "socket",
-        value: path.display().to_string(),
+/// nothing said. Every error names the path.
+pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
+    let invalid = |reason: String| BindError::Path {
+        path: path.to_path_buf(),
         reason,
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -64,8 +70,7 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
             return Err(invalid(format!(
                 "the directory {} does not exist; create it, or fix --socket / GPUMON_SOCKET / socket = in the config",
                 dir.display()
-            ))
-            .into());
+            )));
         }
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
@@ -73,14 +78,14 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
         if !meta.file_type().is_socket() {
             return Err(invalid(
                 "it exists and is not a socket; remove it or choose another --socket".into(),
-            )
-            .into());
+            ));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            anyhow::bail!(
+            return Err(anyhow::anyhow!(
                 "{} is in use by a running daemon; stop it or choose another --socket",
                 path.display()
-            );
+            )
+            .into());
         }
         std::fs::remove_file(path).map_err(|e| {
             anyhow::anyhow!(

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricType;
 
 use crate::outputs::prometheus::Family;
 
@@ -43,7 +43,7 @@ impl ReloadStats {
         self.failures.load(Ordering::Relaxed)
     }
 
-    pub fn families(&self, out: &mut Vec<MetricFamily>) {
+    pub fn families(&self, out: &mut String) {
         let mut ok = Family::gauge(
             "gpumon_web_config_last_reload_successful",
             "Whether the last reload of the web config (--web.config.file) was applied (1) or refused (0); the config in force stays on a refusal.",

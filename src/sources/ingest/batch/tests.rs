@@ -7,6 +7,8 @@ use std::cell::RefCell;
 use tokio::io::AsyncWriteExt;
 
 use super::*;
+use crate::core::apply::Core;
+use crate::core::input::Closing;
 use crate::core::store::{HistoryLimits, Store};
 use crate::core::trainer::{Ending, Peer};
 use crate::sources::ingest::protocol::MAX_LINE;
@@ -96,8 +98,12 @@ fn summary(s: &Store, stats: &IngestStats, replies: Vec<String>) -> Run {
     }
 }
 
-fn setup(input: Vec<u8>) -> (Store, LineReader<tokio::io::DuplexStream>) {
-    let store = Store::new(HistoryLimits { gpu_points: 10 }, 1.0, "test".into());
+fn setup(input: Vec<u8>) -> (Core, LineReader<tokio::io::DuplexStream>) {
+    let store = Core::new(Store::new(
+        HistoryLimits { gpu_points: 10 },
+        1.0,
+        "test".into(),
+    ));
     // A small pipe, written in odd-sized pieces: reads split lines and batches anywhere.
     let (mut w, r) = tokio::io::duplex(1000);
     tokio::spawn(async move {
@@ -122,9 +128,9 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
             admitted += 1;
             admitted <= admit_first
         });
-        // As the server does: a batch with parsed lines goes to the sessions' owner.
-        let sessions = batch.needs_sessions().then_some(&mut store.sessions);
-        batch.apply(&mut conn, sessions, &stats);
+        // As the server does: a batch with parsed lines goes to the core, as one input.
+        let lines = batch.prepare(&mut conn, &stats).map(|l| store.lines(l));
+        batch.complete(&mut conn, lines);
         batch.finish(&stats, |l| {
             replies
                 .borrow_mut()
@@ -138,8 +144,8 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
     if admit_first == usize::MAX {
         assert!(batches > 3, "the input should take several batches");
     }
-    conn.close(&mut store.sessions, 1e9);
-    summary(&store, &stats, replies.into_inner())
+    conn.close(&mut store, Closing::Crash, 1e9);
+    summary(store.store(), &stats, replies.into_inner())
 }
 
 /// The server loop before batching: one frame, one lock, one outcome at a time.
@@ -173,7 +179,7 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
                 Code::LineTooLong,
                 format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
             )),
-            Frame::Line(line) => conn.handle(line, &mut store.sessions, now()),
+            Frame::Line(line) => conn.handle(line, &mut store, now()),
         };
         match outcome {
             Outcome::Accepted | Outcome::Bye => {
@@ -195,8 +201,8 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
             }
         }
     }
-    conn.close(&mut store.sessions, 1e9);
-    summary(&store, &stats, replies)
+    conn.close(&mut store, Closing::Crash, 1e9);
+    summary(store.store(), &stats, replies)
 }
 
 fn codes_and_lines(run: &Run) -> Vec<(String, u64)> {

@@ -2,7 +2,7 @@
 //! what its `armed` and `peak` answers get back.
 
 use super::*;
-use crate::core::store::sessions::{OomPolicy, SessionLimits};
+use crate::core::store::sessions::{OomPolicy, SessionLimits, Sessions};
 
 const PEER: Peer = Peer {
     pid: 5,
@@ -27,7 +27,7 @@ fn json(line: &[u8]) -> serde_json::Value {
 }
 
 /// Steps from `from` with the step peak `peak`, until a request comes due; it and the step.
-fn until_request(c: &mut Conn, s: &mut Sessions, from: u64, peak: u64) -> (u64, serde_json::Value) {
+fn until_request(c: &mut Conn, s: &mut Core, from: u64, peak: u64) -> (u64, serde_json::Value) {
     for step in from..from + 1000 {
         let now = 1_763_700_000.0 + step as f64;
         assert_eq!(c.handle(&sample(step, peak), s, now), Outcome::Accepted);
@@ -47,7 +47,9 @@ fn reply(o: Outcome) -> (String, Option<Code>) {
 
 #[test]
 fn a_trainer_near_its_limit_is_armed_answers_and_is_disarmed() {
-    let mut s = Sessions::new(SessionLimits::default()).with_arming(OomPolicy::default());
+    let mut s = Core::with_sessions(
+        Sessions::new(SessionLimits::default()).with_arming(OomPolicy::default()),
+    );
     let mut c = Conn::new(PEER);
     reply(c.handle(HELLO, &mut s, 1.0));
     let (step, arm) = until_request(&mut c, &mut s, 1, (4 << 30) - (10 << 20));
@@ -74,7 +76,14 @@ fn a_trainer_near_its_limit_is_armed_answers_and_is_disarmed() {
         e.contains("peak with id 1 answers no open arm request"),
         "{e}"
     );
-    let near = s.live().next().unwrap().detect.near_limit().unwrap();
+    let near = s
+        .sessions()
+        .live()
+        .next()
+        .unwrap()
+        .detect
+        .near_limit()
+        .unwrap();
     assert!(
         near.message.contains("model.py:88 in attention"),
         "{}",
@@ -83,5 +92,5 @@ fn a_trainer_near_its_limit_is_armed_answers_and_is_disarmed() {
     // Room again: once near_limit resolves, the trainer is told to stop.
     let (_, disarm) = until_request(&mut c, &mut s, step + 1, 2 << 30);
     assert_eq!(disarm, serde_json::json!({"type":"disarm","v":1,"id":1}));
-    assert!(s.live().next().unwrap().arming.armed().is_none());
+    assert!(s.sessions().live().next().unwrap().arming.armed().is_none());
 }

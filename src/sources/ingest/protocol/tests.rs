@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::detect::attribution::Attribution;
 
 fn code(line: &str) -> Code {
     parse(line.as_bytes()).unwrap_err().code

@@ -1,0 +1,61 @@
+use super::*;
+use crate::core::input::Lines;
+use crate::core::store::sessions::SessionLimits;
+use crate::core::trainer::Peer;
+
+const PEER: Peer = Peer {
+    pid: 7,
+    uid: 1000,
+    gid: 1000,
+};
+
+fn hello(core: &mut Core, uuid: &str) -> Link {
+    let mut lines = Box::new(Lines::new(Link::new(PEER)));
+    lines.now = 1.0;
+    lines.messages.push(Message::Hello(Hello {
+        job: Some("j".into()),
+        gpu_uuid: Some(uuid.into()),
+        ..Hello::default()
+    }));
+    let done = core.lines(lines);
+    assert!(matches!(done.applied[..], [Applied::Opened(_)]));
+    done.link
+}
+
+#[test]
+fn a_replayed_gpu_note_names_the_gpu_of_the_sessions_transitions() {
+    let mut core = Core::with_sessions(Sessions::new(SessionLimits::default()));
+    let link = hello(&mut core, "MIG-1");
+    core.note(link, Note::Gpu("3".into()));
+    let closed = core.close(Close {
+        link,
+        how: Closing::Crash,
+        now: 2.0,
+    });
+    assert!(closed.note.is_none(), "not recorded: no note");
+    let crash: Vec<_> = core.transitions();
+    assert_eq!(crash.len(), 1);
+    assert_eq!(crash[0].gpu.as_deref(), Some("3"));
+    assert!(core.transitions().is_empty(), "drained");
+}
+
+#[test]
+fn lines_without_a_session_are_refused_and_a_recorded_close_leaves_its_note() {
+    let mut core = Core::with_sessions(Sessions::new(SessionLimits::default()));
+    let mut lines = Box::new(Lines::new(Link::new(PEER)));
+    lines.messages.push(Message::Bye { ts: None });
+    let done = core.lines(lines);
+    assert_eq!(done.applied, [Applied::Refused(Refusal::NoHello)]);
+    let mut link = hello(&mut core, "GPU-1");
+    link.recorded = true;
+    let closed = core.close(Close {
+        link,
+        how: Closing::DaemonStopped,
+        now: 3.0,
+    });
+    let note = closed.note.unwrap_or_default();
+    assert_eq!(
+        trace::recorder_line(&note),
+        Some(trace::RecorderLine::Ended(trace::DAEMON_STOPPED.into()))
+    );
+}
