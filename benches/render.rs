@@ -4,7 +4,12 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumon::core::model::*;
 use gpumon::core::store::{HistoryLimits, Store};
+use std::sync::Arc;
+
 use gpumon::outputs::prometheus::{gpu_text, Exporter};
+use gpumon::outputs::record::RecordStats;
+use gpumon::sources::ingest::stats::IngestStats;
+use gpumon::util::health::Health;
 
 pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
     let gpus_v = (0..gpus)
@@ -68,7 +73,12 @@ fn bench(c: &mut Criterion) {
     c.bench_function("encode_after_collection_8gpu_x_128proc", |b| {
         b.iter(|| gpu_text(&store.nvml, store.latest()))
     });
-    let exporter = Exporter::of_store(&store, Default::default()).unwrap();
+    // The ingest and record counters a daemon's scrape always carries.
+    let health: Vec<Arc<dyn Health + Send + Sync>> = vec![
+        Arc::new(IngestStats::default()),
+        Arc::new(RecordStats::new()),
+    ];
+    let exporter = Exporter::of_store(&store, health).unwrap();
     let text = exporter.render();
     assert!(text.lines().count() > 2 * 8 * 128);
     // What every other scrape pays.

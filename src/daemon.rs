@@ -18,6 +18,7 @@ use crate::outputs::record::{self, Recorder};
 use crate::sources::ingest::server::Limits;
 use crate::sources::ingest::stats::IngestStats;
 use crate::sources::GpuSource;
+use crate::util::health::Health;
 use crate::{core::aggregator, outputs::prometheus};
 
 pub async fn run(
@@ -74,6 +75,8 @@ pub async fn run(
             crate::sources::poller::run(source, poll_agg, prometheus::gpu_text, interval, stop_rx)
         })?;
 
+    // Made here, not by the recorder: /metrics reports it with or without one running.
+    let record_stats = Arc::new(record::RecordStats::new());
     let recorder = config.record.dir.as_deref().and_then(|dir| {
         match Recorder::new(
             dir,
@@ -82,6 +85,7 @@ pub async fn run(
                 total_bytes: config.record.max_total_bytes,
                 files: config.record.max_files,
             },
+            record_stats.clone(),
         ) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -105,12 +109,18 @@ pub async fn run(
         ))
     });
     let http_stats = Arc::new(crate::outputs::http::HttpStats::default());
+    // Each part's own counters, in the order /metrics has always listed them.
+    let mut health: Vec<Arc<dyn Health + Send + Sync>> = vec![
+        ingest_stats.clone(),
+        record_stats,
+        http_stats.clone(),
+        Arc::new(agg.clone()),
+    ];
+    if let Some(a) = &alerts {
+        health.push(a.stats.clone());
+    }
     let state = AppState {
-        exporter: Arc::new(
-            Exporter::new(agg.subscribe(), ingest_stats.clone())?
-                .with_http(http_stats.clone())
-                .with_health(agg.clone(), alerts.as_ref().map(|a| a.stats.clone())),
-        ),
+        exporter: Arc::new(Exporter::new(agg.subscribe(), health)?),
         ingest: ingest_stats,
         aggregator: agg.clone(),
         hostname: hostname.into(),

@@ -27,6 +27,7 @@ use crate::core::query::{Answer, Query};
 use crate::core::store::Store;
 
 mod handle;
+mod health;
 
 pub use handle::{Handle, WeakHandle};
 

@@ -10,25 +10,19 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::MetricFamily;
 use prometheus::{Registry, TextEncoder};
 
 use crate::core::model::{GpuState, NodeReading};
-use crate::outputs::http::gzip::GzPrefix;
-use crate::outputs::http::HttpStats;
-use crate::sources::ingest::stats::IngestStats;
 
-mod family;
 mod findings;
-mod health;
-mod record;
+pub mod gzip;
 mod trainers;
-use crate::core::aggregator::Handle;
 use crate::core::store::{NvmlStatus, Store};
 use crate::core::view::View;
-
-pub(crate) use family::Family;
-pub use health::AlertStats;
+use crate::util::family::{Family, Kind};
+use crate::util::health::Health;
+use gzip::GzPrefix;
 
 /// Collections are deflated ahead of the scrape while a gzip scrape came within this many
 /// seconds (Prometheus scrapes every 15-60 s); otherwise nobody would read the result.
@@ -83,7 +77,7 @@ fn nvml_families(n: &NvmlStatus, out: &mut String) {
     let mut f = Family::new(
         "gpumon_nvml_polls_total",
         "NVML polls attempted since start.",
-        MetricType::COUNTER,
+        Kind::Counter,
         &[],
     );
     f.add(&[], n.polls_total as f64);
@@ -91,7 +85,7 @@ fn nvml_families(n: &NvmlStatus, out: &mut String) {
     let mut f = Family::new(
         "gpumon_nvml_poll_errors_total",
         "NVML polls that could not read the node at all.",
-        MetricType::COUNTER,
+        Kind::Counter,
         &[],
     );
     f.add(&[], n.poll_errors_total as f64);
@@ -265,7 +259,8 @@ fn process_series(r: &NodeReading, out: &mut String) {
     info.finish(out);
 }
 
-/// /metrics: the latest view's two texts plus the daemon's own counters.
+/// /metrics: the latest view's two texts plus the daemon's own counters (each part's `Health`,
+/// in the order the daemon registered them).
 ///
 /// The gzip form of the NVML text is made as each collection's view arrives (while scrapes ask
 /// for gzip, `GZIP_AHEAD_FOR`) and kept until the next; the rest is compressed per scrape (it
@@ -273,10 +268,7 @@ fn process_series(r: &NodeReading, out: &mut String) {
 pub struct Exporter {
     registry: Registry,
     views: watch::Receiver<Arc<View>>,
-    ingest: Arc<IngestStats>,
-    http: Option<Arc<HttpStats>>,
-    aggregator: Option<Handle>,
-    alerts: Option<Arc<AlertStats>>,
+    health: Vec<Arc<dyn Health + Send + Sync>>,
     gzip: Mutex<Option<(u64, Arc<GzPrefix>)>>,
     /// When a scrape last asked for gzip (unix seconds): collections are compressed ahead only
     /// while someone scrapes that way.
@@ -286,7 +278,7 @@ pub struct Exporter {
 impl Exporter {
     pub fn new(
         views: watch::Receiver<Arc<View>>,
-        ingest: Arc<IngestStats>,
+        health: Vec<Arc<dyn Health + Send + Sync>>,
     ) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let build = prometheus::GaugeVec::new(
@@ -300,10 +292,7 @@ impl Exporter {
         Ok(Self {
             registry,
             views,
-            ingest,
-            http: None,
-            aggregator: None,
-            alerts: None,
+            health,
             gzip: Mutex::new(None),
             gzip_asked: std::sync::atomic::AtomicU64::new(0),
         })
@@ -311,27 +300,17 @@ impl Exporter {
 
     /// An exporter of one store as it is now, for tests and `benches/render.rs` (the daemon's
     /// exporter reads the aggregator's views): the view the aggregator would publish for it.
-    pub fn of_store(store: &Store, ingest: Arc<IngestStats>) -> Result<Self, prometheus::Error> {
+    pub fn of_store(
+        store: &Store,
+        health: Vec<Arc<dyn Health + Send + Sync>>,
+    ) -> Result<Self, prometheus::Error> {
         let view = View::of(
             store,
             Arc::from(gpu_text(&store.nvml, store.latest())),
             Arc::from(trainer_text(store)),
             0,
         );
-        Self::new(watch::channel(Arc::new(view)).1, ingest)
-    }
-
-    /// Adds the HTTP server's connection counters to every scrape.
-    pub fn with_http(mut self, stats: Arc<HttpStats>) -> Self {
-        self.http = Some(stats);
-        self
-    }
-
-    /// Adds the aggregator's and the alert sinks' health to every scrape.
-    pub fn with_health(mut self, aggregator: Handle, alerts: Option<Arc<AlertStats>>) -> Self {
-        self.aggregator = Some(aggregator);
-        self.alerts = alerts;
-        self
+        Self::new(watch::channel(Arc::new(view)).1, health)
     }
 
     pub fn registry(&self) -> &Registry {
@@ -359,16 +338,8 @@ impl Exporter {
     /// What is not the NVML text: the view's trainer text and the counters read now.
     fn live_text(&self, view: &View) -> String {
         let mut live = String::new();
-        trainers::ingest_families(&self.ingest, &mut live);
-        record::record_families(&crate::outputs::record::STATS, &mut live);
-        if let Some(http) = &self.http {
-            http.families(&mut live);
-        }
-        if let Some(a) = &self.aggregator {
-            health::aggregator_families(a, &mut live);
-        }
-        if let Some(a) = &self.alerts {
-            a.families(&mut live);
+        for part in &self.health {
+            part.families(&mut live);
         }
         let mut out = String::with_capacity(view.trainer_text.len() + 8192);
         out.push_str(&view.trainer_text);

@@ -1,10 +1,13 @@
 //! Small pieces several parts need, written once: a doubling backoff, a bounded queue that
-//! counts what it drops, the one rule for showing a trainer's text on a terminal, and seconds as
-//! settings files write them.
+//! counts what it drops, the one rule for showing a trainer's text on a terminal, seconds as
+//! settings files write them, and the metric family text and `Health` trait every part reports
+//! its own counters with.
 
 pub mod backoff;
 pub mod bounded;
 pub mod expand;
+pub mod family;
+pub mod health;
 pub mod http_head;
 pub mod pid_map;
 pub mod printable;

@@ -10,6 +10,7 @@
 //! counted and logged, and the thread goes on with the next delivery.
 
 pub mod alertmanager;
+mod stats;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 use crate::core::aggregator::{WeakHandle, ALERT_QUEUE};
 use crate::core::detect::{Finding, FindingState};
 use crate::core::query::{Answer, Query};
-use crate::outputs::prometheus::AlertStats;
 use crate::util::backoff::Backoff;
+pub use stats::{AlertStats, SinkStats};
 
 /// Findings a sink holds while its receiver is down; past it the oldest states are dropped.
 const QUEUE: usize = 10_000;

@@ -4,6 +4,7 @@ use super::*;
 use crate::core::detect::attribution::{kept_outputs_example, Attribution};
 use crate::core::detect::findings::{Severity, Subject};
 use crate::core::detect::{Evidence, Kind};
+use crate::util::health::Health;
 
 struct Flaky {
     fail: Arc<Mutex<u32>>,

@@ -3,11 +3,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use prometheus::proto::MetricType;
-
 use super::admit::Yield;
 use super::web_config::ReloadStats;
-use crate::outputs::prometheus::Family;
+use crate::util::family::{Family, Kind};
+use crate::util::health::Health;
 
 /// Why a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,15 +160,18 @@ impl HttpStats {
         self.open.fetch_add(1, Ordering::Relaxed);
         OpenGuard(self.clone())
     }
+}
 
-    pub fn families(&self, out: &mut String) {
+/// The web config's reload families follow the connection ones, once `serve` attached them.
+impl Health for HttpStats {
+    fn families(&self, out: &mut String) {
         let mut open = Family::gauge("gpumon_http_connections", "HTTP connections open now.", &[]);
         open.add(&[], self.open() as f64);
         open.finish(out);
         let mut closed = Family::new(
             "gpumon_http_connections_closed_total",
             "HTTP connections closed, by reason: done, header_timeout, idle_timeout, over_cap, evicted, too_large, bad_request, io_error, shutdown, tls_handshake, unread_output.",
-            MetricType::COUNTER,
+            Kind::Counter,
             &["reason"],
         );
         for why in Closed::ALL {
@@ -179,7 +181,7 @@ impl HttpStats {
         let mut denied = Family::new(
             "gpumon_http_requests_denied_total",
             "HTTP requests refused before their handler, by reason: unauthorized (basic auth, 401), rate_limited (the web config's rate_limit, 429), auth_busy (credentials not yet verified waited past 2 s for a bcrypt check, 503), auth_throttled (the peer address failed basic auth too often lately, 429), busy (over the bound on JSON API requests served and waiting, 503).",
-            MetricType::COUNTER,
+            Kind::Counter,
             &["reason"],
         );
         for why in Denied::ALL {
@@ -189,7 +191,7 @@ impl HttpStats {
         let mut evicted = Family::new(
             "gpumon_http_connections_evicted_total",
             "HTTP connections closed to let a newer one in at http.connection_limit, by the kind that gave way, in the order kinds give way: unproven (no request completed), unread_output (writes stalled 1 s: the client does not read), auth_failed, idle (keep-alive between requests), over_share (serving a request for a peer address holding more than its share).",
-            MetricType::COUNTER,
+            Kind::Counter,
             &["reason"],
         );
         for y in Yield::ALL {

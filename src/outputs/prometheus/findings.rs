@@ -1,11 +1,9 @@
 //! Detection series: per-session leak, OOM forecast and near-limit gauges, and findings by kind.
 
-use prometheus::proto::MetricType;
-
 use super::trainers::{Labelled, OMITTED, T};
-use super::Family;
 use crate::core::detect::{FindingState, Kind};
 use crate::core::store::Store;
+use crate::util::family::{self, Family};
 
 pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let g = |name: &'static str, help: &'static str| {
@@ -79,7 +77,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let mut total = Family::new(
         "gpumon_findings_total",
         "Findings raised (fired) since the daemon started, by kind.",
-        MetricType::COUNTER,
+        family::Kind::Counter,
         &["kind"],
     );
     for (k, n) in store.sessions.findings.totals() {
@@ -88,7 +86,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let mut suppressed = Family::new(
         "gpumon_log_suppressed_total",
         "Finding and trainer session log lines left out since the daemon started: past a burst per interval, one summary line says how many.",
-        MetricType::COUNTER,
+        family::Kind::Counter,
         &[],
     );
     suppressed.add(
@@ -99,7 +97,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let mut ooms = Family::new(
         "gpumon_ooms_total",
         "oom events of every trainer since the daemon started, by the pattern the trainer's explanation gave (unknown without one).",
-        MetricType::COUNTER,
+        family::Kind::Counter,
         &["pattern"],
     );
     for (p, n) in counts.by_pattern() {
@@ -108,7 +106,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let mut survived = Family::new(
         "gpumon_ooms_survived_total",
         "OOMs of every trainer since the daemon started that a sample came after: the trainer caught them and went on.",
-        MetricType::COUNTER,
+        family::Kind::Counter,
         &[],
     );
     survived.add(&[], counts.survived as f64);

@@ -173,7 +173,7 @@ fn each_collection_is_deflated_ahead_once_a_gzip_scrape_came() {
         })
     };
     let (tx, rx) = watch::channel(view(1));
-    let exporter = Arc::new(Exporter::new(rx, Arc::default()).unwrap());
+    let exporter = Arc::new(Exporter::new(rx, Vec::new()).unwrap());
     let cached = |e: &Exporter| e.gzip.lock().unwrap().as_ref().map(|(c, _)| *c);
     rt.block_on(async {
         let task = tokio::spawn(exporter.clone().compress_each_collection());
@@ -200,7 +200,7 @@ fn each_collection_is_deflated_ahead_once_a_gzip_scrape_came() {
 /// the library stays the oracle for the format.
 #[test]
 fn family_text_is_the_library_encoding() {
-    use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily};
+    use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
     const LABELS: &[&str] = &["gpu", "process", "namespace"];
     let series: &[(&[&str], f64)] = &[
         (&["0", "python", "ml"], 1.0),
@@ -211,13 +211,16 @@ fn family_text_is_the_library_encoding() {
         (&["5", "x", "y"], -1e-7),
         (&["6", "ü", "y"], 1.8446744073709552e19),
     ];
-    for kind in [MetricType::GAUGE, MetricType::COUNTER] {
+    for (kind, proto) in [
+        (Kind::Gauge, MetricType::GAUGE),
+        (Kind::Counter, MetricType::COUNTER),
+    ] {
         for help in ["GPU memory \\ used,\nin bytes \"quoted\".", ""] {
             let mut f = Family::new("gpumon_test", help, kind, LABELS);
             let mut mf = MetricFamily::default();
             mf.set_name("gpumon_test".into());
             mf.set_help(help.into());
-            mf.set_field_type(kind);
+            mf.set_field_type(proto);
             for (values, v) in series {
                 f.add(values, *v);
                 let mut m = Metric::default();
@@ -233,7 +236,7 @@ fn family_text_is_the_library_encoding() {
                     })
                     .collect();
                 m.set_label(pairs);
-                if kind == MetricType::COUNTER {
+                if kind == Kind::Counter {
                     let mut c = Counter::default();
                     c.set_value(*v);
                     m.set_counter(c);

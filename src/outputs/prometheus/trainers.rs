@@ -1,17 +1,13 @@
-//! gpumon_trainer_* and gpumon_ingest_* families. The trainer families are encoded on the
-//! aggregator's thread when a scrape syncs and sessions changed since the last encode (at most
-//! once per publish gap); the ingest counters are encoded per scrape (a few series).
+//! gpumon_trainer_* families, encoded on the aggregator's thread when a scrape syncs and
+//! sessions changed since the last encode (at most once per publish gap). The ingest counters
+//! are ingest's own health (sources/ingest/health.rs), encoded per scrape.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
-use prometheus::proto::MetricType;
-
-use super::Family;
 use crate::core::model::ProcessReading;
 use crate::core::store::sessions::Session;
 use crate::core::store::Store;
-use crate::sources::ingest::stats::IngestStats;
+use crate::util::family::{Family, Kind};
 
 pub const T: &[&str] = &[
     "gpu",
@@ -92,7 +88,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
         "(reserved - allocated) / reserved of the trainer's caching allocator.",
     );
     let c = |name: &'static str, help: &'static str| {
-        Family::new(name, help, MetricType::COUNTER, T).omitting_empty(OMITTED)
+        Family::new(name, help, Kind::Counter, T).omitting_empty(OMITTED)
     };
     let mut retries = c(
         "gpumon_trainer_alloc_retries_total",
@@ -164,7 +160,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
     let mut clamped = Family::new(
         "gpumon_ingest_timestamps_clamped_total",
         "Samples whose ts was over an hour behind or five minutes ahead of their arrival: taken at their arrival time instead.",
-        MetricType::COUNTER,
+        Kind::Counter,
         &[],
     );
     clamped.add(&[], store.sessions.timestamps_clamped as f64);
@@ -264,85 +260,6 @@ impl Labels {
             &self.pod,
         ]
     }
-}
-
-pub fn ingest_families(stats: &IngestStats, out: &mut String) {
-    let mut f = Family::gauge(
-        "gpumon_ingest_connections",
-        "Open trainer connections.",
-        &[],
-    );
-    f.add(&[], stats.connections.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_lines_total",
-        "Ingest lines accepted.",
-        MetricType::COUNTER,
-        &[],
-    );
-    f.add(&[], stats.lines.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_rejected_total",
-        "Ingest lines rejected, by protocol error code.",
-        MetricType::COUNTER,
-        &["code"],
-    );
-    for (code, n) in stats.rejected_by_code() {
-        f.add(&[code], n as f64);
-    }
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_dropped_total",
-        "Lines trainers dropped because the daemon could not take them (unreachable, or reading too slowly), as the clients report them.",
-        MetricType::COUNTER,
-        &[],
-    );
-    // The daemon applies every line it reads; what is lost is lost before it, in the client's
-    // bounded buffer, and the client says how much on its next connection.
-    f.add(&[], stats.dropped.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_replies_dropped_total",
-        "Replies not sent because the client was not reading its socket.",
-        MetricType::COUNTER,
-        &[],
-    );
-    f.add(&[], stats.replies_dropped.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_duplicates_total",
-        "Numbered lines dropped because their client had sent them already (a resend after a reconnect; capability ack).",
-        MetricType::COUNTER,
-        &[],
-    );
-    f.add(&[], stats.duplicates.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_requests_total",
-        "Requests sent to trainers (attribute: record a window of allocation history).",
-        MetricType::COUNTER,
-        &[],
-    );
-    f.add(&[], stats.requests.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::gauge(
-        "gpumon_ingest_line_buffer_bytes",
-        "Bytes trainer connections buffer past their first 4 KiB (bursts, lines longer than that), all together; kept within ingest.max_line_buffer_bytes.",
-        &[],
-    );
-    f.add(&[], stats.line_buffer_bytes.load(Ordering::Relaxed) as f64);
-    f.finish(out);
-    let mut f = Family::new(
-        "gpumon_ingest_closed_total",
-        "Connections the daemon closed or refused, by reason: no hello in time, idle past the timeout, over the per-uid cap, evicted before hello to make room, sitting on an unfinished long line while others needed the line buffer.",
-        MetricType::COUNTER,
-        &["reason"],
-    );
-    for (why, n) in stats.closed_by_reason() {
-        f.add(&[why], n as f64);
-    }
-    f.finish(out);
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! the session ends. A recorder thread behind by more than `MAX_QUEUED` stops recording the
 //! session whose chunk does not fit, counted, rather than growing memory.
 
+mod health;
 mod index;
 mod journal;
 mod names;
@@ -28,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::core::tap::{SessionTap, Tap};
-pub use stats::{Reason, RecordStats, STATS};
+pub use stats::{Reason, RecordStats};
 pub use writer::{Caps, InvalidRecord, RecordConfig};
 use writer::{Msg, Writer};
 
@@ -43,14 +44,14 @@ pub struct Recorder {
     dir: PathBuf,
     tx: Sender<Msg>,
     next_id: AtomicU64,
-    stats: &'static RecordStats,
+    stats: Arc<RecordStats>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// One session's trace being written.
 pub struct Trace {
     tx: Sender<Msg>,
-    stats: &'static RecordStats,
+    stats: Arc<RecordStats>,
     id: u64,
     path: PathBuf,
     buf: Vec<u8>,
@@ -69,17 +70,10 @@ pub struct Trace {
 }
 
 impl Recorder {
-    /// Takes over `dir` (absolute; created if missing) and starts the recorder thread. An error
-    /// means the daemon runs without recording.
-    pub fn new(dir: &Path, caps: Caps) -> std::io::Result<Arc<Self>> {
-        Self::with_stats(dir, caps, &STATS)
-    }
-
-    pub fn with_stats(
-        dir: &Path,
-        caps: Caps,
-        stats: &'static RecordStats,
-    ) -> std::io::Result<Arc<Self>> {
+    /// Takes over `dir` (absolute; created if missing) and starts the recorder thread, counting
+    /// into `stats` (the daemon's, which /metrics reads). An error means the daemon runs
+    /// without recording.
+    pub fn new(dir: &Path, caps: Caps, stats: Arc<RecordStats>) -> std::io::Result<Arc<Self>> {
         if dir.as_os_str().is_empty() || !dir.is_absolute() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -92,7 +86,7 @@ impl Recorder {
         std::fs::create_dir_all(dir)?;
         // Proves the directory writable and says whose it is.
         std::fs::write(dir.join(names::MARKER), names::MARKER_TEXT)?;
-        let writer = Writer::new(dir, caps, stats)?;
+        let writer = Writer::new(dir, caps, stats.clone())?;
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("gpumon-record".into())
@@ -130,7 +124,7 @@ impl Recorder {
         });
         Trace {
             tx: self.tx.clone(),
-            stats: self.stats,
+            stats: self.stats.clone(),
             id,
             path,
             buf: Vec::new(),

@@ -1,4 +1,4 @@
-//! The recorder's counters, read by /metrics (`gpumon_record_*`).
+//! The recorder's counters, read by /metrics (`gpumon_record_*`, health.rs).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -37,10 +37,7 @@ impl Reason {
     }
 }
 
-/// Process-wide, so /metrics can read it without the daemon threading it through; tests give a
-/// recorder a leaked one of their own.
-pub static STATS: RecordStats = RecordStats::new();
-
+/// Made by the daemon, counted into by its recorder (when one runs) and read by /metrics.
 pub struct RecordStats {
     /// A recorder is running (`--record-dir` set and usable).
     pub enabled: AtomicBool,

@@ -2,8 +2,8 @@ use std::sync::atomic::Ordering;
 
 use super::*;
 
-fn stats() -> &'static RecordStats {
-    Box::leak(Box::new(RecordStats::new()))
+fn stats() -> Arc<RecordStats> {
+    Arc::new(RecordStats::new())
 }
 
 fn lines(p: &Path) -> Vec<String> {
@@ -39,7 +39,7 @@ const HELLO: &[u8] = br#"{"type":"hello","v":1}"#;
 #[test]
 fn a_trace_is_hello_then_lines_and_rotates_with_hello_first() {
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(100, 10_000), stats()).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(100, 10_000), stats()).unwrap();
     let mut t = rec.start("s-1", Some("llama/ft x"), Some(3), 1763700000.5, HELLO);
     assert_eq!(
         t.path().file_name().unwrap().to_str().unwrap(),
@@ -77,7 +77,7 @@ fn a_trace_is_hello_then_lines_and_rotates_with_hello_first() {
 fn the_directory_stays_under_its_cap_deleting_the_oldest_finished_traces() {
     let dir = tempfile::tempdir().unwrap();
     let st = stats();
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(1_000, 3_000), st).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(1_000, 3_000), st.clone()).unwrap();
     let line = [b'x'; 99];
     let keep = rec.start("s-0", None, None, 1.0, b"{}");
     for s in 1..20 {
@@ -107,7 +107,7 @@ fn the_directory_keeps_at_most_max_files_traces() {
         files: 5,
         ..Caps::bytes(1 << 20, 1 << 30)
     };
-    let rec = Recorder::with_stats(dir.path(), caps, st).unwrap();
+    let rec = Recorder::new(dir.path(), caps, st.clone()).unwrap();
     for s in 1..=12 {
         let mut t = rec.start(&format!("s-{s}"), None, None, s as f64, HELLO);
         t.write(br#"{"type":"sample","step":1}"#, 0);
@@ -126,7 +126,7 @@ fn the_directory_keeps_at_most_max_files_traces() {
     assert_eq!(st.deleted_files.load(Ordering::Relaxed), 7);
     // A new daemon with a lower cap prunes what the last one left, oldest first.
     let caps = Caps { files: 2, ..caps };
-    let rec = Recorder::with_stats(dir.path(), caps, stats()).unwrap();
+    let rec = Recorder::new(dir.path(), caps, stats()).unwrap();
     // Six open at once against a cap of two: every one is recorded whole all the same.
     let open: Vec<_> = (20..26)
         .map(|s| {
@@ -156,7 +156,7 @@ fn files_gpumon_did_not_write_are_never_deleted() {
         // The look-alike has our name but no hello first: not ours either.
         std::fs::write(dir.path().join(u), vec![b'u'; 2_000]).unwrap();
     }
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(1_000, 3_000), stats()).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(1_000, 3_000), stats()).unwrap();
     for s in 1..10 {
         let mut t = rec.start(&format!("s-{s}"), None, None, s as f64, HELLO);
         for _ in 0..9 {
@@ -178,7 +178,7 @@ fn open_traces_count_and_the_writer_crossing_the_cap_is_stopped_with_a_last_line
     let dir = tempfile::tempdir().unwrap();
     let st = stats();
     // Four sessions of up to 4,000 bytes each could hold 16,000 bytes against a 6,000 cap.
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(4_000, 6_000), st).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(4_000, 6_000), st.clone()).unwrap();
     let mut traces: Vec<Trace> = (0..4)
         .map(|s| rec.start(&format!("s-{s}"), None, None, 1.0, HELLO))
         .collect();
@@ -201,7 +201,7 @@ fn a_stopped_trace_ends_with_a_line_saying_why() {
     let dir = tempfile::tempdir().unwrap();
     let st = stats();
     // One part fills the whole cap, so nothing finished is ever there to delete.
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(4_000, 4_000), st).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(4_000, 4_000), st.clone()).unwrap();
     let mut traces = vec![rec.start("s-0", None, None, 1.0, HELLO)];
     for _ in 0..2_000 {
         if traces.iter().any(|t| t.stopped.load(Ordering::Relaxed)) {
@@ -235,7 +235,7 @@ fn traces_of_an_earlier_run_are_pruned_oldest_first() {
     body.push(b'\n');
     body.extend(vec![b'z'; 2_000]);
     std::fs::write(&old, &body).unwrap();
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(1_000, 2_500), stats()).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(1_000, 2_500), stats()).unwrap();
     let mut t = rec.start("s-2", None, None, 2.0, HELLO);
     for _ in 0..9 {
         t.write(&[b'x'; 99], 0);
@@ -248,13 +248,13 @@ fn traces_of_an_earlier_run_are_pruned_oldest_first() {
 
 #[test]
 fn a_relative_or_empty_dir_and_an_unwritable_one_are_refused() {
-    assert!(Recorder::with_stats(Path::new(""), Caps::bytes(4096, 8192), stats()).is_err());
-    assert!(Recorder::with_stats(Path::new("traces"), Caps::bytes(4096, 8192), stats()).is_err());
+    assert!(Recorder::new(Path::new(""), Caps::bytes(4096, 8192), stats()).is_err());
+    assert!(Recorder::new(Path::new("traces"), Caps::bytes(4096, 8192), stats()).is_err());
     let st = stats();
-    assert!(Recorder::with_stats(
+    assert!(Recorder::new(
         Path::new("/proc/gpumon-no-such-dir"),
         Caps::bytes(4096, 8192),
-        st
+        st.clone()
     )
     .is_err());
     assert!(!st.enabled.load(Ordering::Relaxed));
@@ -287,7 +287,7 @@ fn a_full_disk_gives_up_whole_lines_for_the_stop_line_but_never_the_hello() {
 fn a_two_line_header_begins_every_part_and_the_thread_counts_its_time() {
     let dir = tempfile::tempdir().unwrap();
     let s = stats();
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(200, 10_000), s).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(200, 10_000), s.clone()).unwrap();
     let gpu = crate::core::trace::gpu_line(0, "MIG-1", 1.0);
     let header = [HELLO, b"\n", &gpu].concat();
     let mut t = rec.start("s-1", None, None, 1763700000.5, &header);
@@ -313,7 +313,7 @@ fn a_two_line_header_begins_every_part_and_the_thread_counts_its_time() {
 #[test]
 fn a_trace_being_written_is_locked_and_released_when_its_session_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(1 << 20, 1 << 30), stats()).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(1 << 20, 1 << 30), stats()).unwrap();
     let mut t = rec.start("s-1", Some("ft"), None, 1763700000.0, HELLO);
     t.write(br#"{"type":"sample","step":1}"#, 0);
     let path = t.path().to_path_buf();
@@ -347,7 +347,7 @@ fn a_trace_being_written_is_locked_and_released_when_its_session_ends() {
 #[test]
 fn a_reconnect_s_trace_names_the_one_it_continues() {
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(200, 1 << 20), stats()).unwrap();
+    let rec = Recorder::new(dir.path(), Caps::bytes(200, 1 << 20), stats()).unwrap();
     let hello = br#"{"type":"hello","v":1,"instance":"9-aa"}"#;
     let other = br#"{"type":"hello","v":1,"instance":"9-bb"}"#;
     let first = rec.start("s-1", None, None, 1.0, hello);

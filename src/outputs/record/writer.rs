@@ -90,7 +90,7 @@ pub struct Writer {
     max_file: u64,
     max_total: u64,
     max_files: usize,
-    stats: &'static RecordStats,
+    stats: Arc<RecordStats>,
     open: HashMap<u64, Open>,
     /// gpumon's finished traces here, deletable when the directory needs room; oldest first.
     finished: Index,
@@ -103,7 +103,7 @@ pub struct Writer {
 impl Writer {
     /// Takes over the directory: gpumon's traces from earlier runs become finished traces
     /// (oldest first); every other file is counted once in the log and never touched.
-    pub fn new(dir: &Path, caps: Caps, stats: &'static RecordStats) -> std::io::Result<Self> {
+    pub fn new(dir: &Path, caps: Caps, stats: Arc<RecordStats>) -> std::io::Result<Self> {
         // First, so the traces a killed daemon left open are ended (and sized) before the scan.
         let (journal, _) = Journal::recover(dir);
         let mut earlier = Vec::new();

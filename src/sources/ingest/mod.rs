@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod conn;
+mod health;
 pub mod line_budget;
 pub mod lines;
 pub mod protocol;

@@ -3,9 +3,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use prometheus::proto::MetricType;
-
-use crate::outputs::prometheus::Family;
+use crate::util::family::{Family, Kind};
+use crate::util::health::Health;
 
 #[derive(Debug)]
 pub struct ReloadStats {
@@ -42,8 +41,10 @@ impl ReloadStats {
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
     }
+}
 
-    pub fn families(&self, out: &mut String) {
+impl Health for ReloadStats {
+    fn families(&self, out: &mut String) {
         let mut ok = Family::gauge(
             "gpumon_web_config_last_reload_successful",
             "Whether the last reload of the web config (--web.config.file) was applied (1) or refused (0); the config in force stays on a refusal.",
@@ -61,7 +62,7 @@ impl ReloadStats {
         let mut failures = Family::new(
             "gpumon_web_config_reload_failures_total",
             "Reloads of the web config refused: unreadable, empty, unparsable, still being written, certificates that do not load, or turning TLS or authentication off.",
-            MetricType::COUNTER,
+            Kind::Counter,
             &[],
         );
         failures.add(&[], self.failures() as f64);

@@ -256,8 +256,8 @@ fn lines_resent_on_a_new_connection_are_dropped_once_applied() {
 #[test]
 fn a_recorded_session_is_acknowledged_only_as_far_as_its_trace_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let stats = Box::leak(Box::new(crate::outputs::record::RecordStats::new()));
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
+    let stats = std::sync::Arc::new(crate::outputs::record::RecordStats::new());
+    let rec = Recorder::new(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER)
         .acking(Arc::default())
@@ -294,8 +294,8 @@ fn a_recorded_session_is_acknowledged_only_as_far_as_its_trace_is_written() {
 #[test]
 fn an_idle_close_is_written_to_the_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let stats = Box::leak(Box::new(crate::outputs::record::RecordStats::new()));
-    let rec = Recorder::with_stats(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
+    let stats = std::sync::Arc::new(crate::outputs::record::RecordStats::new());
+    let rec = Recorder::new(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER).recording(Some(rec.clone() as Arc<dyn Tap>));
     reply_of(c.handle(HELLO, &mut s, 1.0));

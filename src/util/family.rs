@@ -3,12 +3,19 @@
 //! needs to outlive the text: building `prometheus::proto` messages first cost two heap strings
 //! and a message per label pair (about 2 KiB per process series at 1,024 processes), which left
 //! the poller's and the aggregator's allocator arenas holding that peak for good. The text is
-//! byte for byte what `prometheus::TextEncoder` writes for the same family (tests.rs checks it
-//! against the library on every family kind and escape).
+//! byte for byte what `prometheus::TextEncoder` writes for the same family
+//! (outputs/prometheus/tests.rs checks it against the library on every family kind and escape).
+//! It lives here, below every part that reports its health (`util::health`), so none of them
+//! depends on the exporter.
 
 use std::fmt::Write;
 
-use prometheus::proto::MetricType;
+/// The family kinds gpumon writes (the text format's TYPE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
 
 /// Labels added with Kubernetes support, left out of a series where they are empty (outside
 /// Kubernetes): Prometheus reads an empty label as no label, and so the exposition outside
@@ -20,7 +27,7 @@ const OMITTED_WHEN_EMPTY: &[&str] = &["namespace", "pod", "container_name"];
 pub(crate) struct Family {
     name: &'static str,
     help: &'static str,
-    kind: MetricType,
+    kind: Kind,
     labels: &'static [&'static str],
     omitted: &'static [&'static str],
     /// The series written so far, one line each.
@@ -31,7 +38,7 @@ impl Family {
     pub(crate) fn new(
         name: &'static str,
         help: &'static str,
-        kind: MetricType,
+        kind: Kind,
         labels: &'static [&'static str],
     ) -> Self {
         Self {
@@ -56,7 +63,7 @@ impl Family {
         help: &'static str,
         labels: &'static [&'static str],
     ) -> Self {
-        Self::new(name, help, MetricType::GAUGE, labels)
+        Self::new(name, help, Kind::Gauge, labels)
     }
 
     pub(crate) fn add(&mut self, values: &[&str], value: f64) {
@@ -98,11 +105,8 @@ impl Family {
         out.push_str("# TYPE ");
         out.push_str(self.name);
         out.push_str(match self.kind {
-            MetricType::COUNTER => " counter\n",
-            MetricType::SUMMARY => " summary\n",
-            MetricType::HISTOGRAM => " histogram\n",
-            MetricType::UNTYPED => " untyped\n",
-            MetricType::GAUGE => " gauge\n",
+            Kind::Counter => " counter\n",
+            Kind::Gauge => " gauge\n",
         });
         out.push_str(&self.body);
     }
