@@ -220,6 +220,8 @@ impl GpuCollector<'_> {
         let compute = list_or_empty(device.running_compute_processes())?;
         let graphics = list_or_empty(device.running_graphics_processes())?;
         self.rows.clear();
+        self.procs
+            .prefetch(compute.iter().chain(graphics.iter()).map(|p| p.pid));
         // One reference per device, shared by its processes' rows.
         let uuid: std::sync::Arc<str> = gpu.uuid.as_str().into();
         let mig_uuid: Option<std::sync::Arc<str>> = mig.map(|m| m.uuid.as_str().into());

@@ -24,7 +24,23 @@ pub struct ProcCache {
     round: u64,
     /// Where a /proc file is read, kept between look-ups.
     scratch: String,
+    /// Files read ahead by `prefetch`, for `get` to finish.
+    read_ahead: HashMap<u32, Files>,
 }
+
+/// What a process's /proc files said, before the user name and container are worked out.
+#[derive(Default)]
+struct Files {
+    name: Option<String>,
+    uid: Option<u32>,
+    cgroup: Option<String>,
+}
+
+/// Uncached pids from which `prefetch` reads in parallel: below this, threads cost more than
+/// the reads (a few µs a file).
+const PREFETCH_FROM: usize = 32;
+/// Threads `prefetch` uses at most.
+const PREFETCH_THREADS: usize = 4;
 
 impl ProcCache {
     pub fn new() -> Self {
@@ -39,6 +55,7 @@ impl ProcCache {
             users: None,
             round: 0,
             scratch: String::with_capacity(SCRATCH),
+            read_ahead: HashMap::new(),
         }
     }
 
@@ -51,6 +68,48 @@ impl ProcCache {
     pub fn end(&mut self) {
         let round = self.round;
         self.entries.retain(|_, (_, seen)| *seen == round);
+        self.read_ahead.clear();
+    }
+
+    /// Reads the /proc files of those of `pids` not cached yet on a few threads at once, for
+    /// `get` to use: a node's first look (`status --direct`, a daemon's first poll) reads three
+    /// files for each of up to thousands of processes, which is most of a one-shot's time.
+    /// Later polls find nearly every pid cached and read nothing here.
+    pub fn prefetch(&mut self, pids: impl Iterator<Item = u32>) {
+        let missing: Vec<u32> = pids
+            .filter(|p| self.entries.get_mut(p).is_none() && !self.read_ahead.contains_key(p))
+            .collect();
+        if missing.len() < PREFETCH_FROM {
+            return;
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(PREFETCH_THREADS);
+        if threads < 2 {
+            return;
+        }
+        let per = missing.len().div_ceil(threads);
+        let root = &self.root;
+        let read: Vec<(u32, Files)> = std::thread::scope(|scope| {
+            let parts: Vec<_> = missing
+                .chunks(per)
+                .map(|part| {
+                    scope.spawn(move || {
+                        let mut buf = String::with_capacity(SCRATCH);
+                        part.iter()
+                            .map(|&pid| (pid, read_files(root, pid, &mut buf)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            // A reader that panicked leaves its pids to `get`, which reads them itself.
+            parts
+                .into_iter()
+                .filter_map(|h| h.join().ok())
+                .flatten()
+                .collect()
+        });
+        self.read_ahead.extend(read);
     }
 
     /// Info for `pid`; `fallback_name` (e.g. NVML's own idea of the name) is used when /proc
@@ -82,18 +141,16 @@ impl ProcCache {
     }
 
     fn lookup(&mut self, pid: u32) -> ProcInfo {
-        let dir = self.root.join(pid.to_string());
-        let mut buf = std::mem::take(&mut self.scratch);
-        let name = read_small(&dir.join("comm"), &mut buf)
-            .then(|| buf.trim_end().to_string())
-            .filter(|s| !s.is_empty());
-        let uid = read_small(&dir.join("status"), &mut buf)
-            .then(|| parse_uid(&buf))
-            .flatten();
-        let cgroup = read_small(&dir.join("cgroup"), &mut buf)
-            .then(|| main_cgroup(&buf))
-            .flatten();
-        self.scratch = buf;
+        let files = match self.read_ahead.remove(&pid) {
+            Some(f) => f,
+            None => {
+                let mut buf = std::mem::take(&mut self.scratch);
+                let f = read_files(&self.root, pid, &mut buf);
+                self.scratch = buf;
+                f
+            }
+        };
+        let Files { name, uid, cgroup } = files;
         let user = uid.and_then(|u| self.user_name(u));
         let container = cgroup.as_deref().and_then(container_from_cgroup);
         let pod_uid = cgroup.as_deref().and_then(kube_ids).map(|k| k.pod_uid);
@@ -127,7 +184,21 @@ impl Default for ProcCache {
     }
 }
 
-/// The real uid from the `Uid:` line of /proc/PID/status.
+/// A process's name (comm), real uid (status) and main cgroup; None for each that cannot be read.
+fn read_files(root: &Path, pid: u32, buf: &mut String) -> Files {
+    let dir = root.join(pid.to_string());
+    let name = read_small(&dir.join("comm"), buf)
+        .then(|| buf.trim_end().to_string())
+        .filter(|s| !s.is_empty());
+    let uid = read_small(&dir.join("status"), buf)
+        .then(|| parse_uid(buf))
+        .flatten();
+    let cgroup = read_small(&dir.join("cgroup"), buf)
+        .then(|| main_cgroup(buf))
+        .flatten();
+    Files { name, uid, cgroup }
+}
+
 /// What a /proc file is read into: status, the largest read, is about 1.5 KiB.
 const SCRATCH: usize = 8 * 1024;
 
@@ -143,6 +214,7 @@ fn read_small(path: &Path, buf: &mut String) -> bool {
     file.take(1 << 20).read_to_string(buf).is_ok()
 }
 
+/// The real uid from the `Uid:` line of /proc/PID/status.
 fn parse_uid(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -434,5 +506,42 @@ mod tests {
         assert!(Arc::ptr_eq(&cache.get(77, || None), &info));
         cache.end();
         assert_eq!(cache.len(), 1);
+    }
+
+    /// Read ahead on threads or one by one, a process's info is the same; pids /proc lacks
+    /// still take NVML's name.
+    #[test]
+    fn prefetched_info_is_what_get_reads_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        for pid in 1000..1100u32 {
+            let p = dir.path().join(pid.to_string());
+            fs::create_dir(&p).unwrap();
+            fs::write(p.join("comm"), format!("worker{pid}\n")).unwrap();
+            fs::write(
+                p.join("status"),
+                format!("Name:\tw\nUid:\t{pid}\t0\t0\t0\n"),
+            )
+            .unwrap();
+            fs::write(p.join("cgroup"), format!("0::/docker/{ID}\n")).unwrap();
+        }
+        let pids = || (990..1100u32).chain([5000]);
+        let mut alone = ProcCache::with_root(dir.path().into());
+        let mut ahead = ProcCache::with_root(dir.path().into());
+        alone.begin();
+        ahead.begin();
+        ahead.prefetch(pids());
+        for pid in pids() {
+            let fallback = || Some(format!("nvml{pid}"));
+            assert_eq!(
+                ahead.get(pid, fallback),
+                alone.get(pid, fallback),
+                "pid {pid}"
+            );
+        }
+        assert_eq!(ahead.get(1042, || None).uid, Some(1042));
+        assert_eq!(ahead.get(5000, || None).name.as_deref(), Some("nvml5000"));
+        ahead.end();
+        assert!(ahead.read_ahead.is_empty());
+        assert_eq!(ahead.len(), 111);
     }
 }
