@@ -26,10 +26,17 @@ pub fn one_arena() {
     }
 }
 
-/// Gives every whole free page back now. For the TUI after it applied a snapshot: the answer's
-/// text and its parse are freed by then, and at one refresh a second a trim is cheap next to the
-/// memory it keeps from staying resident.
-pub fn trim_now() {
+/// Free memory below the heap's top worth a trim in the TUI: what a whole answer or a burst of
+/// trainers' history leaves. A delta answer frees a few hundred KiB that the next refresh
+/// takes again: trimming those at each refresh cost 1.6 ms a second in madvise and page faults.
+const TUI_TRIM_FROM: u64 = 1 << 20;
+
+/// Gives every whole free page back when over 1 MiB lies free below the heap's top. For the TUI
+/// after it applied an answer: the answer's text and its parse are freed by then.
+pub fn trim_if_worth_it() {
+    if free_below_top() < TUI_TRIM_FROM {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes each arena's lock itself; it is safe from any thread.
     unsafe {

@@ -46,9 +46,9 @@ where
             dirty = false;
         }
         if fetched {
-            // The answer and its parse are freed now: give their pages back (about 1-3 MiB
-            // of RSS at 64 trainers stays resident otherwise).
-            crate::malloc::trim_now();
+            // The answer and its parse are freed now: give their pages back when that is
+            // much (after a whole answer or a burst, 1-8 MiB at 64 trainers stayed resident).
+            crate::malloc::trim_if_worth_it();
             fetched = false;
         }
         let Ok(first) = rx.recv() else {
