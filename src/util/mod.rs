@@ -8,7 +8,6 @@ pub mod bounded;
 pub mod expand;
 pub mod family;
 pub mod health;
-pub mod http_head;
 pub mod pid_map;
 pub mod printable;
 pub mod seconds;

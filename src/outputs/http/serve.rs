@@ -30,7 +30,7 @@ use super::stats::{Closed, HttpStats};
 use super::web_config::WebConfigWatch;
 
 mod settings;
-pub use settings::{HttpConfig, InvalidHttp};
+pub use settings::{HttpConfig, InvalidHttp, MIN_HEAD_BYTES};
 
 /// The server's limits, from `[http]` in the config (`HttpConfig`).
 #[derive(Debug, Clone)]
@@ -48,8 +48,6 @@ pub struct HttpLimits {
     /// dropped.
     pub drain: Duration,
 }
-
-pub use crate::util::http_head::MIN_HEAD_BYTES;
 
 /// Serves `router` on `listener` until `shutdown`, then drains for at most `limits.drain`.
 pub async fn serve(

@@ -7,8 +7,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::HttpLimits;
-use crate::util::http_head::MIN_HEAD_BYTES;
 use crate::util::seconds::de_seconds;
+
+/// Smallest request-head buffer, in bytes: hyper panics on a smaller read buffer.
+pub const MIN_HEAD_BYTES: usize = 8192;
 
 /// Limits of the HTTP server (/metrics and the API), so that slow, idle or oversized clients
 /// are closed rather than held.
