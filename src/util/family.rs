@@ -51,6 +51,19 @@ impl Family {
         }
     }
 
+    /// Appends a family of one unlabelled series: most health counters are one number.
+    pub fn single(
+        name: &'static str,
+        help: &'static str,
+        kind: Kind,
+        value: f64,
+        out: &mut String,
+    ) {
+        let mut f = Self::new(name, help, kind, &[]);
+        f.add(&[], value);
+        f.finish(out);
+    }
+
     /// Leaves out these labels, instead of the Kubernetes ones, where they are empty: for a
     /// family whose label was added later, so its series outside a container stay as they were.
     pub(crate) fn omitting_empty(mut self, labels: &'static [&'static str]) -> Self {

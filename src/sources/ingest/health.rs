@@ -8,21 +8,20 @@ use crate::util::health::Health;
 
 impl Health for IngestStats {
     fn families(&self, out: &mut String) {
-        let mut f = Family::gauge(
+        Family::single(
             "gpumon_ingest_connections",
             "Open trainer connections.",
-            &[],
+            Kind::Gauge,
+            self.connections.load(Ordering::Relaxed) as f64,
+            out,
         );
-        f.add(&[], self.connections.load(Ordering::Relaxed) as f64);
-        f.finish(out);
-        let mut f = Family::new(
+        Family::single(
             "gpumon_ingest_lines_total",
             "Ingest lines accepted.",
             Kind::Counter,
-            &[],
+            self.lines.load(Ordering::Relaxed) as f64,
+            out,
         );
-        f.add(&[], self.lines.load(Ordering::Relaxed) as f64);
-        f.finish(out);
         let mut f = Family::new(
             "gpumon_ingest_rejected_total",
             "Ingest lines rejected, by protocol error code.",
@@ -43,37 +42,34 @@ impl Health for IngestStats {
         // bounded buffer, and the client says how much on its next connection.
         f.add(&[], self.dropped.load(Ordering::Relaxed) as f64);
         f.finish(out);
-        let mut f = Family::new(
+        Family::single(
             "gpumon_ingest_replies_dropped_total",
             "Replies not sent because the client was not reading its socket.",
             Kind::Counter,
-            &[],
+            self.replies_dropped.load(Ordering::Relaxed) as f64,
+            out,
         );
-        f.add(&[], self.replies_dropped.load(Ordering::Relaxed) as f64);
-        f.finish(out);
-        let mut f = Family::new(
+        Family::single(
             "gpumon_ingest_duplicates_total",
             "Numbered lines dropped because their client had sent them already (a resend after a reconnect; capability ack).",
             Kind::Counter,
-            &[],
+            self.duplicates.load(Ordering::Relaxed) as f64,
+            out,
         );
-        f.add(&[], self.duplicates.load(Ordering::Relaxed) as f64);
-        f.finish(out);
-        let mut f = Family::new(
+        Family::single(
             "gpumon_ingest_requests_total",
             "Requests sent to trainers (attribute: record a window of allocation history).",
             Kind::Counter,
-            &[],
+            self.requests.load(Ordering::Relaxed) as f64,
+            out,
         );
-        f.add(&[], self.requests.load(Ordering::Relaxed) as f64);
-        f.finish(out);
-        let mut f = Family::gauge(
+        Family::single(
             "gpumon_ingest_line_buffer_bytes",
             "Bytes trainer connections buffer past their first 4 KiB (bursts, lines longer than that), all together; kept within ingest.max_line_buffer_bytes.",
-            &[],
+            Kind::Gauge,
+            self.line_buffer_bytes.load(Ordering::Relaxed) as f64,
+            out,
         );
-        f.add(&[], self.line_buffer_bytes.load(Ordering::Relaxed) as f64);
-        f.finish(out);
         let mut f = Family::new(
             "gpumon_ingest_closed_total",
             "Connections the daemon closed or refused, by reason: no hello in time, idle past the timeout, over the per-uid cap, evicted before hello to make room, sitting on an unfinished long line while others needed the line buffer.",
