@@ -8,7 +8,10 @@ at each training step whether to sample it:
     180 us on an H100), credit never exceeds one sample's cost, and a step is sampled only when the
     credit covers a sample;
   - the first step is always sampled; its cost is charged, but the client estimates a sample's
-    cost (what the credit must cover) only from the second sample on.
+    cost (what the credit must cover) only from the second sample on;
+  - it decides only at some steps: after each decision it skips the steps `every` rules out and
+    half of those the rate limit and the budget would rule out at the last gap's step time, and
+    the next decision credits the skipped steps at their average time.
 On steps of 12.5 ms or more that is one sample every 8 steps (samples at steps 1, 9, 25, 33, 41,
 ...: the second sample is due once the first is paid for, the third once the second is and the
 credit covers one more); on faster steps the rate limit binds (one sample per 0.1 s).
@@ -57,17 +60,25 @@ def adaptive_keep(
     samples = 0
     credit = 0
     since = every  # the first step is due
-    last: Optional[Tuple[int, float]] = None
+    last: Optional[Tuple[int, float]] = None  # the last decision's (step, ts)
+    prev_step: Optional[int] = None
+    per_step_s = 0.0  # the last decision's gap, per step
+    next_decision = 0  # the first step the client looks at again
     last_sample_ts = float("-inf")
     keep: List[bool] = []
     for step, ts in points:
+        if prev_step is not None and (step <= prev_step or (last is not None and ts < last[1])):
+            raise ValueError("steps must increase and times must not go back (step %d at %.3f after step %d)" % (step, ts, prev_step))
+        prev_step = step
+        if step < next_decision:
+            keep.append(False)
+            continue
         if last is not None:
             n = step - last[0]
-            if n <= 0 or ts < last[1]:
-                raise ValueError("steps must increase and times must not go back (step %d at %.3f after step %d at %.3f)" % (step, ts, last[0], last[1]))
             since += n
+            per_step_s = (ts - last[1]) / n
             if budget:
-                per_step = min((ts - last[1]) / n, STEP_CAP_S)
+                per_step = min(per_step_s, STEP_CAP_S)
                 # Each step's credit is capped at one sample's estimated cost; credit only grows
                 # between samples, so capping the sum over the gap equals capping step by step.
                 credit = min(estimate, credit + n * _ns(budget * per_step))
@@ -84,6 +95,15 @@ def adaptive_keep(
                 estimate = cost_ns
             if budget:
                 credit -= cost_ns
+        # The steps skipped before the next decision (the client's Cadence._predict_wait).
+        wait = every - since - 1
+        if per_step_s > 0:
+            ahead = (min_interval - (ts - last_sample_ts)) / per_step_s if min_interval else 0.0
+            if budget:
+                owed = (estimate - credit) / _ns(budget * min(per_step_s, STEP_CAP_S))
+                ahead = max(ahead, owed)
+            wait = max(wait, int(ahead / 2) if ahead >= 2 else 0)
+        next_decision = step + 1 + wait
     return keep
 
 

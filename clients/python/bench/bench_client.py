@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What the attached client adds to a real PyTorch training step, on CPU.
 
-Runs a real training loop (real model, real AdamW, torch's real optimizer step post-hook dispatch)
-bare and with gpumon_client.attach(), interleaved in blocks, at three step lengths (about 1 ms,
-10 ms and 100 ms on one thread, depending on the machine). The client runs its real code path: the cadence, TorchStatsSource picking keys from
+Runs a real training loop (real model, real optimizer, torch's real optimizer step post-hook
+dispatch) bare and with gpumon_client.attach(), interleaved in blocks, at five step lengths (about
+0.2 ms with plain SGD, then 0.35 ms, 0.4 ms, 3 ms and 100 ms with AdamW, on one thread, depending on
+the machine). The client runs its real code path: the cadence, TorchStatsSource picking keys from
 torch's nested allocator stats, JSON, the non-blocking socket to a live reader in another process.
 Only the CUDA driver is stood in (there is no GPU here): memory_stats_as_nested_dict returns the
 allocator's ~130 counters and, with --stats-cost-us, busy-waits that long per call, to charge each
@@ -42,8 +43,15 @@ import gpumon_client  # noqa: E402
 from gpumon_client import TorchStatsSource, hooks  # noqa: E402
 from gpumon_client.testing import nested_allocator_stats  # noqa: E402
 
-# (name, width, batch): a Linear-ReLU-Linear MLP with AdamW; step lengths from about 0.2 ms to 100 ms.
-SHAPES = (("tiny", 8, 1), ("small", 32, 8), ("medium", 384, 128), ("large", 1024, 1024))
+# (name, width, batch, optimizer): a Linear-ReLU-Linear MLP; step lengths from about 0.2 ms (plain
+# SGD, the shortest step torch's Python optimizer path allows here) to 100 ms.
+SHAPES = (
+    ("sgd", 8, 1, "sgd"),
+    ("tiny", 8, 1, "adamw"),
+    ("small", 32, 8, "adamw"),
+    ("medium", 384, 128, "adamw"),
+    ("large", 1024, 1024, "adamw"),
+)
 
 
 def serve(path):
@@ -84,9 +92,12 @@ def stand_in_cuda(cost_us):
     torch.cuda.get_allocator_backend = lambda: "native"
 
 
-def make_loop(width, batch):
+def make_loop(width, batch, optimizer="adamw"):
     model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(batch, width)
 
     def step():
@@ -133,8 +144,8 @@ def budget_us(step_us):
     return min((0.01 if step_us < 1000 else 0.005) * step_us, 25.0)
 
 
-def run_shape(name, width, batch, rounds, block_s, sock, rng):
-    step = make_loop(width, batch)
+def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
+    step = make_loop(width, batch, optimizer)
     for _ in range(20):
         step()
     per_step = block(step, 20)[0]
@@ -199,6 +210,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=30, help="shuffled bare/attached rounds per step length (default 30)")
     ap.add_argument("--block", type=float, default=0.3, help="seconds per block (default 0.3; each block's first sample is free of the rate limit, so short blocks overstate the cost)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shape", action="append", choices=[s[0] for s in SHAPES],
+                    help="only this step length (repeatable; default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     stand_in_cuda(args.stats_cost_us)
@@ -216,8 +229,10 @@ def main():
             "step", "bare us", "hook us", "CPU: whole cost us (95% CI)", "wall: whole cost us (95% CI)",
             "budget us", "samples/s", "verdict (CPU)"))
         verdicts = []
-        for name, width, batch in SHAPES:
-            r = run_shape(name, width, batch, args.rounds, args.block, sock, rng)
+        for name, width, batch, optimizer in SHAPES:
+            if args.shape and name not in args.shape:
+                continue
+            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng)
             if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
             elif r["cpu_lo_us"] > r["budget_us"]:

@@ -50,7 +50,7 @@ class _Core:
             return
         self._gpumon_last_step = step
         cadence = self._gpumon_cadence
-        if cadence.due():
+        if cadence.tick():
             t0 = perf_counter()
             self.reporter.report(step)  # moves an open attribution window on, too
             cadence.spent(perf_counter() - t0)

@@ -45,6 +45,9 @@ class Client:
     # Set by a Reporter or trainer callback that labels steps itself; the optimizer hook then
     # leaves sampling to it.
     explicit_steps = False
+    # Set by attach(): told when a window or an arming opens, so that its step hook, which skips
+    # the steps its cadence need not look at, calls `at_step` at every step while one is open.
+    _wake: Optional[Callable[[], None]] = None
 
     def __init__(
         self,
@@ -138,10 +141,22 @@ class Client:
             transport.send(msg)
             if transport.requests and self.attributor is not None:
                 self.attributor.take(step)
+                self._woken()
             if transport.arm_requests and self.armer is not None:
                 self.armer.take(step)
+                self._woken()
         except Exception as exc:
             self.transport._internal_error(exc)
+
+    def stepwise(self) -> bool:
+        """Whether an attribution window or an arming is open: `at_step` has work at every step."""
+        attributor, armer = self.attributor, self.armer
+        return (attributor is not None and attributor.window is not None) or (armer is not None and armer.armed is not None)
+
+    def _woken(self) -> None:
+        wake = self._wake
+        if wake is not None and self.stepwise():
+            wake()
 
     def at_step(self, step: Optional[int] = None) -> None:
         """A step boundary: moves an open attribution window and an arming on (the time cap, the

@@ -23,6 +23,8 @@ _lock = threading.Lock()
 _state: Optional["Attachment"] = None
 _oom_observer_installed = False
 _atexit_registered = False
+# Steps between looks at a client whose steps a Reporter or trainer callback labels.
+_RECHECK = 1 << 20
 
 
 class Attachment:
@@ -35,22 +37,31 @@ class Attachment:
         self.reason = reason
         self.step = 0
         self._stepped: Set[int] = set()
+        # The fast path (_optimizer_hook): while one optimizer steps, steps before `_check_at`
+        # only count. `_only` is that optimizer's id (0 while none or several step).
+        self._only = 0
+        self._check_at = 0
+        self._checked = 0  # the step of the last cadence decision
         self._hook_handle: Any = None
         self._torch: Any = None
         self._oom_pending = False
         # Whether the OOM observer reads the allocator (a snapshot) to explain the OOM.
         self.explain_ooms = True
+        if client is not None:
+            client._wake = self._wake
 
     @property
     def active(self) -> bool:
         return self.client is not None and _state is self
 
+    def _wake(self) -> None:
+        # A window or an arming opened: it moves on at every step, so every step takes the path.
+        self._check_at = 0
+
     def on_optimizer_step(self, optimizer: Any) -> None:
         # One training step can step several optimizers (GANs, per-module optimizers). A step
         # ends when an optimizer that already stepped steps again, so each training step yields
         # one sample, taken after its first optimizer.step().
-        # Every step pays for this path, so it reads as few attributes as it can: one optimizer
-        # (the usual case) touches the set only to look itself up.
         key = id(optimizer)
         stepped = self._stepped
         if key in stepped:
@@ -59,22 +70,31 @@ class Attachment:
                 stepped.add(key)
         elif stepped:
             stepped.add(key)
+            self._only = 0
             return
         else:
             stepped.add(key)
-        self.step += 1
+        self._only = key if len(stepped) == 1 else 0
+        step = self.step = self.step + 1
         client = self.client
         if client is None or client.explicit_steps:
-            return  # a Reporter or trainer callback labels steps itself; it is the better source
+            # A Reporter or trainer callback labels steps itself; it is the better source.
+            self._check_at = step + _RECHECK
+            return
         if self._oom_pending:
             self._oom_pending = False
             _install_oom_observer(self._torch, now=True)
-        client.at_step(self.step)  # before the sample: a request it brings starts after it
+        client.at_step(step)  # before the sample: a request it brings starts after it
         cadence = self.cadence
-        if cadence.due():
+        steps, self._checked = step - self._checked, step
+        if cadence.due(steps):
             t0 = perf_counter()
-            client.sample(step=self.step)
+            client.sample(step=step)
             cadence.spent(perf_counter() - t0)
+        if self._oom_pending or client.stepwise():
+            self._check_at = step + 1
+        else:
+            self._check_at = step + 1 + cadence.wait
 
     def detach(self, timeout: float = 0.5) -> None:
         """Removes the hook and ends the session with bye."""
@@ -216,9 +236,17 @@ def _step_hook_registrar(torch: Any) -> Any:
 
 
 def _optimizer_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    # Every training step pays for this function: steps that only count touch one global, one
+    # object and three of its attributes (in the training loop, where the step has evicted the
+    # caches, each touch costs more than its instructions).
     state = _state
     if state is None:
         return
+    if id(optimizer) == state._only:
+        step = state.step + 1
+        if step < state._check_at:
+            state.step = step
+            return
     try:
         state.on_optimizer_step(optimizer)
     except Exception as exc:

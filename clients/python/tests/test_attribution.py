@@ -17,6 +17,7 @@ import pytest
 
 from gpumon_client import Client, Reporter, StaticStatsSource, attribution, protocol, snapdiff, testing
 from gpumon_client.cadence import Cadence
+from gpumon_client import hooks
 from gpumon_client.hooks import Attachment
 from gpumon_client.snapsource import ReplaySnapshotSource, SnapshotSource, TorchSnapshotSource, Unavailable
 from gpumon_client.testing import FakeDaemon
@@ -481,6 +482,42 @@ def test_steps_without_a_window_make_no_syscall_and_no_window_call(sock_path, da
     assert window_calls == [42, 43, 44, 45]  # taken at step 41's sample; the window's steps only
     assert rec.calls == [("start", 4000), "snapshot1", "snapshot2", "stop"]
     assert answers(daemon)[0]["step_from"] == 42
+
+
+def test_the_registered_hook_skips_the_steps_its_cadence_need_not_see(sock_path, daemon, pair, monkeypatch):
+    # The hook torch calls (_optimizer_hook): steps inside the cadence's wait only count, and the
+    # ones it looks at are the rule's; a window that opens at a sample makes every step take the
+    # whole path, so the window still moves on at each of its steps.
+    rec = Recorder(pair)
+    c = connect(sock_path, daemon, rec)
+    window_calls = []
+    real_at_step = c.attributor.at_step
+    c.attributor.at_step = lambda step: (window_calls.append(step), real_at_step(step))
+    decisions = []
+    cadence = Cadence(every=4, max_rate=None, budget=None)
+    real_due = cadence.due
+    cadence.due = lambda steps=1: (decisions.append(steps), real_due(steps))[1]
+    state = Attachment(c, cadence)
+    monkeypatch.setattr(hooks, "_state", state)
+    opt = object()
+    sent = c.transport.sent_lines
+    for _ in range(40):
+        hooks._optimizer_hook(opt, (), {})
+    assert state.step == 40 and c.transport.sent_lines - sent == 10  # steps 1, 5, ..., 37
+    assert decisions == [1] + [4] * 9  # one decision per sample: the 3 steps between only count
+    assert window_calls == []
+    ask(c, daemon, steps=3)
+    for _ in range(8):
+        hooks._optimizer_hook(opt, (), {})
+    assert state.step == 48
+    assert window_calls == [42, 43, 44, 45]  # taken at step 41's sample; every step of the window
+    assert answers(daemon)[0]["step_from"] == 42
+    # A second optimizer: each training step steps both, and is counted once.
+    other = object()
+    for _ in range(6):
+        hooks._optimizer_hook(opt, (), {})
+        hooks._optimizer_hook(other, (), {})
+    assert state.step == 54
 
 
 def test_reporter_steps_move_the_window(sock_path, daemon, pair):

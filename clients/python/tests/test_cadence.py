@@ -11,12 +11,24 @@ class Clock:
         return self.t
 
 
-def run(cadence, clock, steps, step_time, sample_cost):
-    """Drives `steps` training steps; returns the sampled step numbers and the client's total cost."""
+class CountingClock(Clock):
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def __call__(self):
+        self.reads += 1
+        return self.t
+
+
+def run(cadence, clock, steps, step_time, sample_cost, decide=None):
+    """Drives `steps` training steps through `tick` (or `decide`); returns the sampled step
+    numbers and the client's total cost."""
+    decide = decide or cadence.tick
     sampled, spent = [], 0.0
     for step in range(1, steps + 1):
         clock.t += step_time
-        if cadence.due():
+        if decide():
             clock.t += sample_cost
             cadence.spent(sample_cost)
             sampled.append(step)
@@ -80,3 +92,44 @@ def test_cost_estimate_follows_a_cheaper_source():
 def test_bad_settings_name_the_value(kwargs, word):
     with pytest.raises(ValueError, match=word):
         Cadence(**kwargs)
+
+
+@pytest.mark.parametrize("max_rate", [10.0, None])
+@pytest.mark.parametrize("step_time", [0.0002, 0.0004, 0.003, 0.05])
+def test_skipping_steps_samples_the_same_steps_on_steady_steps(step_time, max_rate):
+    # Steady steps: the halving never overshoots, so the steps sampled are the ones a decision at
+    # every step takes, and the clock is read a few times per sample rather than at every step.
+    # (A sample cost that is no whole number of steps' credit: no float ties at the boundary.)
+    every_step = CountingClock()
+    a = Cadence(max_rate=max_rate, clock=every_step)
+    want, _ = run(a, every_step, 5000, step_time, 97e-6, decide=a.due)
+    skipping = CountingClock()
+    b = Cadence(max_rate=max_rate, clock=skipping)
+    got, _ = run(b, skipping, 5000, step_time, 97e-6)
+    assert got == want
+    if step_time < 0.001:
+        # log2 of the steps between samples, and a few more: about 8 reads per sample here
+        assert skipping.reads <= 12 * len(got), (skipping.reads, len(got))
+        assert skipping.reads * 5 < every_step.reads, (skipping.reads, every_step.reads)
+
+
+def test_a_slowdown_delays_a_sample_by_at_most_the_steps_skipped():
+    clock = Clock()
+    cadence = Cadence(clock=clock)
+    run(cadence, clock, 1000, 0.0004, 97e-6)  # 0.4 s of fast steps
+    while True:
+        clock.t += 0.0004
+        if cadence.tick():
+            cadence.spent(97e-6)
+            break
+    wait = cadence.wait
+    assert 100 < wait < 130  # the rate limit is 250 steps away: half of them are skipped
+    # Steps now take 20 ms: by the rate limit alone the fifth is due (0.1 s); the sample waits
+    # for the skipped steps, and no longer.
+    taken = None
+    for step in range(1, wait + 10):
+        clock.t += 0.02
+        if cadence.tick():
+            taken = step
+            break
+    assert taken == wait + 1
