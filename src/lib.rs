@@ -5,7 +5,10 @@
 //!   and trainers over the `ingest` socket. Both send their inputs to the aggregator.
 //! - `core`: the `aggregator`, the one owner of the `store` and of `detect`ion, which publishes
 //!   an immutable `view` after each batch; the domain types (`model`, `trainer`) and the API's
-//!   document (`snapshot`).
+//!   document (`snapshot`). All of it but the aggregator (which runs on tokio) is the gpumon-core
+//!   crate (crates/core), re-exported here under the same paths with `units` and
+//!   `util::bounded`: that crate cannot reach tokio, HTTP, the terminal, NVML, nor any other
+//!   module here.
 //! - `outputs`: /metrics and the JSON API (`http`, `prometheus`) read the view or ask the
 //!   aggregator; `alerts` gets finding transitions on a bounded channel; `record` writes traces.
 //! - `frontends`: `status`, `tui`, `analyze`, `demo`, and `local` (the daemon's own poller and
@@ -22,5 +25,6 @@ pub mod frontends;
 pub mod malloc;
 pub mod outputs;
 pub mod sources;
-pub mod units;
+// In gpumon-core (its detection messages format bytes); re-exported under its old path.
+pub use gpumon_core::units;
 pub mod util;

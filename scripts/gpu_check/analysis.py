@@ -18,7 +18,7 @@ GIB = 1 << 30
 
 
 def fmt_bytes(b: Optional[float], decimals: int = 1) -> str:
-    """Binary units as the daemon prints them (src/units.rs): '64.0 MiB', '1.5 GiB'."""
+    """Binary units as the daemon prints them (crates/core/src/units.rs): '64.0 MiB', '1.5 GiB'."""
     if b is None:
         return "n/a"
     v = float(abs(b))

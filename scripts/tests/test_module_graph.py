@@ -133,3 +133,86 @@ def test_allowlist_entries_name_their_step_and_stale_ones_fail(tmp_path, capsys)
     allow.write_text("upward sources -> outputs  # issue 24 step 2\nupward core -> outputs  # issue 24 step 3\n")
     assert mg.main(["--src", src, "--allow", str(allow)]) == 1
     assert "no longer happens" in capsys.readouterr().out
+
+
+CORE_LIB = "pub mod core;\npub mod units;\npub mod util;\n"
+CORE_MANIFEST = """\
+[package]
+name = "gpumon-core"
+
+[dependencies]
+serde = { version = "1", features = ["derive"] }
+thiserror = "2"
+"""
+
+
+def two_crates(tmp_path, src_files, core_files, manifest=CORE_MANIFEST):
+    """gpumon's src and crates/core's, side by side as in the repository: (src, core_src)."""
+    src = tree(tmp_path, src_files)
+    core = tmp_path / "crates" / "core"
+    for rel, text in core_files.items():
+        path = core / "src" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    (core / "Cargo.toml").write_text(manifest)
+    return src, str(core / "src")
+
+
+def test_the_core_crate_is_read_with_gpumon_as_one_tree(tmp_path):
+    src, core_src = two_crates(tmp_path, {
+        "lib.rs": "pub mod core;\npub mod sources;\npub use gpumon_core::units;\n",
+        # The facade: the core crate's modules under their old paths, and the aggregator.
+        "core/mod.rs": "pub use gpumon_core::core::{model, store};\npub mod aggregator;\n",
+        "core/aggregator.rs": "use crate::core::store::Store;\nuse crate::sources::x;\n",
+        "sources/mod.rs": "use crate::core::model::Reading;\npub fn x() {}\n",
+    }, {
+        "lib.rs": CORE_LIB,
+        "core/mod.rs": "pub mod model;\npub mod store;\n",
+        "core/model.rs": "use crate::units::bytes;\npub struct Reading;\n",
+        "core/store.rs": "use crate::core::model::Reading;\nfn f() { crate::core::aggregator::run() }\n",
+        "units.rs": "pub fn bytes() {}\n",
+        "util/mod.rs": "",
+    })
+    assert mg.core_src_of(src) == core_src
+    cycles, upward, modules, graph = mg.analyse(src, core_src=core_src)
+    # A path in gpumon names the core crate's module; one in the core crate names gpumon's.
+    assert graph[("sources",)] == {("core", "model")}
+    assert ("core", "aggregator") in graph[("core", "store")]
+    assert upward == {("core::aggregator", "sources"): ["src/core/aggregator.rs:2"]}
+    members, inside = cycles[0]
+    assert members == ["core::aggregator", "core::store"]
+    assert inside[("core::store", "core::aggregator")] == ["crates/core/src/core/store.rs:2"]
+    # `core` has a file in each crate.
+    assert [s.path for s in modules[("core",)]] == ["src/core/mod.rs", "crates/core/src/core/mod.rs"]
+    assert mg.core_crate_problems(src, core_src) == []
+
+
+def test_the_core_crate_may_not_depend_on_what_sits_above_it(tmp_path):
+    manifest = CORE_MANIFEST + textwrap.dedent("""\
+        tokio-util = "0.7"
+        rt = { package = "tokio", version = "1" }
+        main = { path = "../.." }
+
+        [target.'cfg(unix)'.dependencies]
+        nvml-wrapper = "0.13"
+
+        [dev-dependencies]
+        ratatui = "0.30"
+        """)
+    src, core_src = two_crates(tmp_path, {"lib.rs": "pub mod core;\n"}, {
+        "lib.rs": "pub mod core;\npub mod sources;\n",
+        "core/mod.rs": "",
+        "sources.rs": "",
+    }, manifest)
+    problems = mg.core_crate_problems(src, core_src)
+    assert problems[0].startswith("crates/core/src/sources.rs: `sources` is above the core crate's layers")
+    named = [p.split(": ")[1] for p in problems[1:]]
+    assert named == [
+        "[dependencies] tokio-util",
+        "[dependencies] rt",
+        "[dependencies] main",
+        "[dev-dependencies] ratatui",
+        "[target.cfg(unix).dependencies] nvml-wrapper",
+    ]
+    assert "must not depend on gpumon " in problems[3]
+    assert mg.main(["--src", src, "--allow", str(tmp_path / "none")]) == 1

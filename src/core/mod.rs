@@ -1,18 +1,12 @@
-//! The middle: the core that applies every typed input to the store (apply.rs, input.rs), the
-//! aggregator thread that owns it and publishes the view, the reads it answers (query.rs); the
-//! domain types; the JSON API's document; the trace file format and the recording tap.
+//! The middle: the domain core (the gpumon-core crate, re-exported here under the paths it always
+//! had) and the aggregator thread that owns its store and publishes the view. The aggregator
+//! stays in this crate because it runs on tokio, which the core crate must not depend on.
+
+pub use gpumon_core::core::{
+    apply, detect, input, ledger, message, model, query, snapshot, store, tap, trace, trainer, view,
+};
 
 pub mod aggregator;
-pub mod apply;
-pub mod detect;
-pub mod input;
-pub mod ledger;
-pub mod message;
-pub mod model;
-pub mod query;
-pub mod snapshot;
-pub mod store;
-pub mod tap;
-pub mod trace;
-pub mod trainer;
-pub mod view;
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,8 @@
 //! its own counters with.
 
 pub mod backoff;
-pub mod bounded;
+// In gpumon-core, which the core's store and findings use; re-exported under its old path.
+pub use gpumon_core::util::bounded;
 pub mod expand;
 pub mod family;
 pub mod health;

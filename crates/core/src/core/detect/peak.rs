@@ -53,9 +53,9 @@ impl Peak {
 }
 
 /// A peak at model.py:88 (2 GiB of a 4 GiB peak, 48 blocks) over steps 1210–1230, for tests
-/// across the crate.
-#[cfg(test)]
-pub(crate) fn attention_example() -> Peak {
+/// across the workspace (the gpumon crate's tests get it through the `fixtures` feature).
+#[cfg(any(test, feature = "fixtures"))]
+pub fn attention_example() -> Peak {
     use super::attribution::Frame;
     let frame = |line, function: &str| Frame {
         file: "/home/alice/proj/model.py".into(),

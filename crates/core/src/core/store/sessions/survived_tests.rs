@@ -15,7 +15,7 @@ const PEER: Peer = Peer {
 
 fn fragmentation() -> Explanation {
     serde_json::from_str(include_str!(
-        "../../../../tests/fixtures/oom/fragmentation.json"
+        "../../../../../../tests/fixtures/oom/fragmentation.json"
     ))
     .unwrap()
 }

@@ -1,7 +1,12 @@
-use super::*;
+//! store::sessions' OOM arming (armed, peak), checked by the reply the trainer gets.
+
 use crate::core::detect::attribution::{Frame, Site};
-use crate::core::detect::Kind;
-use crate::core::store::sessions::{AttributionPolicy, SessionLimits};
+use crate::core::detect::peak::Peak;
+use crate::core::detect::{Finding, FindingState, Kind};
+use crate::core::store::sessions::{
+    ArmAnswer, ArmLine, ArmReason, ArmRequest, Armed, AttributionPolicy, OomPolicy, Session,
+    SessionLimits, Sessions,
+};
 use crate::core::trainer::{Ending, Hello, Peer, Sample, Stats};
 use crate::sources::ingest::protocol::{Code, Rejection};
 

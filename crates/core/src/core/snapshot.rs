@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 pub mod cursor;
-mod kept;
+pub mod kept;
 use cursor::Cursor;
 
 use crate::core::detect::attribution::Attribution;

@@ -28,7 +28,7 @@ pub use arm::{
     ArmAnswer, ArmLine, ArmReason, ArmRequest, Armed, Arming, OomPolicy, UnaskedArm,
     MAX_ENTRIES as OOM_MAX_ENTRIES,
 };
-pub use attribute::{Asking, AttributionPolicy, Request, Unasked};
+pub use attribute::{steps_for, Asking, AttributionPolicy, Request, Unasked};
 
 /// A cumulative allocator counter that survives the trainer resetting its stats: a decrease is a
 /// reset, and counting resumes from the new value.

@@ -99,9 +99,10 @@ impl Attribution {
 }
 
 /// What the trainer of the kept-outputs fixture (tests/fixtures/torch-snapshots) reports: 120 MiB
-/// in 120 blocks at train.py:27 over steps 60–180, for tests across the crate.
-#[cfg(test)]
-pub(crate) fn kept_outputs_example() -> Attribution {
+/// in 120 blocks at train.py:27 over steps 60–180, for tests across the workspace (the gpumon
+/// crate's tests get it through the `fixtures` feature).
+#[cfg(any(test, feature = "fixtures"))]
+pub fn kept_outputs_example() -> Attribution {
     let frame = |line, function: &str| Frame {
         file: "/home/alice/proj/train.py".into(),
         line,

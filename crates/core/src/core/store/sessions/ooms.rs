@@ -163,7 +163,7 @@ mod tests {
 
     fn explanation(pattern: Pattern, file: &str) -> Explanation {
         let mut x: Explanation = serde_json::from_str(include_str!(
-            "../../../../tests/fixtures/oom/fragmentation.json"
+            "../../../../../../tests/fixtures/oom/fragmentation.json"
         ))
         .unwrap();
         x.pattern = pattern;

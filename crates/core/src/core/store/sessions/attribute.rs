@@ -277,5 +277,5 @@ impl Session {
     }
 }
 
-#[cfg(test)]
-mod tests;
+// Its tests check the reply a trainer gets (ingest's protocol), so they live in the gpumon crate
+// (src/core/tests/attribute.rs).

@@ -50,7 +50,7 @@ fn oom_event(ts: f64, alloc_limit: Option<u64>) -> EventRecord {
 /// The real H100 fragmentation OOM (tests/fixtures/oom).
 pub(crate) fn fragmentation() -> Explanation {
     serde_json::from_str(include_str!(
-        "../../../../tests/fixtures/oom/fragmentation.json"
+        "../../../../../../tests/fixtures/oom/fragmentation.json"
     ))
     .unwrap()
 }

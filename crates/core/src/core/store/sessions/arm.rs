@@ -396,5 +396,5 @@ fn summary(p: &Peak) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests;
+// Its tests check the reply a trainer gets (ingest's protocol), so they live in the gpumon crate
+// (src/core/tests/arm.rs).

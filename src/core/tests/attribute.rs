@@ -1,10 +1,13 @@
-use super::*;
-// The connection turns an unasked answer into this reply; the tests check what the trainer sees.
-use crate::core::detect::attribution::Site;
+//! store::sessions' attribution requests and answers, checked by the reply the trainer gets.
+
+use crate::core::detect::attribution::{Attribution, Site};
 use crate::core::detect::{Finding, FindingState, Kind};
-use crate::core::store::sessions::SessionLimits;
+use crate::core::store::sessions::{
+    steps_for, AttributionPolicy, Request, Session, SessionLimits, Sessions,
+};
 use crate::core::trainer::{Ending, Peer};
 use crate::core::trainer::{Hello, Sample, Stats};
+// The connection turns an unasked answer into this reply; the tests check what the trainer sees.
 use crate::sources::ingest::protocol::{Code, Rejection};
 
 const MIB: u64 = 1 << 20;
