@@ -109,10 +109,9 @@ def make_loop(width, batch, optimizer="adamw"):
     return step
 
 
-def timed_hook():
+def timed_hook(inner):
     """Wraps the client's hook to accumulate the time spent inside it (the client's own cost)."""
     spent = [0.0]
-    inner = hooks._optimizer_hook
 
     def hook(optimizer, args, kwargs):
         t0 = time.perf_counter()
@@ -163,7 +162,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
         rng.shuffle(order)
         t = {}
         for attach_it in order:
-            handle = register(hooks._optimizer_hook) if attach_it else None
+            handle = register(state.hook) if attach_it else None
             t[attach_it] = block(step, n)
             if handle is not None:
                 handle.remove()
@@ -175,7 +174,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
     samples = state.client.transport.sent_lines - start_lines
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
-    hook, spent = timed_hook()
+    hook, spent = timed_hook(state.hook)
     handle = register(hook)
     own_blocks = max(2, rounds // 10)
     for _ in range(own_blocks):

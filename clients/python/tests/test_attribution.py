@@ -499,7 +499,11 @@ def test_the_registered_hook_skips_the_steps_its_cadence_need_not_see(sock_path,
     cadence.due = lambda steps=1: (decisions.append(steps), real_due(steps))[1]
     state = Attachment(c, cadence)
     monkeypatch.setattr(hooks, "_state", state)
-    opt = object()
+
+    class Optimizer:
+        pass
+
+    opt = Optimizer()
     sent = c.transport.sent_lines
     for _ in range(40):
         hooks._optimizer_hook(opt, (), {})
@@ -513,11 +517,18 @@ def test_the_registered_hook_skips_the_steps_its_cadence_need_not_see(sock_path,
     assert window_calls == [42, 43, 44, 45]  # taken at step 41's sample; every step of the window
     assert answers(daemon)[0]["step_from"] == 42
     # A second optimizer: each training step steps both, and is counted once.
-    other = object()
+    other = Optimizer()
     for _ in range(6):
         hooks._optimizer_hook(opt, (), {})
         hooks._optimizer_hook(other, (), {})
     assert state.step == 54
+    # An optimizer without weak references takes the whole path at every step, and counts the
+    # same (its first call joins the step the other two were in).
+    del decisions[:]
+    bare = object()
+    for _ in range(8):
+        hooks._optimizer_hook(bare, (), {})
+    assert state.step == 61 and decisions == [1] * 7
 
 
 def test_reporter_steps_move_the_window(sock_path, daemon, pair):

@@ -133,3 +133,23 @@ def test_a_slowdown_delays_a_sample_by_at_most_the_steps_skipped():
             taken = step
             break
     assert taken == wait + 1
+
+
+def test_the_step_hook_counts_steps_and_keeps_no_optimizer_alive():
+    import gc
+    import weakref
+
+    from gpumon_client.hooks import Attachment
+
+    class Optimizer:
+        pass
+
+    state = Attachment(None, Cadence())  # no client: the hook only counts
+    opt = Optimizer()
+    for _ in range(1000):  # more than one countdown (at most 250 steps each)
+        state.hook(opt, (), {})
+    assert state.step == 1000
+    gone = weakref.ref(opt)
+    del opt
+    gc.collect()
+    assert gone() is None  # the hook's reference is weak: a dropped optimizer (and its state) is freed
