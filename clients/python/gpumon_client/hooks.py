@@ -46,7 +46,8 @@ def _countdown(att: "Attachment") -> Tuple[Callable[[Any, Any, Any], None], Call
     only count down `left`: a closure's cells, small ints (CPython caches them, so counting
     allocates nothing) and one weak reference call. In the training loop, where the step has
     evicted the caches, a global, an object's attributes or a new int each cost more than their
-    instructions: this path measured 0.15 us over an empty hook, the same in attributes 0.9 us.
+    instructions: this path measured about 0.3 us over an empty hook there (bench_client.py's
+    0.22 ms step), the same path through a global and an object's attributes about 0.9 us.
     """
     left = 0  # calls the hook may still only count, plus one
     left0 = 0  # `left` when the countdown began
