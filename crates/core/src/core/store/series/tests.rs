@@ -1,0 +1,69 @@
+use super::*;
+
+fn gpu(i: u64) -> GpuPoint {
+    GpuPoint {
+        used: (40 << 30) + i * (2 << 20),
+        reserved: 567_279_616,
+        free: (39 << 30) - i * (2 << 20),
+        utilization: (i % 3 != 0).then_some(i as f32 * 0.5),
+    }
+}
+
+#[test]
+fn keeps_exactly_the_newest_capacity_points() {
+    let mut s = Series::new(3);
+    for i in 0..10 {
+        s.push(i as f64, Some(gpu(i)), 1.0);
+    }
+    assert_eq!(s.len(), 3);
+    let vals: Vec<_> = s.since(0.0).map(|p| p.value).collect();
+    assert_eq!(vals, vec![Some(gpu(7)), Some(gpu(8)), Some(gpu(9))]);
+    assert_eq!(s.last().map(|p| p.value), Some(Some(gpu(9))));
+}
+
+/// An hour of a GPU polled every second whose memory and utilization move every poll: about
+/// 9 bytes a point (an idle GPU's take 2), where `Point<GpuPoint>` takes 40.
+#[test]
+fn an_hour_of_polls_takes_a_few_bytes_a_point() {
+    let mut s = Series::new(3600);
+    for i in 0..7200u64 {
+        s.push(1e9 + i as f64, Some(gpu(i % 300)), 1.0);
+    }
+    let pts: Vec<_> = s.since(0.0).collect();
+    assert_eq!(pts.len(), 3600);
+    for (k, p) in pts.iter().enumerate() {
+        let i = 3600 + k as u64;
+        assert_eq!((p.ts, p.value), (1e9 + i as f64, Some(gpu(i % 300))));
+    }
+    assert!(s.allocated_bytes() < 3600 * 10, "{}", s.allocated_bytes());
+}
+
+#[test]
+fn missed_ticks_become_an_explicit_gap() {
+    let mut s = Series::new(10);
+    s.push(0.0, Some(gpu(1)), 1.0);
+    s.push(1.0, Some(gpu(2)), 1.0);
+    s.push(5.0, Some(gpu(3)), 1.0);
+    s.push(6.0, None, 1.0);
+    let pts: Vec<_> = s.since(0.0).collect();
+    assert_eq!(pts.len(), 5);
+    assert_eq!(
+        pts[2],
+        Point {
+            ts: 2.0,
+            value: None
+        }
+    );
+    assert_eq!(pts[3].value, Some(gpu(3)));
+    assert_eq!(pts[4].value, None);
+}
+
+#[test]
+fn since_filters_by_time() {
+    let mut s = Series::new(10);
+    for i in 0..5 {
+        s.push(i as f64, Some(gpu(i)), 1.0);
+    }
+    assert_eq!(s.since(3.0).count(), 2);
+    assert_eq!(s.since(99.0).count(), 0);
+}

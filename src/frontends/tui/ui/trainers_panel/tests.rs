@@ -1,0 +1,66 @@
+#![allow(clippy::unwrap_used)]
+use super::*;
+use crate::frontends::tui::fixtures;
+
+/// The table drawn alone into `w`x`h`.
+fn drawn(w: u16, h: u16) -> String {
+    let app = fixtures::demo_like();
+    let backend = ratatui::backend::TestBackend::new(w, h);
+    let mut term = ratatui::Terminal::new(backend).unwrap();
+    term.draw(|f| trainers(f, f.area(), &app, Theme::new(false)))
+        .unwrap();
+    term.backend().to_string()
+}
+
+#[test]
+fn cut_rows_and_no_room_say_where_the_trainers_are() {
+    let five = drawn(80, 5);
+    assert!(five.contains("demo-leak r0/1"), "{five}");
+    assert!(five.contains(" 2 more: 2 Processes lists them "), "{five}");
+    let three = drawn(80, 3);
+    assert!(
+        three.contains(" 4 trainers (3 with findings): 2 Processes lists them"),
+        "{three}"
+    );
+}
+
+fn total(cols: &[(Column, usize)]) -> usize {
+    cols.iter().map(|(_, w)| w).sum::<usize>() + cols.len() - 1
+}
+
+#[test]
+fn the_name_and_the_findings_come_first_and_share_what_is_left() {
+    // 80 columns, the demo's longest name: whole, beside its badges and the memory.
+    let cols = columns(78, 29, 4);
+    let shown: Vec<Column> = cols.iter().map(|(c, _)| *c).collect();
+    assert_eq!(
+        shown,
+        [
+            Column::Name,
+            Column::Gpu,
+            Column::Floor,
+            Column::Peak,
+            Column::Reserved,
+            Column::Findings
+        ]
+    );
+    assert_eq!(cols[0], (Column::Name, 29));
+    assert_eq!(total(&cols), 78);
+    // 120 and 160: every column, the name whole, the rest to the findings.
+    for room in [118, 158] {
+        let cols = columns(room, 29, 9);
+        assert_eq!(cols.len(), SHOWN.len());
+        assert_eq!(cols[0], (Column::Name, 29));
+        assert_eq!(total(&cols), room);
+    }
+    // A very long name is cut near half the room, not the findings.
+    let cols = columns(78, 200, 9);
+    assert_eq!(cols[0], (Column::Name, 41));
+    assert_eq!(cols.last(), Some(&(Column::Findings, 9)));
+    assert!(total(&cols) <= 78);
+    // Narrowest terminal: still both.
+    let cols = columns(38, 29, 4);
+    assert_eq!(cols[0].0, Column::Name);
+    assert_eq!(cols.last().map(|c| c.0), Some(Column::Findings));
+    assert!(total(&cols) <= 38, "{cols:?}");
+}
