@@ -35,9 +35,42 @@ pub trait FindingView {
     /// The kind as lists name it, with an explained OOM's pattern when it decided one:
     /// "oom pressure", "oom frag", "oom leak"; at most 13 columns.
     fn label(&self) -> String;
+    /// The GPU index the daemon resolved for it (MIG instances to their parent's index).
+    fn gpu_index(&self) -> Option<u32>;
+    /// Whether it is about the trainer or process `session`/`pid` on `gpu`: the one rule every
+    /// screen joins findings to rows by. A trainer's finding belongs to its session; one without
+    /// a session (an aggregate over many trainers), or a row without one, matches by pid, and
+    /// by GPU where both know it.
+    fn concerns(&self, session: Option<&str>, pid: u32, gpu: Option<u32>) -> bool {
+        match (self.session(), session) {
+            (Some(id), Some(row)) => id == row,
+            _ => {
+                self.pid() == pid
+                    && match (self.gpu_index(), gpu) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    }
+            }
+        }
+    }
+    /// Its session id, when a single trainer's.
+    fn session(&self) -> Option<&str>;
+    fn pid(&self) -> u32;
 }
 
 impl FindingView for Finding {
+    fn gpu_index(&self) -> Option<u32> {
+        self.gpu.as_deref().and_then(|g| g.parse().ok())
+    }
+
+    fn session(&self) -> Option<&str> {
+        Some(self.subject.session.as_str()).filter(|s| !s.is_empty())
+    }
+
+    fn pid(&self) -> u32 {
+        self.subject.pid
+    }
+
     fn state(&self) -> State {
         match self.state {
             FindingState::Firing => State::Firing,

@@ -124,12 +124,10 @@ impl Node {
 
     /// Firing findings about one GPU.
     pub fn firing_on(&self, g: &GpuView) -> usize {
-        let idx = g.reading.identity.index.to_string();
+        let idx = g.reading.identity.index;
         self.findings
             .iter()
-            .filter(|f| f.firing())
-            // The daemon resolved each finding's GPU (MIG instances to their parent's index).
-            .filter(|f| f.gpu.as_deref() == Some(idx.as_str()))
+            .filter(|f| f.firing() && f.gpu_index() == Some(idx))
             .count()
     }
 
@@ -139,11 +137,7 @@ impl Node {
         let mut v: Vec<&Finding> = self
             .findings
             .iter()
-            // An aggregated finding (many trainers at once) has no session: match it by pid.
-            .filter(|f| match f.subject.session.as_str() {
-                "" => f.subject.pid == pid,
-                id => id == session,
-            })
+            .filter(|f| f.concerns(Some(session).filter(|s| !s.is_empty()), pid, None))
             .collect();
         v.sort_by(|a, b| {
             (a.state(), !a.critical(), -a.sort_ts())

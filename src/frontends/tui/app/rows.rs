@@ -350,16 +350,10 @@ pub fn latest_floor(s: &SessionView) -> Option<u64> {
 }
 
 fn badges(s: Option<&SessionView>, pid: u32, gpu: Option<u32>, findings: &[Finding]) -> Vec<Badge> {
-    let gpu = gpu.map(|g| g.to_string());
     let mut out: Vec<Badge> = findings
         .iter()
         .filter(|f| f.firing())
-        // The daemon joined findings to sessions and GPUs; an aggregated one (no session) is
-        // matched by pid and GPU.
-        .filter(|f| match (s, f.subject.session.as_str()) {
-            (Some(s), id) if !id.is_empty() => id == s.session,
-            _ => f.subject.pid == pid && (f.gpu.is_none() || f.gpu == gpu),
-        })
+        .filter(|f| f.concerns(s.map(|s| s.session.as_str()), pid, gpu))
         .map(|f| Badge {
             kind: badge_kind(f),
             critical: f.critical(),

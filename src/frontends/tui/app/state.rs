@@ -449,17 +449,13 @@ impl App {
                     return;
                 };
                 let row = self.procs.rows.iter().find(|r| {
-                    r.key.node == *n
-                        && match f.subject.session.as_str() {
-                            "" => f.subject.pid == r.key.pid,
-                            id => r.key.session.as_deref() == Some(id),
-                        }
+                    r.key.node == *n && f.concerns(r.key.session.as_deref(), r.key.pid, r.key.gpu)
                 });
                 // A trainer that has ended has no row any more; its session still has a detail.
                 let key = row.map(|r| r.key.clone()).or_else(|| {
                     Some(RowKey {
                         node: *n,
-                        gpu: f.gpu.as_deref().and_then(|g| g.parse().ok()),
+                        gpu: f.gpu_index(),
                         pid: f.subject.pid,
                         session: Some(f.subject.session.clone()).filter(|s| !s.is_empty()),
                     })

@@ -77,3 +77,31 @@ fn an_explained_oom_names_its_pattern_and_whether_the_run_went_on() {
     assert!(leak.explanation().is_none() && !leak.survived());
     assert_eq!(leak.label(), "leak");
 }
+
+#[test]
+fn one_rule_joins_a_finding_to_a_row() {
+    let of = |session: &str, gpu: Option<&str>| -> Finding {
+        serde_json::from_value(json!({
+            "id":"x","kind":"leak","state":"firing","severity":"warning",
+            "session":session,"pid":4242,"gpu":gpu,"first_ts":1.0,"updated_ts":1.0,
+            "message":"","evidence":{}
+        }))
+        .unwrap()
+    };
+    let trainer = of("s-3", Some("1"));
+    assert_eq!(trainer.gpu_index(), Some(1));
+    // A trainer's finding belongs to its session, whatever pid the row shows.
+    assert!(trainer.concerns(Some("s-3"), 1, Some(0)));
+    assert!(!trainer.concerns(Some("s-4"), 4242, Some(1)));
+    // A row without a session (a plain process): by pid and GPU.
+    assert!(trainer.concerns(None, 4242, Some(1)));
+    assert!(!trainer.concerns(None, 4242, Some(0)));
+    assert!(!trainer.concerns(None, 4243, Some(1)));
+    // An aggregate (no session): by pid, and by GPU where both know it.
+    let aggregate = of("", None);
+    assert!(aggregate.concerns(Some("s-3"), 4242, Some(0)));
+    assert!(!aggregate.concerns(Some("s-3"), 4243, None));
+    let on_gpu = of("", Some("2"));
+    assert!(on_gpu.concerns(Some("s-3"), 4242, None));
+    assert!(!on_gpu.concerns(Some("s-3"), 4242, Some(0)));
+}
