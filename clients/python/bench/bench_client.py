@@ -152,6 +152,8 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
     # source= only because CUDA is unavailable here: TorchStatsSource on the stand-in driver.
     state = gpumon_client.attach(job="bench", socket=sock, source=TorchStatsSource(0))
     state._hook_handle.remove()
+    # The attachment's own hook; an older client (before/after runs) has only the module's.
+    client_hook = getattr(state, "hook", hooks._optimizer_hook)
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
     start_lines = state.client.transport.sent_lines
     bare, diffs, cpu_diffs, attached_steps, attached_time = [], [], [], 0, 0.0
@@ -162,7 +164,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
         rng.shuffle(order)
         t = {}
         for attach_it in order:
-            handle = register(state.hook) if attach_it else None
+            handle = register(client_hook) if attach_it else None
             t[attach_it] = block(step, n)
             if handle is not None:
                 handle.remove()
@@ -174,7 +176,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
     samples = state.client.transport.sent_lines - start_lines
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
-    hook, spent = timed_hook(state.hook)
+    hook, spent = timed_hook(client_hook)
     handle = register(hook)
     own_blocks = max(2, rounds // 10)
     for _ in range(own_blocks):
