@@ -2,9 +2,12 @@
 //! what `gpumon status --direct` and the TUI's in-process mode read when no daemon runs, so
 //! they show exactly what a daemon would, computed the same way.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,7 +31,7 @@ pub struct Machine {
 pub struct LocalNode {
     handle: Option<Handle>,
     stop: Option<Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
+    poller: Option<JoinHandle<()>>,
     hostname: String,
 }
 
@@ -46,7 +49,8 @@ impl LocalNode {
         let store = Store::new(limits, interval.as_secs_f64(), nvml_lib.clone());
         // Its readers take snapshots, never /metrics: the Prometheus text is not encoded (at 8
         // GPUs x 128 processes that was a sixth of `gpumon status --direct`'s work).
-        let (handle, agg) = aggregator::spawn(store, |_| String::new(), None)?;
+        // Its thread is not joined (see `drop`).
+        let (handle, _) = aggregator::spawn(store, |_| String::new(), None)?;
         let (stop, stop_rx) = std::sync::mpsc::channel();
         let source = Box::new(NvmlSource::new(nvml_lib, procfs));
         let poll = handle.clone();
@@ -70,7 +74,7 @@ impl LocalNode {
         Ok(Self {
             handle: Some(handle),
             stop: Some(stop),
-            threads: vec![poller, agg],
+            poller: Some(poller),
             hostname: crate::core::snapshot::hostname(),
         })
     }
@@ -80,13 +84,12 @@ impl LocalNode {
     pub fn next_snapshot(&self, after: u64, timeout: Duration) -> Option<(u64, Snapshot)> {
         let handle = self.handle.as_ref()?;
         let deadline = Instant::now() + timeout;
-        // The view is published at once after a collection: a short poll of it is enough (an
-        // Arc clone a millisecond; `gpumon status` waits on it once).
-        while handle.view().collection <= after {
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        // The view is published at once after a collection: woken by it, not by a poll of it
+        // (a millisecond's poll cost `gpumon status` half of one on average).
+        let mut views = handle.subscribe();
+        let newer = views.wait_for(|v| v.collection > after);
+        if !matches!(block_on(newer, deadline), Some(Ok(_))) {
+            return None;
         }
         let asked = Query::Local {
             hostname: self.hostname.clone(),
@@ -98,13 +101,40 @@ impl LocalNode {
     }
 }
 
+/// Runs `fut` to its end on this thread, parked between polls; None at `deadline`. The
+/// aggregator's runtime lives on its own thread, and tokio's channels need none to wait on.
+fn block_on<F: Future>(fut: F, deadline: Instant) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+        let left = deadline.checked_duration_since(Instant::now())?;
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::park_timeout(left);
+    }
+}
+
 impl Drop for LocalNode {
     fn drop(&mut self) {
-        // The poller ends on the stop signal and the aggregator once no handle is left.
+        // The poller ends on the stop signal (it is waited for: it shuts NVML down). The
+        // aggregator ends once no handle is left, at its next wake, which can be a couple of
+        // ms away (it lingers after each batch of inputs): it is not waited for, as it holds
+        // nothing to flush or close (`gpumon status` waited that long before printing).
         self.stop.take();
         self.handle.take();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        if let Some(poller) = self.poller.take() {
+            let _ = poller.join();
         }
     }
 }

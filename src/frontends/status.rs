@@ -1,6 +1,7 @@
 //! `gpumon status`: one look at the node, from the running daemon when there is one, else
 //! straight from NVML (so it works before the daemon is installed).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -145,18 +146,34 @@ fn layout(snap: &Snapshot, origin: &Origin) -> String {
         "\n{:<4} {:>8} {:<12} {:<14} {:<16} {:<16} {:>10}",
         "GPU", "PID", "USER", "CONTAINER", "PROCESS", "KIND", "USED"
     );
+    // A row per process, thousands on a busy node: the cells are written straight into `out`
+    // (what `{:<4} {:>8} {:<12} {:<14} {:<16} {:<16} {:>10}` wrote, without a String per cell).
+    out.reserve(snap.processes.len() * 88);
+    let mut cell = String::new();
     for p in &snap.processes {
-        let _ = writeln!(
-            out,
-            "{:<4} {:>8} {:<12} {:<14} {:<16} {:<16} {:>10}",
-            p.gpu,
-            p.pid,
-            truncate(p.info.user.as_deref().unwrap_or("n/a"), 12),
-            truncate(p.info.container.as_deref().unwrap_or("-"), 14),
-            truncate(p.info.name.as_deref().unwrap_or("n/a"), 16),
-            p.kind.as_str(),
-            opt(p.used_memory_bytes, bytes),
-        );
+        cell.clear();
+        push_decimal(&mut cell, p.gpu.into());
+        pad(&mut out, &cell, 4, Align::Left);
+        out.push(' ');
+        cell.clear();
+        push_decimal(&mut cell, p.pid.into());
+        pad(&mut out, &cell, 8, Align::Right);
+        out.push(' ');
+        fit(&mut out, p.info.user.as_deref().unwrap_or("n/a"), 12);
+        out.push(' ');
+        fit(&mut out, p.info.container.as_deref().unwrap_or("-"), 14);
+        out.push(' ');
+        fit(&mut out, p.info.name.as_deref().unwrap_or("n/a"), 16);
+        out.push(' ');
+        pad(&mut out, p.kind.as_str(), 16, Align::Left);
+        out.push(' ');
+        cell.clear();
+        match p.used_memory_bytes {
+            Some(b) => push_bytes(&mut cell, b),
+            None => cell.push_str("n/a"),
+        }
+        pad(&mut out, &cell, 10, Align::Right);
+        out.push('\n');
     }
     out
 }
@@ -230,12 +247,114 @@ fn trainers(snap: &Snapshot, out: &mut String) {
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max - 1).collect();
-        t.push('~');
-        t
+/// `s` cut to `max` characters (at least 1), its last one then `~`; `s` itself when it fits.
+fn truncate(s: &str, max: usize) -> Cow<'_, str> {
+    match cut_at(s, max) {
+        None => Cow::Borrowed(s),
+        Some(end) => Cow::Owned(format!("{}~", &s[..end])),
     }
 }
+
+/// Where `s` is cut to fit `max` characters (the byte offset of its `max`th, which `~`
+/// replaces); None when it fits.
+fn cut_at(s: &str, max: usize) -> Option<usize> {
+    if s.len() <= max {
+        return None;
+    }
+    let mut starts = s.char_indices().map(|(i, _)| i);
+    let end = starts.nth(max.checked_sub(1)?)?;
+    starts.next().map(|_| end)
+}
+
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// `s` padded with spaces to `width` characters, as `{:<width$}` or `{:>width$}` pads it
+/// (counting characters, not bytes).
+fn pad(out: &mut String, s: &str, width: usize, align: Align) {
+    let chars = if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    };
+    let fill = width.saturating_sub(chars);
+    if let Align::Right = align {
+        spaces(out, fill);
+    }
+    out.push_str(s);
+    if let Align::Left = align {
+        spaces(out, fill);
+    }
+}
+
+fn spaces(out: &mut String, n: usize) {
+    const SPACES: &str = "                                ";
+    match SPACES.get(..n) {
+        Some(run) => out.push_str(run),
+        None => out.extend(std::iter::repeat_n(' ', n)),
+    }
+}
+
+/// `truncate(s, width)` padded to `width` on the right, without a String for it.
+fn fit(out: &mut String, s: &str, width: usize) {
+    match cut_at(s, width) {
+        None => pad(out, s, width, Align::Left),
+        // The cut keeps width - 1 characters, and `~` makes the width.
+        Some(end) => {
+            out.push_str(&s[..end]);
+            out.push('~');
+        }
+    }
+}
+
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
+/// What `units::bytes` writes ("512 B", "1.5 KiB", "79.6 GiB"), without its float formatting:
+/// below 2^53 bytes the value in its unit is b / 2^(10 x unit) exactly, so its one decimal is
+/// found in integers, rounded as float formatting rounds (to nearest, a tie to even).
+fn push_bytes(out: &mut String, b: u64) {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b >= 1 << 53 {
+        // Not exact as an f64: its own rounding decides.
+        out.push_str(&crate::units::bytes(b));
+        return;
+    }
+    let unit = ((63 - b.max(1).leading_zeros()) / 10).min(5) as usize;
+    if unit == 0 {
+        push_decimal(out, b);
+        out.push_str(" B");
+        return;
+    }
+    let shift = 10 * unit as u32;
+    let tenths = b * 10;
+    let mut q = tenths >> shift;
+    let rest = tenths & ((1 << shift) - 1);
+    let half = 1 << (shift - 1);
+    if rest > half || (rest == half && q % 2 == 1) {
+        q += 1;
+    }
+    push_decimal(out, q / 10);
+    out.push('.');
+    out.push(char::from(b'0' + (q % 10) as u8));
+    out.push(' ');
+    out.push_str(UNITS[unit]);
+}
+
+#[cfg(test)]
+mod tests;

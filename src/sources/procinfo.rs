@@ -7,39 +7,49 @@
 //! no allocation per process for it.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::core::model::ProcInfo;
 use crate::util::pid_map::PidMap;
+use pool::Pool;
 
 pub struct ProcCache {
+    /// Where /proc is (tests use a directory of their own).
     root: PathBuf,
     /// Info by pid, with the collection that last asked for it.
     entries: PidMap<(Arc<ProcInfo>, u64)>,
     users: Option<HashMap<u32, String>>,
     /// The current collection (`begin`).
     round: u64,
-    /// Where a /proc file is read, kept between look-ups.
-    scratch: String,
+    /// Reads the files of a pid `get` finds not read ahead.
+    reader: Reader,
+    /// The threads `prefetch` reads on beside the caller, from the first prefetch on (their
+    /// number found once: std reads the cgroup's CPU quota each time it is asked).
+    pool: Option<Pool>,
     /// Files read ahead by `prefetch`, for `get` to finish.
     read_ahead: HashMap<u32, Files>,
 }
 
-/// What a process's /proc files said, before the user name and container are worked out.
+/// What a process's /proc files said, worked out as far as the reading thread can (all but
+/// the user name, which needs the cache's passwd table).
 #[derive(Default)]
 struct Files {
     name: Option<String>,
     uid: Option<u32>,
     cgroup: Option<String>,
+    container: Option<String>,
+    pod_uid: Option<String>,
 }
 
 /// Uncached pids from which `prefetch` reads in parallel: below this, threads cost more than
 /// the reads (a few µs a file).
 const PREFETCH_FROM: usize = 32;
-/// Threads `prefetch` uses at most.
+/// Threads `prefetch` uses at most, the calling one included.
 const PREFETCH_THREADS: usize = 4;
 
 impl ProcCache {
@@ -50,11 +60,12 @@ impl ProcCache {
     /// `root` replaces /proc, for tests.
     pub fn with_root(root: PathBuf) -> Self {
         Self {
-            root,
             entries: PidMap::default(),
             users: None,
             round: 0,
-            scratch: String::with_capacity(SCRATCH),
+            reader: Reader::new(&root),
+            root,
+            pool: None,
             read_ahead: HashMap::new(),
         }
     }
@@ -71,10 +82,10 @@ impl ProcCache {
         self.read_ahead.clear();
     }
 
-    /// Reads the /proc files of those of `pids` not cached yet on a few threads at once, for
-    /// `get` to use: a node's first look (`status --direct`, a daemon's first poll) reads three
-    /// files for each of up to thousands of processes, which is most of a one-shot's time.
-    /// Later polls find nearly every pid cached and read nothing here.
+    /// Reads the /proc files of those of `pids` not cached yet on a few threads at once, this
+    /// one among them, for `get` to use: a node's first look (`status --direct`, a daemon's
+    /// first poll) reads two files for each of up to thousands of processes, which is most of a
+    /// one-shot's time. Later polls find nearly every pid cached and read nothing here.
     pub fn prefetch(&mut self, pids: impl Iterator<Item = u32>) {
         let missing: Vec<u32> = pids
             .filter(|p| self.entries.get_mut(p).is_none() && !self.read_ahead.contains_key(p))
@@ -82,33 +93,16 @@ impl ProcCache {
         if missing.len() < PREFETCH_FROM {
             return;
         }
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(PREFETCH_THREADS);
-        if threads < 2 {
+        let pool = self.pool.get_or_insert_with(|| {
+            let threads = std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(PREFETCH_THREADS);
+            Pool::new(threads - 1)
+        });
+        if pool.is_empty() {
             return;
         }
-        let per = missing.len().div_ceil(threads);
-        let root = &self.root;
-        let read: Vec<(u32, Files)> = std::thread::scope(|scope| {
-            let parts: Vec<_> = missing
-                .chunks(per)
-                .map(|part| {
-                    scope.spawn(move || {
-                        let mut buf = String::with_capacity(SCRATCH);
-                        part.iter()
-                            .map(|&pid| (pid, read_files(root, pid, &mut buf)))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            // A reader that panicked leaves its pids to `get`, which reads them itself.
-            parts
-                .into_iter()
-                .filter_map(|h| h.join().ok())
-                .flatten()
-                .collect()
-        });
+        let read = pool.read(&self.root, &mut self.reader, missing);
         self.read_ahead.extend(read);
     }
 
@@ -143,17 +137,16 @@ impl ProcCache {
     fn lookup(&mut self, pid: u32) -> ProcInfo {
         let files = match self.read_ahead.remove(&pid) {
             Some(f) => f,
-            None => {
-                let mut buf = std::mem::take(&mut self.scratch);
-                let f = read_files(&self.root, pid, &mut buf);
-                self.scratch = buf;
-                f
-            }
+            None => self.reader.files(pid),
         };
-        let Files { name, uid, cgroup } = files;
+        let Files {
+            name,
+            uid,
+            cgroup,
+            container,
+            pod_uid,
+        } = files;
         let user = uid.and_then(|u| self.user_name(u));
-        let container = cgroup.as_deref().and_then(container_from_cgroup);
-        let pod_uid = cgroup.as_deref().and_then(kube_ids).map(|k| k.pod_uid);
         ProcInfo {
             name,
             user,
@@ -184,40 +177,158 @@ impl Default for ProcCache {
     }
 }
 
-/// A process's name (comm), real uid (status) and main cgroup; None for each that cannot be read.
-fn read_files(root: &Path, pid: u32, buf: &mut String) -> Files {
-    let dir = root.join(pid.to_string());
-    let name = read_small(&dir.join("comm"), buf)
-        .then(|| buf.trim_end().to_string())
-        .filter(|s| !s.is_empty());
-    let uid = read_small(&dir.join("status"), buf)
-        .then(|| parse_uid(buf))
-        .flatten();
-    let cgroup = read_small(&dir.join("cgroup"), buf)
-        .then(|| main_cgroup(buf))
-        .flatten();
-    Files { name, uid, cgroup }
+/// Reads processes' /proc files, keeping its path and text buffers from one file to the next.
+struct Reader {
+    /// `root/`, followed while a file is read by `PID/FILE`.
+    path: Vec<u8>,
+    root_len: usize,
+    buf: Vec<u8>,
 }
 
-/// What a /proc file is read into: status, the largest read, is about 1.5 KiB.
+/// What a /proc file is read into at first: status, the largest read, is about 1.5 KiB.
 const SCRATCH: usize = 8 * 1024;
+/// A file is cut here (procfs files are far below it).
+const MAX_FILE: usize = 1 << 20;
 
-/// Reads a small file into `buf` (cleared first); false when it cannot be read. procfs gives
-/// its files no size, so std's size look-up (a statx per file) and its growing reads buy
-/// nothing: with `buf`'s room kept between calls, a file is one read and the end one more.
-fn read_small(path: &Path, buf: &mut String) -> bool {
-    buf.clear();
-    let Ok(file) = fs::File::open(path) else {
-        return false;
-    };
-    // `take` hides the File, so the size look-up is skipped; procfs files are far below it.
-    file.take(1 << 20).read_to_string(buf).is_ok()
+impl Reader {
+    fn new(root: &Path) -> Self {
+        let mut path = root.as_os_str().as_bytes().to_vec();
+        if !path.is_empty() && !path.ends_with(b"/") {
+            path.push(b'/');
+        }
+        Self {
+            root_len: path.len(),
+            path,
+            buf: vec![0; SCRATCH],
+        }
+    }
+
+    /// A process's name and real uid (both from status) and main cgroup; None for each that
+    /// cannot be read. status's `Name:` line is what comm holds (escaped), so comm is not read:
+    /// a third of the files, and procfs costs a few µs per file opened.
+    fn files(&mut self, pid: u32) -> Files {
+        let (name, uid) = match self.read(pid, "status") {
+            Some(status) => (status_name(status), parse_uid(status)),
+            None => (None, None),
+        };
+        let cgroup = self.read(pid, "cgroup").and_then(main_cgroup);
+        let container = cgroup.as_deref().and_then(container_from_cgroup);
+        let pod_uid = cgroup.as_deref().and_then(kube_ids).map(|k| k.pod_uid);
+        Files {
+            name,
+            uid,
+            cgroup,
+            container,
+            pod_uid,
+        }
+    }
+
+    /// `root/PID/file` as text; None when it cannot be read or is not UTF-8.
+    fn read(&mut self, pid: u32, file: &str) -> Option<&str> {
+        self.path.truncate(self.root_len);
+        push_decimal(&mut self.path, pid);
+        self.path.push(b'/');
+        self.path.extend_from_slice(file.as_bytes());
+        let len = read_small(Path::new(OsStr::from_bytes(&self.path)), &mut self.buf)?;
+        std::str::from_utf8(&self.buf[..len]).ok()
+    }
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Reads a small file into `buf` (grown as needed, its length kept between calls) and returns
+/// how many bytes it holds; None when it cannot be read. procfs gives its files no size, so
+/// std's size look-up (a statx per file) and its read to a zero-length end buy nothing: procfs
+/// hands a file shown in one piece (status, cgroup, comm: `single_open`) whole to the first
+/// read that has room for it, as a regular file does, so a read that leaves room is the end.
+fn read_small(path: &Path, buf: &mut Vec<u8>) -> Option<usize> {
+    let mut file = fs::File::open(path).ok()?;
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            if len >= MAX_FILE {
+                return Some(len);
+            }
+            buf.resize((len * 2).max(SCRATCH), 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => return Some(len),
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    return Some(len);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The line of a /proc status text that starts with `key` (e.g. `Uid:`), key included.
+fn status_line<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    let mut from = 0;
+    loop {
+        let at = from + status[from..].find(key)?;
+        if at == 0 || status.as_bytes()[at - 1] == b'\n' {
+            let line = &status[at..];
+            return Some(line.split('\n').next().unwrap_or(line));
+        }
+        // `key` is ASCII, so this is a character boundary.
+        from = at + key.len();
+    }
+}
+
+/// The process's name from status's `Name:` line, as comm holds it: the kernel writes the
+/// name there with `\` and newline escaped (`\\`, `\n`) and all else as it is. Trailing
+/// whitespace is dropped, as from comm's own line; None when empty.
+fn status_name(status: &str) -> Option<String> {
+    let line = status_line(status, "Name:")?;
+    let escaped = line["Name:".len()..]
+        .strip_prefix('\t')
+        .unwrap_or(&line["Name:".len()..]);
+    let mut name = String::with_capacity(escaped.len());
+    let mut chars = escaped.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            name.push(c);
+            continue;
+        }
+        match chars.clone().next() {
+            Some('n') => {
+                chars.next();
+                name.push('\n');
+            }
+            Some('\\') => {
+                chars.next();
+                name.push('\\');
+            }
+            _ => name.push('\\'),
+        }
+    }
+    name.truncate(name.trim_end().len());
+    (!name.is_empty()).then_some(name)
 }
 
 /// The real uid from the `Uid:` line of /proc/PID/status.
 fn parse_uid(status: &str) -> Option<u32> {
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    status_line(status, "Uid:")?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn parse_passwd(passwd: &str) -> HashMap<u32, String> {
@@ -237,22 +348,49 @@ fn parse_passwd(passwd: &str) -> HashMap<u32, String> {
 /// most specific). On a hybrid host the unified line is often just `/` while the v1 lines name
 /// the container (a cgroupfs-driver kubelet), so a root v2 line does not win.
 fn main_cgroup(cgroup: &str) -> Option<String> {
-    let mut best: Option<&str> = None;
-    for line in cgroup.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (id, _ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+    // The best path so far, with its depth.
+    let mut best: Option<(&str, usize)> = None;
+    for line in lines(cgroup) {
+        // `id:controllers:path`; a line without both colons makes the whole file unreadable.
+        let (id, rest) = split_at(line, b':')?;
+        let (_ctrl, path) = split_at(rest, b':')?;
         if path == "/" {
             continue;
         }
         if id == "0" {
-            best = Some(path);
+            best = Some((path, 0));
             break;
         }
-        if best.is_none_or(|b| path.matches('/').count() > b.matches('/').count()) {
-            best = Some(path);
+        let depth = path.bytes().filter(|&b| b == b'/').count();
+        if best.is_none_or(|(_, d)| depth > d) {
+            best = Some((path, depth));
         }
     }
-    best.map(str::to_string)
+    best.map(|(path, _)| path.to_string())
+}
+
+/// `text.lines()`, a byte at a time: a /proc file's short lines cost std's searcher more to
+/// set up than to scan.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        match split_at(rest, b'\n') {
+            Some((line, after)) => {
+                rest = after;
+                Some(line.strip_suffix('\r').unwrap_or(line))
+            }
+            None => Some(std::mem::take(&mut rest)),
+        }
+    })
+}
+
+/// `s.split_once(byte)` for an ASCII `byte`, a byte at a time.
+fn split_at(s: &str, byte: u8) -> Option<(&str, &str)> {
+    let at = s.bytes().position(|b| b == byte)?;
+    Some((&s[..at], &s[at + 1..]))
 }
 
 /// Container id (first 12 hex digits, as docker shows it), else Kubernetes pod uid, else Slurm
@@ -260,7 +398,13 @@ fn main_cgroup(cgroup: &str) -> Option<String> {
 /// `/docker/<id>`, `/system.slice/docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>`,
 /// `libpod-<id>.scope`, `/kubepods/burstable/pod<uid>/<id>`, `/slurm/uid_1000/job_42/step_0`.
 pub fn container_from_cgroup(path: &str) -> Option<String> {
-    for segment in path.rsplit('/') {
+    // Most processes are in no container: a path too short for an id and naming no pod or job
+    // is looked at no further.
+    let id_fits = path.len() >= 64;
+    if !id_fits && !path.contains("pod") && !path.contains("job_") {
+        return None;
+    }
+    for segment in path.rsplit('/').take_while(|_| id_fits) {
         let stem = segment.strip_suffix(".scope").unwrap_or(segment);
         let id = stem.rsplit(['-', ':']).next().unwrap_or(stem);
         if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -295,6 +439,9 @@ pub struct KubeIds {
 /// cri-containerd-<id>.scope` (or `crio-`, `docker-`) and cgroupfs `/kubepods/burstable/pod<uid>/
 /// <id>`. Paths seen through a cgroup namespace (`/../..`) parse the same. None outside a pod.
 pub fn kube_ids(path: &str) -> Option<KubeIds> {
+    if !path.contains("pod") {
+        return None;
+    }
     let mut segments = path.split('/');
     let pod_uid = segments.by_ref().find_map(pod_segment)?;
     let container_id = segments.next().and_then(|seg| {
@@ -342,5 +489,6 @@ pub fn check_root(root: &std::path::Path) -> Result<Option<String>, String> {
     Ok(None)
 }
 
+mod pool;
 #[cfg(test)]
 mod tests;

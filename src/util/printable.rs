@@ -26,18 +26,19 @@ pub fn escaped(c: char) -> bool {
 /// `s` for one line of a terminal: every escaped character written as `\u{1b}`, newlines too,
 /// so a job name cannot start a line of its own.
 pub fn printable(s: &str) -> Cow<'_, str> {
-    escape(s, escaped)
+    escape(s, false)
 }
 
 /// `s`, a text of several lines that gpumon laid out, with every escaped character but the
 /// newline written as `\u{1b}`: the last pass over a report whose fields were escaped by
 /// [`printable`] (a second guard, which then finds nothing).
 pub fn printable_lines(s: &str) -> Cow<'_, str> {
-    escape(s, |c| c != '\n' && escaped(c))
+    escape(s, true)
 }
 
-fn escape(s: &str, bad: impl Fn(char) -> bool) -> Cow<'_, str> {
-    if !s.chars().any(&bad) {
+fn escape(s: &str, keep_newline: bool) -> Cow<'_, str> {
+    let bad = |c: char| !(keep_newline && c == '\n') && escaped(c);
+    if !may_hold_escaped(s.as_bytes(), keep_newline) || !s.chars().any(bad) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
@@ -49,6 +50,19 @@ fn escape(s: &str, bad: impl Fn(char) -> bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Whether UTF-8 text may hold a character [`escaped`] escapes (newlines aside when
+/// `keep_newline`): each is a byte below 0x20, DEL, or starts with 0xC2 (C1) or 0xE2 (the
+/// bidirectional controls), so text with none of those bytes is clean without a look at its
+/// characters. A whole report is checked this way, and every string of a snapshot. Clean text
+/// is read to its end anyway, so the fold does not stop early: the compiler makes it vector
+/// code.
+fn may_hold_escaped(text: &[u8], keep_newline: bool) -> bool {
+    let newline = if keep_newline { b'\n' } else { 0xff };
+    text.iter().fold(false, |hit, &b| {
+        hit | ((b < 0x20 && b != newline) | (b == 0x7f) | (b == 0xc2) | (b == 0xe2))
+    })
 }
 
 /// Removes the bidirectional controls (see [`escaped`]) from UTF-8 text, in place: for the TUI,
@@ -102,44 +116,280 @@ pub fn printable_copy<T>(value: &T) -> Option<T>
 where
     T: serde::Serialize + serde::de::DeserializeOwned,
 {
-    let text = serde_json::to_vec(value).ok()?;
-    if !json_holds_escaped(&text) {
+    // The usual answer, found without writing the JSON: a node's snapshot is hundreds of KiB.
+    if !holds_escaped(value)? {
         return None;
     }
+    let text = serde_json::to_vec(value).ok()?;
     let mut v: serde_json::Value = serde_json::from_slice(&text).ok()?;
     printable_json(&mut v);
     serde_json::from_value(v).ok()
 }
 
-/// Whether JSON text as serde_json writes it holds a character [`escaped`] would escape, in a
-/// string or a key. serde_json writes C0 controls as escapes (every escape but `\"` and `\\`
-/// is one) and DEL, C1 and the bidirectional controls raw. A backslash in a string reads as
-/// `\\`, so it is never taken for an escape; a false yes only costs the copy.
-fn json_holds_escaped(text: &[u8]) -> bool {
-    let mut i = 0;
-    while i < text.len() {
-        match text[i] {
-            b'\\' => {
-                if !matches!(text.get(i + 1), Some(b'"' | b'\\' | b'/')) {
-                    return true;
-                }
-                i += 2;
-                continue;
-            }
-            0x7f => return true,
-            0xc2 if matches!(text.get(i + 1), Some(0x80..=0x9f)) => return true,
-            0xe2 if matches!(
-                text.get(i + 1..i + 3),
-                Some([0x80, 0xaa..=0xae] | [0x81, 0xa6..=0xa9])
-            ) =>
-            {
-                return true
-            }
-            _ => {}
-        }
-        i += 1;
+/// Whether a string in `value`, a map key included, holds a character [`escaped`] would
+/// escape; None when `value` does not serialize. It visits what serde_json would write,
+/// writing nothing. Field and variant names come from the types (Rust names, or renames in
+/// the source), so only strings and chars from the data are looked at.
+fn holds_escaped<T: serde::Serialize + ?Sized>(value: &T) -> Option<bool> {
+    match value.serialize(Scan) {
+        Ok(()) => Some(false),
+        Err(Stop::Found) => Some(true),
+        Err(Stop::Failed) => None,
     }
-    false
+}
+
+/// The serializer behind [`holds_escaped`]: it stops at the first escaped character.
+struct Scan;
+
+#[derive(Debug)]
+enum Stop {
+    Found,
+    Failed,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stop::Found => "holds an escaped character",
+            Stop::Failed => "does not serialize",
+        })
+    }
+}
+
+impl std::error::Error for Stop {}
+
+impl serde::ser::Error for Stop {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        Stop::Failed
+    }
+}
+
+impl Scan {
+    fn text(s: &str) -> Result<(), Stop> {
+        if may_hold_escaped(s.as_bytes(), false) && s.chars().any(escaped) {
+            Err(Stop::Found)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl serde::Serializer for Scan {
+    type Ok = ();
+    type Error = Stop;
+    type SerializeSeq = Scan;
+    type SerializeTuple = Scan;
+    type SerializeTupleStruct = Scan;
+    type SerializeTupleVariant = Scan;
+    type SerializeMap = Scan;
+    type SerializeStruct = Scan;
+    type SerializeStructVariant = Scan;
+
+    fn serialize_bool(self, _: bool) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_i8(self, _: i8) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_i16(self, _: i16) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_i32(self, _: i32) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_i64(self, _: i64) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_i128(self, _: i128) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_u8(self, _: u8) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_u16(self, _: u16) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_u32(self, _: u32) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_u64(self, _: u64) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_u128(self, _: u128) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_f32(self, _: f32) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_f64(self, _: f64) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_char(self, c: char) -> Result<(), Stop> {
+        if escaped(c) {
+            Err(Stop::Found)
+        } else {
+            Ok(())
+        }
+    }
+    fn serialize_str(self, s: &str) -> Result<(), Stop> {
+        Scan::text(s)
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), Stop> {
+        // JSON writes bytes as an array of numbers.
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_some<T: serde::Serialize + ?Sized>(self, v: &T) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn serialize_unit(self) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn serialize_newtype_variant<T: serde::Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Scan, Stop> {
+        Ok(Scan)
+    }
+}
+
+impl serde::ser::SerializeSeq for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_element<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeTuple for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_element<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeTupleStruct for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeTupleVariant for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeMap for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_key<T: serde::Serialize + ?Sized>(&mut self, k: &T) -> Result<(), Stop> {
+        k.serialize(Scan)
+    }
+    fn serialize_value<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeStruct for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl serde::ser::SerializeStructVariant for Scan {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: serde::Serialize + ?Sized>(
+        &mut self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), Stop> {
+        v.serialize(Scan)
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
 }
 
 /// Field formatting for the text log: `message key=value ...` as tracing-subscriber writes it,
@@ -188,19 +438,72 @@ impl tracing::field::Visit for LogVisitor {
 mod tests {
 
     #[test]
-    fn the_json_scan_sees_exactly_the_escaped_characters() {
+    fn the_scan_sees_exactly_the_escaped_characters() {
         // Every code point up to U+3000 (C0, DEL, C1, the bidi controls and their neighbours),
-        // in a value and in a key, beside a backslash and a quote that must not count.
+        // in a value, in a key, as a char and deep in a document, beside a backslash and a
+        // quote that must not count; and the quick byte test never misses one.
         for c in (0u32..0x3000).filter_map(char::from_u32) {
-            let v = serde_json::json!({ format!("k{c}"): "a\\b\"", "v": format!("x{c}y") });
-            let text = serde_json::to_vec(&v).unwrap();
-            assert_eq!(
-                super::json_holds_escaped(&text),
-                super::escaped(c),
-                "U+{:04X}",
-                c as u32
-            );
+            let want = super::escaped(c);
+            let docs = [
+                serde_json::json!({ format!("k{c}"): "a\\b\"", "v": 1 }),
+                serde_json::json!({ "k": "a\\b\"", "v": format!("x{c}y") }),
+                serde_json::json!([1, {"deep": [null, format!("{c}")]}]),
+            ];
+            for doc in &docs {
+                assert_eq!(super::holds_escaped(doc), Some(want), "U+{:04X}", c as u32);
+            }
+            assert_eq!(super::holds_escaped(&c), Some(want), "U+{:04X}", c as u32);
+            assert_eq!(super::holds_escaped(&(7u8, Some(c))), Some(want));
+            let text = format!("ab{c}");
+            if want {
+                assert!(
+                    super::may_hold_escaped(text.as_bytes(), false),
+                    "U+{:04X}",
+                    c as u32
+                );
+                assert_eq!(super::may_hold_escaped(text.as_bytes(), true), c != '\n');
+            }
         }
+        // Across the blocks of the byte test, at each place.
+        for at in 0..200 {
+            let mut text = "x".repeat(200);
+            text.insert(at, '\u{1b}');
+            assert!(matches!(printable(&text), Cow::Owned(_)), "{at}");
+            let clean = "y".repeat(at) + "\n";
+            assert!(matches!(printable_lines(&clean), Cow::Borrowed(_)), "{at}");
+        }
+    }
+
+    #[test]
+    fn a_map_key_a_variant_and_a_failing_value_are_scanned_as_json_writes_them() {
+        use std::collections::BTreeMap;
+        #[derive(serde::Serialize)]
+        enum E {
+            Unit,
+            Tuple(String, u8),
+            Struct { s: String },
+        }
+        let keys: BTreeMap<String, u8> = [("a\u{9b}".to_string(), 1)].into();
+        assert_eq!(super::holds_escaped(&keys), Some(true));
+        assert_eq!(super::holds_escaped(&E::Unit), Some(false));
+        assert_eq!(super::holds_escaped(&E::Tuple("\r".into(), 1)), Some(true));
+        assert_eq!(
+            super::holds_escaped(&E::Struct { s: "ok".into() }),
+            Some(false)
+        );
+        assert_eq!(
+            super::holds_escaped(&E::Struct {
+                s: "\u{2066}".into()
+            }),
+            Some(true)
+        );
+        struct Fails;
+        impl serde::Serialize for Fails {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        assert_eq!(super::holds_escaped(&Fails), None);
     }
 
     #[test]

@@ -138,7 +138,6 @@ fn reads_a_fake_proc_tree_and_caches_failures() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("77");
     fs::create_dir(&p).unwrap();
-    fs::write(p.join("comm"), "python\n").unwrap();
     fs::write(p.join("status"), "Name:\tpython\nUid:\t0\t0\t0\t0\n").unwrap();
     fs::write(p.join("cgroup"), format!("0::/docker/{ID}\n")).unwrap();
     let mut cache = ProcCache::with_root(dir.path().into());
@@ -170,10 +169,9 @@ fn prefetched_info_is_what_get_reads_alone() {
     for pid in 1000..1100u32 {
         let p = dir.path().join(pid.to_string());
         fs::create_dir(&p).unwrap();
-        fs::write(p.join("comm"), format!("worker{pid}\n")).unwrap();
         fs::write(
             p.join("status"),
-            format!("Name:\tw\nUid:\t{pid}\t0\t0\t0\n"),
+            format!("Name:\tworker{pid}\nUid:\t{pid}\t0\t0\t0\n"),
         )
         .unwrap();
         fs::write(p.join("cgroup"), format!("0::/docker/{ID}\n")).unwrap();
@@ -197,4 +195,171 @@ fn prefetched_info_is_what_get_reads_alone() {
     ahead.end();
     assert!(ahead.read_ahead.is_empty());
     assert_eq!(ahead.len(), 111);
+}
+
+/// The kernel writes status's `Name:` as comm with `\` and newline escaped, and nothing else;
+/// the name read back is comm's, trailing whitespace dropped.
+#[test]
+fn the_name_is_comm_unescaped_from_status() {
+    let name = |line: &str| status_name(&format!("{line}\nUmask:\t0022\nUid:\t1\t2\t3\t4\n"));
+    assert_eq!(name("Name:\tpython").as_deref(), Some("python"));
+    // What a program named "w\x<newline>y<tab>z é " shows there.
+    assert_eq!(
+        name("Name:\tw\\\\x\\ny\tz \u{e9} ").as_deref(),
+        Some("w\\x\ny\tz \u{e9}")
+    );
+    assert_eq!(name("Name:\ta\\\\nb").as_deref(), Some("a\\nb"));
+    assert_eq!(
+        name("Name:\tkworker/0:1-events").as_deref(),
+        Some("kworker/0:1-events")
+    );
+    assert_eq!(name("Name:\t"), None);
+    assert_eq!(name("Name:\t  \\n"), None);
+    assert_eq!(status_name("Uid:\t0\t0\t0\t0\n"), None);
+}
+
+#[test]
+fn the_uid_is_the_first_of_the_uid_line() {
+    assert_eq!(
+        parse_uid("Name:\tx\nUid:\t1000\t0\t0\t0\nGid:\t5\n"),
+        Some(1000)
+    );
+    // Only a line that starts with the key counts.
+    assert_eq!(
+        parse_uid("Name:\tUid:\nXUid:\t7\nUid:\t8\t8\t8\t8\r\n"),
+        Some(8)
+    );
+    assert_eq!(parse_uid("Name:\tx\n"), None);
+    assert_eq!(parse_uid("Uid:\tx\n"), None);
+}
+
+/// One read takes a file that fits the buffer; a larger one is read on to its end, and a
+/// file that is not UTF-8 is no text (the process then has no name and no uid).
+#[test]
+fn files_of_any_size_are_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut reader = Reader::new(dir.path());
+    fs::create_dir(dir.path().join("5")).unwrap();
+    for len in [0, 1, SCRATCH - 1, SCRATCH, SCRATCH + 1, 3 * SCRATCH + 7] {
+        let text: String = (0..len)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        fs::write(dir.path().join("5/cgroup"), &text).unwrap();
+        assert_eq!(reader.read(5, "cgroup"), Some(text.as_str()), "{len} bytes");
+    }
+    assert_eq!(reader.read(5, "absent"), None);
+    assert_eq!(reader.read(6, "cgroup"), None);
+    fs::write(
+        dir.path().join("5/status"),
+        b"Name:\t\xff\nUid:\t1\t1\t1\t1\n",
+    )
+    .unwrap();
+    let files = reader.files(5);
+    assert_eq!((files.name, files.uid), (None, None));
+}
+
+/// The real /proc: this process's own entry reads as comm and status say.
+#[test]
+fn reads_this_process_from_proc() {
+    let pid = std::process::id();
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    let info = ProcCache::new().get(pid, || None);
+    assert_eq!(info.name.as_deref(), Some(comm.trim_end()));
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert_eq!(info.uid, parse_uid(&status));
+    assert!(info.uid.is_some());
+}
+
+/// A process whose name holds what status escapes (a backslash, a newline, a tab) reads with
+/// comm's name from the real /proc.
+#[test]
+fn an_awkward_name_reads_as_comm_says() {
+    let Some(sleep) = ["/bin/sleep", "/usr/bin/sleep"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("a\\b\nc\td\u{e9}");
+    fs::copy(sleep, &exe).unwrap();
+    // Another test's fork can hold the copy open for writing a moment (ETXTBSY): try again.
+    let mut tries = 0;
+    let mut child = loop {
+        match std::process::Command::new(&exe).arg("30").spawn() {
+            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => break r.unwrap(),
+        }
+    };
+    let pid = child.id();
+    // The child can be seen before exec has renamed it (it has our thread's name till then).
+    let want = "a\\b\nc\td\u{e9}\n";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut comm = fs::read_to_string(format!("/proc/{pid}/comm"));
+    while comm.as_deref().ok() != Some(want) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        comm = fs::read_to_string(format!("/proc/{pid}/comm"));
+    }
+    let info = ProcCache::new().get(pid, || None);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(comm.unwrap(), want);
+    assert_eq!(info.name.as_deref(), Some("a\\b\nc\td\u{e9}"));
+}
+
+/// The cgroup line picked, and the lines split, as `str::lines` and `split_once` did.
+#[test]
+fn cgroup_lines_read_as_std_splits_them() {
+    fn old_main_cgroup(cgroup: &str) -> Option<String> {
+        let mut best: Option<&str> = None;
+        for line in cgroup.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (id, _ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+            if path == "/" {
+                continue;
+            }
+            if id == "0" {
+                best = Some(path);
+                break;
+            }
+            if best.is_none_or(|b| path.matches('/').count() > b.matches('/').count()) {
+                best = Some(path);
+            }
+        }
+        best.map(str::to_string)
+    }
+    let texts = [
+        "",
+        "\n",
+        "\n\n",
+        "0::/\n",
+        "0::/a/b\n",
+        "0::/a/b",
+        "0::/a/b\r\n",
+        "0::/a/b\r",
+        "12:memory:/docker/abc\n0::/system.slice/ssh.service\n",
+        "4:memory:/kubepods/pod1/abc\n1:name=systemd:/kubepods/pod1/abc\n0::/\n",
+        "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/3f3f\n3:cpuset:/a/b/c\n0::/\n",
+        "3:cpu:/a\n2:cpuacct:/b/c\n1:x:/d/e\n",
+        "3:cpu:/a\nbroken\n0::/b\n",
+        "3:cpu:/a\n\n0::/b\n",
+        "1:a:b:c:/x:y\n",
+        "1::\n",
+        "é:ü:/ø/å\n",
+        "1:cpu:/x\r\r\n2:cpu:/y/z\r",
+    ];
+    for text in texts {
+        assert_eq!(main_cgroup(text), old_main_cgroup(text), "{text:?}");
+        assert_eq!(
+            lines(text).collect::<Vec<_>>(),
+            text.lines().collect::<Vec<_>>(),
+            "{text:?}"
+        );
+        for line in text.lines() {
+            assert_eq!(split_at(line, b':'), line.split_once(':'), "{line:?}");
+        }
+    }
 }
