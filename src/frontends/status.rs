@@ -310,19 +310,8 @@ fn fit(out: &mut String, s: &str, width: usize) {
     }
 }
 
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // ASCII digits: always UTF-8.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+fn push_decimal(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// What `units::bytes` writes ("512 B", "1.5 KiB", "79.6 GiB"), without its float formatting:

@@ -234,18 +234,8 @@ impl Reader {
     }
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+fn push_decimal(out: &mut Vec<u8>, n: u32) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Reads a small file into `buf` (grown as needed, its length kept between calls) and returns
