@@ -23,7 +23,8 @@ pub struct Cli {
     /// Log output format.
     #[arg(long, global = true, env = "GPUMON_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log filter, e.g. "info" or "gpumon=debug".
+    /// Log filter, e.g. "info" or "gpumon=debug,gpumon_core=debug" (the domain core logs
+    /// under its own crate).
     #[arg(long, global = true, env = "GPUMON_LOG_LEVEL", value_name = "FILTER")]
     pub log_level: Option<String>,
     #[command(subcommand)]

@@ -32,7 +32,8 @@ pub struct Config {
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub interval: Duration,
     pub log_format: LogFormat,
-    /// tracing filter, e.g. "info" or "gpumon=debug".
+    /// tracing filter, e.g. "info" or "gpumon=debug,gpumon_core=debug" (the domain core logs
+    /// under its own crate).
     pub log_level: String,
     pub history: HistoryConfig,
     pub ingest: IngestConfig,
