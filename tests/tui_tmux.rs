@@ -489,8 +489,7 @@ fn the_demo_s_oom_reads_explained_in_the_tui() {
         "{pane}"
     );
     tmux.keys("demo", &["Enter"]);
-    let pane = tmux.wait_text("demo", "OOM explained: leak");
-    for part in [
+    let parts = [
         "demo-leak rank 0",
         "▲ oom leak critical",
         "OOM explained: leak",
@@ -499,7 +498,16 @@ fn the_demo_s_oom_reads_explained_in_the_tui() {
         "← train.py:48 in run",
         "why: live memory is dominated by blocks allocated at train.py:27 across",
         "fix: store loss.item() or loss.detach() at train.py:27 instead of the tensor",
-    ] {
+    ];
+    // A capture can catch a frame half drawn (the detail's top over the Findings screen's
+    // bottom), so wait for the detail's footer, drawn last, with every part in the pane.
+    let opened = |p: &str| p.contains("esc back") && parts.iter().all(|x| p.contains(x));
+    let pane = tmux.wait(
+        "demo",
+        &format!("the opened detail showing {parts:?}"),
+        opened,
+    );
+    for part in parts {
         assert!(pane.contains(part), "{part:?}:\n{pane}");
     }
     tmux.keys("demo", &["q"]);
