@@ -138,6 +138,15 @@ impl Tmux {
         self.wait(name, &format!("{needle:?}"), |p| p.contains(needle))
     }
 
+    /// Waits for every one of `parts` in one capture: a capture can catch a frame half drawn
+    /// (its top rows new, the rest still the last frame's), so checking the parts one by one
+    /// after waiting for the first is a race.
+    fn wait_all(&self, name: &str, parts: &[&str]) -> String {
+        self.wait(name, &format!("all of {parts:?}"), |p| {
+            parts.iter().all(|x| p.contains(x))
+        })
+    }
+
     /// Resizes the window of session `name` to `w`x`h`, and waits for the TUI to redraw at that
     /// size (the box titled `title` spans the width, the footer is on the last row) with `cond`
     /// holding; the pane then.
@@ -315,10 +324,15 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
         &["--connect", &addr, "--refresh", "200ms"],
     );
 
-    let pane = tmux.wait_text("main", "GPU 0 · NVIDIA H100 80GB HBM3");
+    let pane = tmux.wait_all(
+        "main",
+        &[
+            "GPU 0 · NVIDIA H100 80GB HBM3",
+            "GPU 1 · NVIDIA H100 80GB HBM3",
+            "21.0 GiB",
+        ],
+    );
     assert!(pane.contains(&format!("daemon 0.1.0 at {addr}")), "{pane}");
-    assert!(pane.contains("GPU 1 · NVIDIA H100 80GB HBM3"), "{pane}");
-    assert!(pane.contains("21.0 GiB"), "GPU 0's used memory:\n{pane}");
     tmux.wait_text("main", "ingest 1 conn");
 
     // Processes: the trainer, by the host pid the kernel gave the daemon and its own pid 17.
@@ -333,18 +347,14 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
     tmux.keys("main", &["/", "llama", "Enter"]);
     tmux.wait_text("main", "Processes 1 of 5");
     tmux.keys("main", &["Enter"]);
-    let pane = tmux.wait_text("main", "step 60 · train");
+    // 60 steps: 10 of growth at 64 MiB.
+    let pane = tmux.wait_all("main", &["step 60 · train", "floor 8.6 GiB"]);
     assert!(
         pane.contains(&format!("llama-ft rank 0 · pid {me} (ns 17) · GPU 0")),
         "{pane}"
     );
-    assert!(
-        pane.contains("floor 8.6 GiB"),
-        "60 steps: 10 of growth at 64 MiB\n{pane}"
-    );
     trainer.steps(40);
-    let pane = tmux.wait_text("main", "step 100 · train");
-    assert!(pane.contains("floor 11.1 GiB"), "{pane}");
+    tmux.wait_all("main", &["step 100 · train", "floor 11.1 GiB"]);
 
     // Past the leak detector's warm-up (256 steps) and its first verdict (13 segments of 4),
     // the leak is flagged and explained right here.
@@ -366,11 +376,13 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
         .expect("the daemon asks a trainer that can attribute");
     assert!(req["finding"].as_str().unwrap().ends_with("/leak"), "{req}");
     trainer.answer(&req);
-    let pane = tmux.wait_text("main", "train.py:27 kept_outputs");
-    assert!(pane.contains(" 100%  120.0 MiB  train.py:27"), "{pane}");
-    assert!(
-        pane.contains("Allocated at · 120.0 MiB grew in steps"),
-        "{pane}"
+    tmux.wait_all(
+        "main",
+        &[
+            "train.py:27 kept_outputs",
+            " 100%  120.0 MiB  train.py:27",
+            "Allocated at · 120.0 MiB grew in steps",
+        ],
     );
 
     // At every size, the Overview names the trainer beside its badge, and Findings keep the
@@ -499,17 +511,8 @@ fn the_demo_s_oom_reads_explained_in_the_tui() {
         "why: live memory is dominated by blocks allocated at train.py:27 across",
         "fix: store loss.item() or loss.detach() at train.py:27 instead of the tensor",
     ];
-    // A capture can catch a frame half drawn (the detail's top over the Findings screen's
-    // bottom), so wait for the detail's footer, drawn last, with every part in the pane.
-    let opened = |p: &str| p.contains("esc back") && parts.iter().all(|x| p.contains(x));
-    let pane = tmux.wait(
-        "demo",
-        &format!("the opened detail showing {parts:?}"),
-        opened,
-    );
-    for part in parts {
-        assert!(pane.contains(part), "{part:?}:\n{pane}");
-    }
+    // The Findings screen's preview shows the same title: wait for the detail's footer too.
+    tmux.wait_all("demo", &[&parts[..], &["esc back"]].concat());
     tmux.keys("demo", &["q"]);
     assert_eq!(tmux.wait_exit("demo"), 0);
 }
