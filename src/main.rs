@@ -7,8 +7,13 @@ use tokio_util::sync::CancellationToken;
 fn main() -> ExitCode {
     let cli = parse();
     if let Command::Config = cli.command {
-        print!("{}", gpumon::config::example());
-        return ExitCode::SUCCESS;
+        return match write_stdout(&gpumon::config::example()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpumon config: cannot write to stdout: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if let Command::DemoTrainer(a) = &cli.command {
         return match gpumon::frontends::demo::run_trainer(a) {
@@ -43,12 +48,13 @@ fn main() -> ExitCode {
         Command::Daemon(_) => run_daemon(config),
         Command::Status(s) => gpumon::frontends::status::fetch(&config.machine(), &s.source)
             .and_then(|(snap, origin)| {
-                if s.json {
-                    println!("{}", serde_json::to_string_pretty(&snap)?);
+                let out = if s.json {
+                    serde_json::to_string_pretty(&snap)? + "\n"
                 } else {
-                    print!("{}", gpumon::frontends::status::table(&snap, &origin));
-                }
-                Ok(())
+                    gpumon::frontends::status::table(&snap, &origin)
+                };
+                write_stdout(&out)
+                    .map_err(|e| anyhow::anyhow!("cannot write the status to stdout: {e}"))
             }),
         Command::Demo(d) => {
             let machine = config.machine();
@@ -108,7 +114,10 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
         }
         gpumon::cli::AnalyzeFormat::Text => gpumon::frontends::analyze::text(&report),
     };
-    print!("{out}");
+    if let Err(e) = write_stdout(&out) {
+        eprintln!("gpumon analyze: cannot write the report to stdout: {e}");
+        return ExitCode::from(2);
+    }
     for e in &errors {
         eprintln!("gpumon analyze: {e}");
     }
@@ -118,6 +127,20 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Writes `out` to stdout. A reader that closed early (`gpumon status | head`) is not an error:
+/// `print!` would panic on the broken pipe, since Rust ignores SIGPIPE.
+fn write_stdout(out: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
     }
 }
 

@@ -313,6 +313,38 @@ fn config_precedence_is_file_then_env_then_flags() {
     );
 }
 
+/// `gpumon status | head`, `gpumon config | head -1`: a reader that has gone is no failure, and
+/// no panic (Rust ignores SIGPIPE, so a plain `print!` panics on the broken pipe).
+#[test]
+fn a_reader_that_closed_early_is_no_error() {
+    let config = empty_config();
+    let runs: [(&str, Vec<&str>); 3] = [
+        ("status", vec!["status", "--direct", "--nvml-lib"]),
+        (
+            "status --json",
+            vec!["status", "--json", "--direct", "--nvml-lib"],
+        ),
+        ("config", vec!["config"]),
+    ];
+    for (what, args) in runs {
+        // The read end is closed before the child starts: its first write fails with EPIPE.
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        drop(read);
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--config", config.path().to_str().unwrap()])
+            .args(&args)
+            .env("FAKE_NVML_SCENARIO", scenario("two_gpus"))
+            .stdout(std::process::Stdio::from(write));
+        if args.contains(&"--nvml-lib") {
+            cmd.arg(fake_lib());
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {:?}\n{err}", out.status);
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
+
 #[test]
 fn config_command_prints_the_shipped_example() {
     let out = Command::new(BIN).arg("config").output().unwrap();

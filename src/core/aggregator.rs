@@ -41,7 +41,8 @@ pub const ALERT_QUEUE: usize = 4096;
 const PUBLISH_GAP: Duration = Duration::from_millis(10);
 /// Inputs applied between two looks at the clock.
 const DRAIN: usize = 256;
-/// After draining the queue, how long the aggregator waits before it looks again. Inputs that
+/// After draining a queue that held trainers' inputs, how long the aggregator waits before it
+/// looks again (after only collections and queries it does not wait). Inputs that
 /// arrive meanwhile are queued without waking it, and the trainers whose batches wait read more
 /// lines per batch: at 64 busy trainers this halves the daemon's CPU (thread wake-ups were most
 /// of it) for at most this much added latency. Interrupt coalescing, in effect.
@@ -188,6 +189,8 @@ impl Aggregator {
             let mut urgent = false;
             let mut next = first;
             let mut applied = 0;
+            // Whether trainers' lines were applied: only they gain from the linger below.
+            let mut ingested = false;
             while let Some(input) = next.take() {
                 if matches!(input, Msg::Stop) {
                     stop(&mut rx);
@@ -208,6 +211,8 @@ impl Aggregator {
                         unpublished = true;
                     }
                 } else {
+                    ingested |=
+                        matches!(&input, Msg::Apply(i, _) if !matches!(i, Input::Collection(_)));
                     let (changed, collection) = self.apply(input);
                     unpublished |= changed;
                     urgent |= collection;
@@ -234,7 +239,10 @@ impl Aggregator {
             self.stats
                 .busy_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            if applied < DRAIN {
+            // A batch of only collections and queries goes back to waiting at once: a reader
+            // woken by the view it just published asks next (the one-shot status waited out
+            // the linger for its answer, about 2 ms with the timer's rounding).
+            if ingested && applied < DRAIN {
                 tokio::time::sleep(LINGER).await;
             }
         }
