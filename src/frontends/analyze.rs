@@ -62,8 +62,12 @@ pub struct TraceReport {
     pub rank: Option<u64>,
     /// The GPU the daemon resolved the trainer's `gpu_uuid` to when it recorded the trace (its
     /// NVML index; a MIG instance's parent), as its live findings and metrics named it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::model::gpu_label"
+    )]
+    pub gpu: Option<u32>,
     pub samples: u64,
     pub findings: Vec<FoundFinding>,
     /// Lines that were rejected, as `line N: message` (the first `BAD_KEPT`).
@@ -86,8 +90,12 @@ pub struct FoundFinding {
     pub kind: Kind,
     /// As on the daemon's findings: the GPU index (from the trace's `trace_gpu` line) and the
     /// device the trainer named.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::core::model::gpu_label"
+    )]
+    pub gpu: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_uuid: Option<String>,
     pub first_step: Option<u64>,
@@ -243,7 +251,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                     continue;
                 }
                 Some(RecorderLine::Gpu(gpu)) => {
-                    core.note(conn.link(), Note::Gpu(gpu.clone()));
+                    core.note(conn.link(), Note::Gpu(gpu));
                     report.gpu = Some(gpu);
                     continue;
                 }
@@ -372,7 +380,7 @@ fn found(f: Finding) -> FoundFinding {
     let e = &f.evidence;
     FoundFinding {
         kind: f.kind,
-        gpu: f.gpu.clone(),
+        gpu: f.gpu,
         gpu_uuid: f.subject.gpu_uuid.clone(),
         first_step: f.first_step,
         first_ts: f.first_ts,

@@ -60,7 +60,7 @@ pub trait FindingView {
 
 impl FindingView for Finding {
     fn gpu_index(&self) -> Option<u32> {
-        self.gpu.as_deref().and_then(|g| g.parse().ok())
+        self.gpu
     }
 
     fn session(&self) -> Option<&str> {

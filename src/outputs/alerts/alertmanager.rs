@@ -106,7 +106,7 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             "severity": serde_json::to_value(f.severity).unwrap_or(Value::Null),
             "kind": f.kind.as_str(),
             "instance": hostname,
-            "gpu": opt(f.gpu.clone()),
+            "gpu": opt(f.gpu.map(|g| g.to_string())),
             "uuid": opt(s.gpu_uuid.clone()),
             "pid": s.pid.to_string(),
             "job": opt(s.job.clone()),

@@ -129,7 +129,7 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
         ns_pid: Some(7),
         gpu_uuid: Some("GPU-1".into()),
     };
-    f.gpu = Some("0".into());
+    f.gpu = Some(0);
     f.resolved_ts = Some(1_763_700_000.0);
     let a = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
     let l = &a["labels"];

@@ -242,7 +242,10 @@ impl Labels {
             namespace: field(|i| &i.namespace),
             pod: field(|i| &i.pod),
             // MIG-aware: a MIG device's UUID is labelled with its parent's index.
-            gpu: store.gpu_index(uuid).unwrap_or_default(),
+            gpu: store
+                .gpu_index(uuid)
+                .map(|g| g.to_string())
+                .unwrap_or_default(),
             pid: s.peer.pid.to_string(),
             rank: s.hello.rank.map(|r| r.to_string()).unwrap_or_default(),
         }

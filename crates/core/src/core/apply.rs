@@ -163,7 +163,7 @@ impl Core {
     /// `gpumon analyze` names the GPU the live findings did.
     fn trace_gpu(&self, h: &Hello, now: Timestamp) -> Option<Vec<u8>> {
         let uuid = h.gpu_uuid.as_deref()?;
-        let gpu = self.store.gpu_index_number(uuid)?;
+        let gpu = self.store.gpu_index(uuid)?;
         Some(trace::gpu_line(gpu, uuid, now))
     }
 

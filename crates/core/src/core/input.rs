@@ -166,5 +166,5 @@ pub enum Note {
     /// `trace_nvml`: NVML's figure for the session then.
     Nvml(Option<NvmlFigure>),
     /// `trace_gpu`: the GPU index the daemon resolved the session's device to.
-    Gpu(String),
+    Gpu(u32),
 }

@@ -6,6 +6,39 @@ use serde::{Deserialize, Serialize};
 /// Unix time in seconds.
 pub type Timestamp = f64;
 
+/// A GPU as every join names it: its NVML index (a MIG instance's parent's), a `u32`. Where the
+/// wire carries it as a label value (findings, `trace_gpu`, `gpumon analyze`), it is a string,
+/// as metrics.md has `gpu`: `#[serde(default, with = "gpu_label")]` writes and reads that.
+pub mod gpu_label {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(gpu: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+        match gpu {
+            Some(g) => s.collect_str(g),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        // A number is read too: what a reader wrote by hand, or a newer writer.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Index(u32),
+            Label(String),
+        }
+        match Option::<Wire>::deserialize(d)? {
+            None => Ok(None),
+            Some(Wire::Index(g)) => Ok(Some(g)),
+            Some(Wire::Label(l)) => l.parse().map(Some).map_err(|_| {
+                D::Error::custom(format!(
+                    "gpu {l:?} is not a GPU index (a whole number, as NVML numbers GPUs)"
+                ))
+            }),
+        }
+    }
+}
+
 /// Static identity of a GPU: fetched once per NVML session, it does not change while the GPU lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuIdentity {

@@ -474,7 +474,7 @@ impl SessionView {
                 .hello
                 .gpu_uuid
                 .as_deref()
-                .and_then(|u| store.gpu_index_number(u)),
+                .and_then(|u| store.gpu_index(u)),
             nvml,
             ledger,
             torch: s.hello.torch.clone(),

@@ -86,8 +86,8 @@ pub fn hello_instance(line: &[u8]) -> Option<String> {
 pub enum RecorderLine {
     /// `trace_truncated`, with its reason.
     Truncated(String),
-    /// `trace_gpu`: the GPU index as a label value.
-    Gpu(String),
+    /// `trace_gpu`: the GPU index (a label value, a string, in the line).
+    Gpu(u32),
     /// `trace_end`, with its reason: the daemon stopped while the session was open.
     Ended(String),
     /// `trace_resumes`: the file this trace continues.
@@ -116,7 +116,7 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         "trace_truncated" => Some(RecorderLine::Truncated(
             m.reason.unwrap_or_else(|| "no reason given".into()),
         )),
-        "trace_gpu" => Some(RecorderLine::Gpu(m.gpu?)),
+        "trace_gpu" => Some(RecorderLine::Gpu(m.gpu?.parse().ok()?)),
         "trace_end" => Some(RecorderLine::Ended(
             m.reason.unwrap_or_else(|| "no reason given".into()),
         )),

@@ -18,7 +18,7 @@ fn reads_the_documented_shape() {
     .unwrap();
     assert_eq!(f.kind, Kind::Leak);
     assert!(f.firing() && f.critical());
-    assert_eq!(f.gpu.as_deref(), Some("0"));
+    assert_eq!(f.gpu, Some(0));
     assert_eq!(
         (f.subject.pid, f.subject.ns_pid, f.subject.rank),
         (4242, Some(17), Some(0))

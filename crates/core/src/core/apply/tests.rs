@@ -26,7 +26,7 @@ fn hello(core: &mut Core, uuid: &str) -> Link {
 fn a_replayed_gpu_note_names_the_gpu_of_the_sessions_transitions() {
     let mut core = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let link = hello(&mut core, "MIG-1");
-    core.note(link, Note::Gpu("3".into()));
+    core.note(link, Note::Gpu(3));
     let closed = core.close(Close {
         link,
         how: Closing::Crash,
@@ -35,7 +35,7 @@ fn a_replayed_gpu_note_names_the_gpu_of_the_sessions_transitions() {
     assert!(closed.note.is_none(), "not recorded: no note");
     let crash: Vec<_> = core.transitions();
     assert_eq!(crash.len(), 1);
-    assert_eq!(crash[0].gpu.as_deref(), Some("3"));
+    assert_eq!(crash[0].gpu, Some(3));
     assert!(core.transitions().is_empty(), "drained");
 }
 

@@ -97,9 +97,10 @@ pub struct Finding {
     pub severity: Severity,
     #[serde(flatten)]
     pub subject: Subject,
-    /// NVML index of the GPU, filled in by the API from the latest collection.
-    #[serde(default)]
-    pub gpu: Option<String>,
+    /// NVML index of the GPU, filled in by the API from the latest collection; a string on
+    /// the wire, as the `gpu` label is.
+    #[serde(default, with = "crate::core::model::gpu_label")]
+    pub gpu: Option<u32>,
     /// Step and time at which it was first raised (went pending).
     pub first_step: Option<u64>,
     pub first_ts: Timestamp,

@@ -91,7 +91,7 @@ pub struct Store {
     gpu_series: HashMap<String, Series>,
     /// GPU indexes a replayed trace noted for its device (`trace_gpu`), by UUID: what the daemon
     /// resolved when it recorded, where no reading can answer. Empty in a running daemon.
-    noted_gpus: HashMap<String, String>,
+    noted_gpus: HashMap<String, u32>,
 }
 
 impl Store {
@@ -114,19 +114,16 @@ impl Store {
 
     /// NVML index of the GPU with this UUID, or of the parent of this MIG device, in the latest
     /// collection: the one GPU join every output uses.
-    pub fn gpu_index_number(&self, uuid: &str) -> Option<u32> {
-        self.latest.as_ref()?.gpu_index_of(uuid)
-    }
-
-    /// `gpu_index_number` as a label value; on replay, the index the trace noted.
-    pub fn gpu_index(&self, uuid: &str) -> Option<String> {
-        self.gpu_index_number(uuid)
-            .map(|i| i.to_string())
-            .or_else(|| self.noted_gpus.get(uuid).cloned())
+    /// On replay, the index the trace noted.
+    pub fn gpu_index(&self, uuid: &str) -> Option<u32> {
+        self.latest
+            .as_ref()
+            .and_then(|r| r.gpu_index_of(uuid))
+            .or_else(|| self.noted_gpus.get(uuid).copied())
     }
 
     /// A replayed trace's `trace_gpu`: the GPU the daemon resolved `uuid` to when recording.
-    pub fn note_gpu(&mut self, uuid: String, gpu: String) {
+    pub fn note_gpu(&mut self, uuid: String, gpu: u32) {
         self.noted_gpus.insert(uuid, gpu);
     }
 

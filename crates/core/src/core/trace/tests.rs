@@ -23,7 +23,7 @@ fn recorder_lines_read_back_and_protocol_lines_are_left_alone() {
     );
     assert_eq!(hello_instance(br#"{"type":"hello","v":1}"#), None);
     let g = gpu_line(3, "MIG-1", 2.0);
-    assert_eq!(recorder_line(&g), Some(RecorderLine::Gpu("3".into())));
+    assert_eq!(recorder_line(&g), Some(RecorderLine::Gpu(3)));
     // A trainer's event whose detail mentions the marker is still a protocol line.
     let e = br#"{"type":"event","ts":1,"kind":"x","detail":"\"trace_gpu\""}"#;
     assert_eq!(recorder_line(e), None);

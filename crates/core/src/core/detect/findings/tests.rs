@@ -138,3 +138,29 @@ fn a_restart_still_releases_a_crash_held_on_its_own() {
     assert_eq!(f.held().count(), 0);
     assert!(!f.release("s-1/crash", 2.0, "again"));
 }
+
+/// A finding's `gpu` is a `u32` inside and a label value, a string, on the wire (metrics.md):
+/// written as "3", read from "3" or 3, absent or null as none, and anything else refused by
+/// name.
+#[test]
+fn a_finding_s_gpu_is_a_label_on_the_wire_and_an_index_inside() {
+    let mut f = crash(1, "j", 100.0);
+    f.gpu = Some(3);
+    let v = serde_json::to_value(&f).unwrap();
+    assert_eq!(v["gpu"], serde_json::json!("3"));
+    assert_eq!(serde_json::from_value::<Finding>(v.clone()).unwrap(), f);
+    let with = |gpu: serde_json::Value| {
+        let mut v = v.clone();
+        v["gpu"] = gpu;
+        serde_json::from_value::<Finding>(v)
+    };
+    assert_eq!(with(serde_json::json!(3)).unwrap().gpu, Some(3));
+    assert_eq!(with(serde_json::Value::Null).unwrap().gpu, None);
+    let mut absent = v.clone();
+    absent.as_object_mut().unwrap().remove("gpu");
+    assert_eq!(serde_json::from_value::<Finding>(absent).unwrap().gpu, None);
+    f.gpu = None;
+    assert_eq!(serde_json::to_value(&f).unwrap()["gpu"], serde_json::Value::Null);
+    let err = with(serde_json::json!("GPU-1")).unwrap_err().to_string();
+    assert!(err.contains("\"GPU-1\"") && err.contains("not a GPU index"), "{err}");
+}
