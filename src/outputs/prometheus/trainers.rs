@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use crate::core::model::ProcessReading;
 use crate::core::store::sessions::Session;
 use crate::core::store::Store;
 use crate::util::family::{Family, Kind};
@@ -190,14 +189,10 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
 /// exported: of sessions with the same label set only the newest is, so an exposition never
 /// holds two series with one label set (Prometheus would keep one of them, silently).
 pub fn labelled(store: &Store) -> Vec<(Labels, &Session, bool)> {
-    let procs = store
-        .latest()
-        .map(|r| r.processes.as_slice())
-        .unwrap_or_default();
     let mut out: Vec<_> = store
         .sessions
         .live()
-        .map(|s| (Labels::of(s, store, procs), s, true))
+        .map(|s| (Labels::of(s, store), s, true))
         .collect();
     let mut newest: HashMap<[&str; LABELS], usize> = HashMap::with_capacity(out.len());
     for (i, (own, s, _)) in out.iter().enumerate() {
@@ -230,10 +225,10 @@ pub struct Labels {
 }
 
 impl Labels {
-    pub fn of(s: &Session, store: &Store, procs: &[ProcessReading]) -> Self {
+    pub fn of(s: &Session, store: &Store) -> Self {
         let uuid = s.hello.gpu_uuid.as_deref().unwrap_or("");
-        // Any GPU entry of the pid: a process is in one pod whichever device it uses.
-        let info = procs.iter().find(|p| p.pid == s.peer.pid).map(|p| &p.info);
+        // As the API's session view has it (the core's one join).
+        let info = store.process_of(s).info;
         let field = |f: fn(&crate::core::model::ProcInfo) -> &Option<String>| {
             info.and_then(|i| f(i).clone()).unwrap_or_default()
         };

@@ -447,17 +447,15 @@ impl SessionView {
             0 => SESSION_POINTS,
             _ => (s.samples.saturating_sub(held) as usize).min(SESSION_POINTS),
         };
-        let process = store
-            .latest()
-            .and_then(|r| r.processes.iter().find(|p| joins(s, p)));
-        let ledger = ledger_with(s, store, process);
-        let nvml = process.map(|p| SessionNvml {
-            used_memory_bytes: p.used_memory_bytes,
-            process: p.info.name.clone(),
-            user: p.info.user.clone(),
-            container: p.info.container.clone(),
-            pod: p.info.pod.clone(),
-            namespace: p.info.namespace.clone(),
+        let process = store.process_of(s);
+        let ledger = ledger_with(s, store, process.entry);
+        let nvml = process.info.map(|info| SessionNvml {
+            used_memory_bytes: process.entry.and_then(|p| p.used_memory_bytes),
+            process: info.name.clone(),
+            user: info.user.clone(),
+            container: info.container.clone(),
+            pod: info.pod.clone(),
+            namespace: info.namespace.clone(),
         });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
         Self {
@@ -470,11 +468,7 @@ impl SessionView {
             world_size: s.hello.world_size,
             gpu_uuid: s.hello.gpu_uuid.clone(),
             // MIG-aware, the one lookup every output uses.
-            gpu: s
-                .hello
-                .gpu_uuid
-                .as_deref()
-                .and_then(|u| store.gpu_index(u)),
+            gpu: s.hello.gpu_uuid.as_deref().and_then(|u| store.gpu_index(u)),
             nvml,
             ledger,
             torch: s.hello.torch.clone(),
@@ -501,10 +495,7 @@ impl SessionView {
 
 /// A live session's ledger: NVML's figure for its process on its GPU, accounted (ledger.rs).
 pub fn session_ledger(s: &Session, store: &Store) -> Option<crate::core::ledger::Ledger> {
-    let process = store
-        .latest()
-        .and_then(|r| r.processes.iter().find(|p| joins(s, p)));
-    ledger_with(s, store, process)
+    ledger_with(s, store, store.process_of(s).entry)
 }
 
 /// The ledger of `s`, whose NVML entry (`process`) was looked up already.

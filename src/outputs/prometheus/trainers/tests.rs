@@ -88,3 +88,55 @@ fn pods_label_processes_and_sessions_and_are_left_out_outside_kubernetes() {
             .ends_with(r#"job="j",rank=""} 0"#)
     );
 }
+
+/// The session ↔ process join is made once, in the core: a trainer whose device NVML lists no
+/// entry for its pid (here GPU-1, while the pid is listed on GPU-0) gets its process's facts
+/// from the pid's other entry in the API's session view and in its metric labels alike, and no
+/// memory figure (that one is for GPU-0); a trainer on the listed device gets both.
+#[test]
+fn the_api_and_the_labels_read_one_join() {
+    let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
+    let reading = NodeReading {
+        ts: 1.0,
+        driver_version: None,
+        gpus: vec![],
+        processes: vec![process(10, Some(("default", "myapp-pod")))],
+    };
+    store.apply(reading, 0.0);
+    let mut ids = Vec::new();
+    for uuid in ["GPU-0", "GPU-1"] {
+        let peer = Peer {
+            pid: 10,
+            uid: 0,
+            gid: 0,
+        };
+        let hello = Hello {
+            v: 1,
+            job: Some(uuid.into()),
+            gpu_uuid: Some(uuid.into()),
+            ..Hello::default()
+        };
+        let (key, _) = store.sessions.open(peer, hello, 1.0);
+        ids.push(store.sessions.live_session(key).unwrap().id.clone());
+    }
+    let text = Exporter::of_store(&store, Default::default())
+        .unwrap()
+        .render();
+    for (id, used) in ids.iter().zip([Some(7), None]) {
+        let view = crate::core::snapshot::SessionView::lookup(&store, id).unwrap();
+        let nvml = view.nvml.expect("the pid's facts");
+        assert_eq!(
+            (nvml.pod.as_deref(), nvml.used_memory_bytes),
+            (Some("myapp-pod"), used),
+            "{id}"
+        );
+        let job = view.job.unwrap();
+        let info = text
+            .lines()
+            .find(|l| {
+                l.starts_with("gpumon_trainer_info{") && l.contains(&format!("job=\"{job}\""))
+            })
+            .unwrap_or_else(|| panic!("no trainer_info for {job} in\n{text}"));
+        assert!(info.contains(r#"pod="myapp-pod""#), "{info}");
+    }
+}

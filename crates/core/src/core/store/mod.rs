@@ -152,6 +152,13 @@ impl Store {
             .collect()
     }
 
+    /// Session `s`'s process in the latest collection (`sessions::nvml::process_of`).
+    pub fn process_of(&self, s: &sessions::Session) -> sessions::nvml::ProcessOf<'_> {
+        self.latest()
+            .map(|r| sessions::nvml::process_of(s, &r.processes))
+            .unwrap_or_default()
+    }
+
     pub fn latest(&self) -> Option<&NodeReading> {
         self.latest.as_deref()
     }

@@ -160,7 +160,13 @@ fn a_finding_s_gpu_is_a_label_on_the_wire_and_an_index_inside() {
     absent.as_object_mut().unwrap().remove("gpu");
     assert_eq!(serde_json::from_value::<Finding>(absent).unwrap().gpu, None);
     f.gpu = None;
-    assert_eq!(serde_json::to_value(&f).unwrap()["gpu"], serde_json::Value::Null);
+    assert_eq!(
+        serde_json::to_value(&f).unwrap()["gpu"],
+        serde_json::Value::Null
+    );
     let err = with(serde_json::json!("GPU-1")).unwrap_err().to_string();
-    assert!(err.contains("\"GPU-1\"") && err.contains("not a GPU index"), "{err}");
+    assert!(
+        err.contains("\"GPU-1\"") && err.contains("not a GPU index"),
+        "{err}"
+    );
 }

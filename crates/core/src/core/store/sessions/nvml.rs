@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::{Session, Sessions};
 use crate::core::ledger::{self, MAX_AGE_SECONDS};
-use crate::core::model::{NodeReading, ProcessReading, Timestamp};
+use crate::core::model::{NodeReading, ProcInfo, ProcessReading, Timestamp};
 use crate::core::trainer::Sample;
 
 /// A trace notes an unchanged figure again after this long, so a replay pairs samples with a
@@ -30,6 +30,26 @@ pub fn joins(s: &Session, p: &ProcessReading) -> bool {
             .gpu_uuid
             .as_deref()
             .is_some_and(|u| u == &*p.uuid || p.mig_uuid.as_deref() == Some(u))
+}
+
+/// A session's process as NVML lists it: the one session ↔ process join every reader uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessOf<'a> {
+    /// Its entry on the session's GPU (`joins`): NVML's memory figure for it there.
+    pub entry: Option<&'a ProcessReading>,
+    /// The process's own facts (name, user, container, pod): the entry's or, when the session's
+    /// GPU lists no entry for it (a device UUID NVML does not report, a process not yet on the
+    /// GPU), any entry of its pid: a process is in one container whichever device it uses.
+    pub info: Option<&'a ProcInfo>,
+}
+
+/// Session `s`'s process among `procs` (one collection's).
+pub fn process_of<'a>(s: &Session, procs: &'a [ProcessReading]) -> ProcessOf<'a> {
+    let entry = procs.iter().find(|p| joins(s, p));
+    let info = entry
+        .or_else(|| procs.iter().find(|p| p.pid == s.peer.pid))
+        .map(|p| &*p.info);
+    ProcessOf { entry, info }
 }
 
 /// The process's memory outside the caching allocator at sample `s`, as the ledger counts it,
