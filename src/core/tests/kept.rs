@@ -1,6 +1,6 @@
 //! snapshot::kept's per-GPU hashes, on readings made with the TUI's fixtures.
 
-use crate::core::snapshot::kept::hashes;
+use crate::core::snapshot::kept::{self, Row};
 use crate::core::snapshot::ProcessView;
 use crate::frontends::tui::fixtures;
 
@@ -10,6 +10,18 @@ fn view(gpu: u32, pid: u32, used: u64) -> ProcessView {
         session: None,
         ns_pid: None,
     }
+}
+
+fn hashes(views: &[ProcessView]) -> Option<Vec<(u32, u64)>> {
+    let rows: Vec<Row> = views
+        .iter()
+        .map(|v| Row {
+            reading: &v.reading,
+            session: v.session.as_deref(),
+            ns_pid: v.ns_pid,
+        })
+        .collect();
+    kept::hashes(&rows)
 }
 
 #[test]

@@ -227,21 +227,27 @@ impl Snapshot {
         for s in store.sessions.live() {
             live.entry(s.peer.pid).or_default().push(s);
         }
-        let mut processes: Vec<ProcessView> = latest
+        // Hashed as rows, and made views only for the GPUs sent: a delta answer usually keeps
+        // most of a thousand processes, and copying each into a view to drop it again was a
+        // tenth of the answer's cost.
+        let rows: Vec<kept::Row> = latest
             .map(|r| {
                 r.processes
                     .iter()
-                    .map(|p| ProcessView::of(p, &live))
+                    .map(|p| kept::Row::of(p, &live))
                     .collect()
             })
             .unwrap_or_default();
-        let hashes = since
-            .and_then(|_| kept::hashes(&processes))
-            .unwrap_or_default();
+        let hashes = since.and_then(|_| kept::hashes(&rows)).unwrap_or_default();
         let processes_kept = match &after {
-            Some(c) => kept::leave_out(&mut processes, &hashes, c),
+            Some(c) => kept::kept(&hashes, c),
             None => Vec::new(),
         };
+        let processes: Vec<ProcessView> = rows
+            .iter()
+            .filter(|r| processes_kept.binary_search(&r.reading.gpu).is_err())
+            .map(ProcessView::of)
+            .collect();
         let cursor = since.map(|_| {
             let gpu_ms = latest
                 .into_iter()
@@ -415,15 +421,13 @@ impl std::ops::Deref for ProcessView {
 }
 
 impl ProcessView {
-    /// `live`: live sessions by host pid, in start order.
-    fn of(p: &ProcessReading, live: &HashMap<u32, Vec<&Session>>) -> Self {
-        let s = live
-            .get(&p.pid)
-            .and_then(|v| v.iter().find(|s| joins(s, p)));
+    /// The view of a row. Every field is named here, so a field added to the view does not
+    /// build until `kept::Row` (and so the delta's hash) carries it too.
+    pub fn of(row: &kept::Row) -> Self {
         Self {
-            reading: p.clone(),
-            session: s.map(|s| s.id.clone()),
-            ns_pid: s.and_then(|s| s.hello.ns_pid),
+            reading: row.reading.clone(),
+            session: row.session.map(str::to_string),
+            ns_pid: row.ns_pid,
         }
     }
 }

@@ -2,41 +2,68 @@
 //! has them left out, its index listed in `processes_kept`. On a node where most processes hold
 //! their memory from one poll to the next, most GPUs' lists are sent once.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use super::cursor::Cursor;
-use super::ProcessView;
 use crate::core::model::{ProcInfo, ProcessReading};
+use crate::core::store::sessions::nvml::joins;
+use crate::core::store::sessions::Session;
+
+/// A GPU process as the snapshot lists it, borrowed: its reading and the live trainer session
+/// joined to it (`ProcessView::of` makes the view sent).
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    pub reading: &'a ProcessReading,
+    pub session: Option<&'a str>,
+    /// The pid the trainer sees itself as, from its hello.
+    pub ns_pid: Option<u64>,
+}
+
+impl<'a> Row<'a> {
+    /// `live`: live sessions by host pid, in start order.
+    pub fn of(p: &'a ProcessReading, live: &HashMap<u32, Vec<&'a Session>>) -> Self {
+        let s = live
+            .get(&p.pid)
+            .and_then(|v| v.iter().find(|s| joins(s, p)));
+        Self {
+            reading: p,
+            session: s.map(|s| s.id.as_str()),
+            ns_pid: s.and_then(|s| s.hello.ns_pid),
+        }
+    }
+}
 
 /// (GPU index, hash) of each GPU's processes; None when they are not in GPU order (the poller
 /// lists them so), as the client puts kept ones back by that order.
-pub fn hashes(procs: &[ProcessView]) -> Option<Vec<(u32, u64)>> {
+pub fn hashes(rows: &[Row]) -> Option<Vec<(u32, u64)>> {
     let mut out: Vec<(u32, u64)> = Vec::new();
     let mut hasher = Fast::default();
-    for (i, p) in procs.iter().enumerate() {
-        if i > 0 && procs[i - 1].gpu != p.gpu {
-            out.push((procs[i - 1].gpu, hasher.finish()));
+    for (i, r) in rows.iter().enumerate() {
+        let gpu = r.reading.gpu;
+        if i > 0 && rows[i - 1].reading.gpu != gpu {
+            out.push((rows[i - 1].reading.gpu, hasher.finish()));
             hasher = Fast::default();
         }
-        if out.last().is_some_and(|(g, _)| *g >= p.gpu) {
+        if out.last().is_some_and(|(g, _)| *g >= gpu) {
             return None;
         }
-        hash_view(p, &mut hasher);
+        hash_row(r, &mut hasher);
     }
-    if let Some(p) = procs.last() {
-        out.push((p.gpu, hasher.finish()));
+    if let Some(r) = rows.last() {
+        out.push((r.reading.gpu, hasher.finish()));
     }
     Some(out)
 }
 
 /// Every field the view serialises. The patterns name them all, so a field added to one of
 /// these types does not build until it is hashed here too.
-fn hash_view(p: &ProcessView, h: &mut Fast) {
-    let ProcessView {
+fn hash_row(r: &Row, h: &mut Fast) {
+    let Row {
         reading,
         session,
         ns_pid,
-    } = p;
+    } = r;
     let ProcessReading {
         gpu,
         uuid,
@@ -65,17 +92,14 @@ fn hash_view(p: &ProcessView, h: &mut Fast) {
     (pod_uid, pod, namespace, container_name).hash(h);
 }
 
-/// Leaves out the processes of GPUs whose hash `after` holds; returns their indices.
-pub fn leave_out(procs: &mut Vec<ProcessView>, hashes: &[(u32, u64)], after: &Cursor) -> Vec<u32> {
-    let kept: Vec<u32> = hashes
+/// The GPUs, in index order, whose processes hash as they did in `after`'s answer: the client
+/// holds them, and they are left out.
+pub fn kept(hashes: &[(u32, u64)], after: &Cursor) -> Vec<u32> {
+    hashes
         .iter()
         .filter(|h| after.procs.binary_search(h).is_ok())
         .map(|(g, _)| *g)
-        .collect();
-    if !kept.is_empty() {
-        procs.retain(|p| kept.binary_search(&p.gpu).is_err());
-    }
-    kept
+        .collect()
 }
 
 /// FxHash's step, with a final mix: SipHash over the many small fields of 1,000 processes took

@@ -43,11 +43,15 @@ pub struct ProcessOf<'a> {
     pub info: Option<&'a ProcInfo>,
 }
 
-/// Session `s`'s process among `procs` (one collection's).
-pub fn process_of<'a>(s: &Session, procs: &'a [ProcessReading]) -> ProcessOf<'a> {
-    let entry = procs.iter().find(|p| joins(s, p));
+/// Session `s`'s process among `procs`, one collection's entries (`Store::process_of` passes
+/// only those of the session's pid).
+pub fn process_of<'a>(
+    s: &Session,
+    procs: impl Iterator<Item = &'a ProcessReading> + Clone,
+) -> ProcessOf<'a> {
+    let entry = procs.clone().find(|p| joins(s, p));
     let info = entry
-        .or_else(|| procs.iter().find(|p| p.pid == s.peer.pid))
+        .or_else(|| procs.clone().find(|p| p.pid == s.peer.pid))
         .map(|p| &*p.info);
     ProcessOf { entry, info }
 }
