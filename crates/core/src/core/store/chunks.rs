@@ -140,6 +140,21 @@ impl<C: Codec> Chunks<C> {
         self.last
     }
 
+    /// The points at or after `ms`, oldest first, for points pushed in time order. The chunks
+    /// that start after `ms` are counted by their first point's time, which a chunk holds whole,
+    /// so only the chunk that holds `ms` is decoded from its start: a delta asking for a
+    /// second of a full hour decodes at most a chunk, not 30.
+    pub fn since_ms(&self, ms: i64) -> impl Iterator<Item = (i64, C::Value)> + '_ {
+        let mut n = 0;
+        for c in self.chunks.iter().rev() {
+            n += usize::from(c.len);
+            if first_ms(c).is_some_and(|first| first <= ms) {
+                break;
+            }
+        }
+        self.newest(n).skip_while(move |(t, _)| *t < ms)
+    }
+
     /// The newest `n` points (all of them when there are fewer), oldest first.
     pub fn newest(&self, n: usize) -> Iter<'_, C> {
         let n = n.min(self.len);
@@ -162,6 +177,11 @@ impl<C: Codec> Chunks<C> {
             left: n,
         }
     }
+}
+
+/// The time of a chunk's first point: its gap from the default clock, the chunk's first bytes.
+fn first_ms(c: &Chunk) -> Option<i64> {
+    (c.len > 0).then(|| 0i64.wrapping_add(unzigzag(get(&c.bytes, &mut 0))))
 }
 
 pub struct Iter<'a, C: Codec> {

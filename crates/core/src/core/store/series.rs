@@ -111,11 +111,7 @@ impl Series {
 
     /// Points with `ts >= since`, oldest first (a series is in time order: polls are).
     pub fn since(&self, since: Timestamp) -> impl Iterator<Item = Point<GpuPoint>> + '_ {
-        let since = millis(since);
-        self.0
-            .newest(self.len())
-            .skip_while(move |(ms, _)| *ms < since)
-            .map(point)
+        self.0.since_ms(millis(since)).map(point)
     }
 }
 

@@ -67,3 +67,24 @@ fn since_filters_by_time() {
     assert_eq!(s.since(3.0).count(), 2);
     assert_eq!(s.since(99.0).count(), 0);
 }
+
+/// `since` passes over the chunks before the time asked undecoded: the same points as reading
+/// every point and skipping the early ones, at any time, in a series whose oldest points were
+/// dropped mid-chunk and whose polls missed ticks.
+#[test]
+fn since_reads_the_same_points_as_a_scan_from_the_oldest() {
+    let mut s = Series::new(1000);
+    let mut t = 1e9;
+    for i in 0..2345u64 {
+        t += if i % 97 == 0 { 4.0 } else { 1.0 };
+        s.push(t, (i % 13 != 0).then(|| gpu(i % 300)), 1.0);
+    }
+    let all: Vec<_> = s.since(0.0).collect();
+    assert_eq!(all.len(), 1000);
+    let first = all[0].ts;
+    for k in 0..1300 {
+        let at = first - 3.0 + k as f64 * 0.75;
+        let scan: Vec<_> = all.iter().copied().filter(|p| p.ts >= at).collect();
+        assert_eq!(s.since(at).collect::<Vec<_>>(), scan, "since {at}");
+    }
+}

@@ -1,0 +1,124 @@
+//! What a TUI refresh costs the daemon's aggregator and its HTTP worker: the snapshot answer at
+//! 8 GPUs x 128 processes with 64 trainers (8 per GPU, joined to their NVML processes), after an
+//! hour of polls (GPU history full: 3,600 points) and 400 samples per trainer. Built as a delta
+//! since the cursor of the refresh before (one poll and one sample per trainer later), and
+//! whole; then written as JSON, as the daemon sends it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use gpumon::core::apply::Core;
+use gpumon::core::input::Input;
+use gpumon::core::model::now;
+use gpumon::core::snapshot::Snapshot;
+use gpumon::core::store::{Collection, HistoryLimits, NvmlStatus, Store};
+use gpumon::core::trainer::Peer;
+use gpumon::sources::ingest::conn::Conn;
+use std::sync::Arc;
+
+const GPUS: u32 = 8;
+const TRAINERS_PER_GPU: u32 = 8;
+const POLLS: u32 = 3600;
+const SAMPLES: u32 = 400;
+
+fn sample(ts: f64, step: u32) -> String {
+    let allocated = 21_474_836_480u64 + u64::from(step) * 2_097_152;
+    format!(
+        concat!(
+            r#"{{"type":"sample","ts":{},"step":{},"phase":"train","stats":{{"#,
+            r#""allocated_bytes.all.current":{},"allocated_bytes.all.peak":{},"#,
+            r#""reserved_bytes.all.current":32212254720,"active_bytes.all.current":{},"#,
+            r#""inactive_split_bytes.all.current":268435456,"num_alloc_retries":0,"num_ooms":0}},"#,
+            r#""device_free":47244640256,"device_total":85520809984}}"#
+        ),
+        ts,
+        step,
+        allocated,
+        allocated + 8_589_934_592,
+        allocated
+    )
+}
+
+/// One poll at `ts`, the GPUs' memory moving as a training run's does.
+fn poll(store: &mut Store, ts: f64, i: u32) {
+    let mut reading = common::node(GPUS, 128);
+    reading.ts = ts;
+    for g in &mut reading.gpus {
+        if let Some(m) = g.memory.as_mut() {
+            m.used += u64::from(i % 600) * 4_194_304;
+            m.free -= u64::from(i % 600) * 4_194_304;
+        }
+        g.utilization = Some(0.5 + f64::from(i % 50) / 100.0);
+    }
+    store.apply(reading, 0.001);
+}
+
+fn bench(c: &mut Criterion) {
+    let t0 = now() - f64::from(POLLS);
+    let mut store = Store::new(HistoryLimits { gpu_points: 3600 }, 1.0, "lib".into());
+    for i in 0..POLLS {
+        poll(&mut store, t0 + f64::from(i), i);
+    }
+    let mut core = Core::new(store);
+    let mut conns: Vec<Conn> = Vec::new();
+    for g in 0..GPUS {
+        for k in 0..TRAINERS_PER_GPU {
+            let pid = 100_000 + g * 1000 + k;
+            let mut conn = Conn::new(Peer {
+                pid,
+                uid: 1000,
+                gid: 1000,
+            });
+            let hello = format!(
+                r#"{{"type":"hello","v":1,"pid":{pid},"job":"llama-ft","rank":{k},"world_size":64,"cuda_device":{g},"gpu_uuid":"GPU-{g:08x}-1111-2222-3333-444444444444","client":"gpumon-py/0.1.0","torch":"2.5.1"}}"#
+            );
+            conn.handle(hello.as_bytes(), &mut core, t0);
+            conns.push(conn);
+        }
+    }
+    let last = t0 + f64::from(POLLS);
+    for s in 0..SAMPLES {
+        let ts = last - f64::from(SAMPLES - s);
+        for conn in &mut conns {
+            conn.handle(sample(ts, s).as_bytes(), &mut core, ts);
+        }
+    }
+    let cursor = Snapshot::build_since(core.store(), "node", 300.0, Some(""))
+        .cursor
+        .unwrap();
+    // The refresh after that cursor's: a poll, and a sample from each trainer.
+    let mut reading = common::node(GPUS, 128);
+    reading.ts = last;
+    let status = NvmlStatus {
+        up: true,
+        last_poll_ts: Some(last),
+        ..NvmlStatus::default()
+    };
+    core.apply(Input::Collection(Box::new(Collection {
+        ts: last,
+        reading: Ok(Arc::new(reading)),
+        status,
+        text: "".into(),
+    })));
+    for conn in &mut conns {
+        conn.handle(sample(last, SAMPLES).as_bytes(), &mut core, last);
+    }
+    let delta = Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor));
+    assert!(delta.delta);
+    assert_eq!(delta.sessions.len(), 64);
+    assert!(delta.sessions.iter().all(|s| s.series.len() == 1));
+    assert!(delta.gpus.iter().all(|g| g.history.len() == 1));
+    c.bench_function("snapshot_delta_build_8gpu_128proc_64trainers", |b| {
+        b.iter(|| Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor)))
+    });
+    c.bench_function("snapshot_delta_json_8gpu_128proc_64trainers", |b| {
+        b.iter(|| serde_json::to_vec(&delta).unwrap())
+    });
+    c.bench_function("snapshot_whole_build_8gpu_128proc_64trainers", |b| {
+        b.iter(|| Snapshot::build_since(core.store(), "node", 300.0, None))
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
