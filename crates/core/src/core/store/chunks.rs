@@ -53,6 +53,20 @@ pub struct Chunks<C: Codec> {
     len: usize,
     capacity: usize,
     last: Option<(i64, C::Value)>,
+    /// Where decoding the newest chunk can resume: after its latest multiple of `MARK` points.
+    mark: Option<Mark<C::State>>,
+}
+
+/// Points between the resume marks of the newest chunk: a read of its newest points decodes at
+/// most this many it does not return, instead of up to a chunk's.
+const MARK: u16 = 16;
+
+#[derive(Debug, Clone, Copy)]
+struct Mark<S> {
+    /// Points of the newest chunk before the mark, and the bytes they take.
+    points: u16,
+    at: usize,
+    end: (Clock, S),
 }
 
 impl<C: Codec> Chunks<C> {
@@ -64,6 +78,7 @@ impl<C: Codec> Chunks<C> {
             len: 0,
             capacity: capacity.max(1),
             last: None,
+            mark: None,
         }
     }
 
@@ -97,6 +112,7 @@ impl<C: Codec> Chunks<C> {
                 bytes: Vec::with_capacity(size),
             });
             self.end = Default::default();
+            self.mark = None;
         }
         if let Some(c) = self.chunks.back_mut() {
             let (clock, state) = &mut self.end;
@@ -105,6 +121,13 @@ impl<C: Codec> Chunks<C> {
             *clock = Clock { ms, gap };
             C::encode(state, &v, &mut c.bytes);
             c.len += 1;
+            if c.len % MARK == 0 {
+                self.mark = Some(Mark {
+                    points: c.len,
+                    at: c.bytes.len(),
+                    end: self.end,
+                });
+            }
         }
         self.len += 1;
         self.last = Some((ms, v));
@@ -142,11 +165,17 @@ impl<C: Codec> Chunks<C> {
 
     /// The points at or after `ms`, oldest first, for points pushed in time order. The chunks
     /// that start after `ms` are counted by their first point's time, which a chunk holds whole,
-    /// so only the chunk that holds `ms` is decoded from its start: a delta asking for a
-    /// second of a full hour decodes at most a chunk, not 30.
+    /// so only the chunk that holds `ms` is decoded, from its start or its mark: a delta asking
+    /// for a second of a full hour decodes a few points, not 30 chunks.
     pub fn since_ms(&self, ms: i64) -> impl Iterator<Item = (i64, C::Value)> + '_ {
         let mut n = 0;
-        for c in self.chunks.iter().rev() {
+        for (i, c) in self.chunks.iter().enumerate().rev() {
+            // All of them after the newest chunk's mark: decode from there.
+            let newest = i + 1 == self.chunks.len();
+            if let Some(m) = self.mark.filter(|m| newest && m.end.0.ms < ms) {
+                n = usize::from(c.len - m.points);
+                break;
+            }
             n += usize::from(c.len);
             if first_ms(c).is_some_and(|first| first <= ms) {
                 break;
@@ -167,7 +196,7 @@ impl<C: Codec> Chunks<C> {
             skip -= usize::from(c.len);
             first += 1;
         }
-        Iter {
+        let mut iter = Iter {
             chunks: &self.chunks,
             next_chunk: first,
             bytes: &[],
@@ -175,7 +204,18 @@ impl<C: Codec> Chunks<C> {
             end: Default::default(),
             skip,
             left: n,
+        };
+        // Starting in the newest chunk past its mark: resume there.
+        if let (Some(m), Some(c)) = (self.mark, self.chunks.back()) {
+            if first + 1 == self.chunks.len() && skip >= usize::from(m.points) {
+                iter.bytes = &c.bytes;
+                iter.at = m.at;
+                iter.end = m.end;
+                iter.next_chunk = first + 1;
+                iter.skip = skip - usize::from(m.points);
+            }
         }
+        iter
     }
 }
 

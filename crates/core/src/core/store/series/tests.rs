@@ -88,3 +88,30 @@ fn since_reads_the_same_points_as_a_scan_from_the_oldest() {
         assert_eq!(s.since(at).collect::<Vec<_>>(), scan, "since {at}");
     }
 }
+
+/// A read of the newest points resumes at the newest chunk's mark when it can: the same points
+/// as decoding that chunk from its start, for every count, before and after the oldest points
+/// are dropped.
+#[test]
+fn newest_points_read_alike_from_the_mark_and_from_the_chunk_start() {
+    for (capacity, pushes) in [(1000, 437), (1000, 1333), (50, 77), (3, 40)] {
+        let mut s = Series::new(capacity);
+        for i in 0..pushes {
+            s.push(1e9 + i as f64, (i % 7 != 0).then(|| gpu(i % 300)), 1.0);
+        }
+        let all: Vec<_> = s.since(0.0).collect();
+        assert_eq!(all.len(), capacity.min(pushes as usize));
+        for n in 0..=all.len() + 1 {
+            let tail: Vec<_> = s.0.newest(n).map(point).collect();
+            assert_eq!(
+                tail,
+                all[all.len().saturating_sub(n)..],
+                "capacity {capacity}, n {n}"
+            );
+        }
+        for p in &all {
+            let want: Vec<_> = all.iter().copied().filter(|q| q.ts >= p.ts).collect();
+            assert_eq!(s.since(p.ts).collect::<Vec<_>>(), want);
+        }
+    }
+}
