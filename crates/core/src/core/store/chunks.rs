@@ -8,7 +8,9 @@
 //! - Dropping the oldest point is a count (`skip`) until its whole chunk is gone: exactly
 //!   `capacity` points, in at most one chunk more than they need.
 //! - A chunk is shrunk to its bytes when it fills; only the newest one has room to grow.
-//! - Reads decode forward; those of the newest `n` pass over whole older chunks undecoded.
+//! - Reads decode forward; those of the newest `n`, or of the points since a time, pass over
+//!   whole older chunks undecoded, and start in the newest chunk at its latest mark (every 16
+//!   points) when they can.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
