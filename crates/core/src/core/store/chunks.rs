@@ -221,9 +221,9 @@ impl<C: Codec> Chunks<C> {
     }
 }
 
-/// The time of a chunk's first point: its gap from the default clock, the chunk's first bytes.
+/// The time of a chunk's first point: its gap from the zero clock a chunk starts from, its first bytes.
 fn first_ms(c: &Chunk) -> Option<i64> {
-    (c.len > 0).then(|| 0i64.wrapping_add(unzigzag(get(&c.bytes, &mut 0))))
+    (c.len > 0).then(|| unzigzag(get(&c.bytes, &mut 0)))
 }
 
 pub struct Iter<'a, C: Codec> {
