@@ -127,7 +127,7 @@ impl Column {
 }
 
 /// Identifies a row across refreshes, so the selection follows it when rows move.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct RowKey {
     pub node: usize,
     pub gpu: Option<u32>,
@@ -141,7 +141,7 @@ pub struct Badge {
     pub critical: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ProcRow {
     pub key: RowKey,
     pub used: Option<u64>,
@@ -185,7 +185,7 @@ pub fn build(nodes: &[Node]) -> Vec<ProcRow> {
 /// and formatting their cells was most of a refresh.
 pub fn build_reusing(nodes: &[Node], old: Vec<ProcRow>) -> Vec<ProcRow> {
     let mut old = reuse::Old::new(old);
-    let mut rows = Vec::new();
+    let mut rows = Vec::with_capacity(old.count());
     for (n, node) in nodes.iter().enumerate() {
         let Some(snap) = &node.snap else { continue };
         let live: Vec<&SessionView> = snap.sessions.iter().filter(|s| s.ended.is_none()).collect();
