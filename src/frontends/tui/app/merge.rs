@@ -5,6 +5,18 @@
 use std::collections::HashMap;
 
 use crate::core::snapshot::{ProcessView, SessionView, Snapshot, SESSION_POINTS};
+use crate::core::store::Point;
+use crate::core::trainer::SessionPoint;
+
+/// Points a session keeps past the window before its oldest are dropped, all at once: dropping
+/// one a refresh moved every session's 300 points (1.7 MB for 64 trainers) at every refresh.
+/// Within the capacity the first point past the window doubled the series to.
+const SLACK: usize = SESSION_POINTS / 4;
+
+/// The points the views draw: the newest `SESSION_POINTS`, what a whole answer holds.
+pub fn window(s: &SessionView) -> &[Point<SessionPoint>] {
+    &s.series[s.series.len().saturating_sub(SESSION_POINTS)..]
+}
 
 /// Completes `new`, a delta answer to the cursor `old` came with.
 pub fn delta(old: Snapshot, new: &mut Snapshot) {
@@ -54,8 +66,9 @@ fn append(before: SessionView, s: &mut SessionView) {
     let dup = (before.samples + new).saturating_sub(s.samples).min(new) as usize;
     let mut series = before.series;
     series.extend(s.series.drain(dup..));
-    let over = series.len().saturating_sub(SESSION_POINTS);
-    series.drain(..over);
+    if series.len() > SESSION_POINTS + SLACK {
+        series.drain(..series.len() - SESSION_POINTS);
+    }
     s.series = series;
 }
 

@@ -340,7 +340,7 @@ fn trainer_label(s: &SessionView, process: Option<&str>) -> String {
 
 /// The allocated floor: `allocated` at the latest step boundary of a train sample.
 pub fn latest_floor(s: &SessionView) -> Option<u64> {
-    s.series
+    super::merge::window(s)
         .iter()
         .rev()
         .filter_map(|p| p.value)

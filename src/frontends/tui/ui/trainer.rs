@@ -327,8 +327,7 @@ fn render_chart(
     zoom: bool,
     t: Theme,
 ) {
-    let pts: Vec<(f64, SessionPoint)> = s
-        .series
+    let pts: Vec<(f64, SessionPoint)> = crate::frontends::tui::app::merge::window(s)
         .iter()
         .enumerate()
         .filter_map(|(i, p)| {

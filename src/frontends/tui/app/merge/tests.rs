@@ -1,8 +1,9 @@
 use crate::core::model::{now, NodeReading};
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{SessionView, Snapshot};
 use crate::core::store::sessions::{SessionLimits, Sessions};
 use crate::core::store::{HistoryLimits, Store};
 use crate::core::trainer::{Ending, Hello, Peer, Sample, Stats};
+use crate::frontends::tui::app::merge::window;
 use crate::frontends::tui::app::node::{Node, Origin};
 use crate::frontends::tui::fixtures;
 
@@ -109,10 +110,19 @@ fn from_elsewhere(cursor: &str) -> String {
     format!("zz{}", &cursor[cursor.find('.').unwrap()..])
 }
 
-/// What the views draw from: sessions and processes (the rest of a delta is whole).
+/// What the views draw from: sessions (their windows) and processes (the rest of a delta is
+/// whole).
 fn held(n: &Node) -> serde_json::Value {
     let s = n.snap.as_ref().unwrap();
-    serde_json::json!({"sessions": s.sessions, "processes": s.processes})
+    let sessions: Vec<SessionView> = s
+        .sessions
+        .iter()
+        .map(|v| SessionView {
+            series: window(v).to_vec(),
+            ..v.clone()
+        })
+        .collect();
+    serde_json::json!({"sessions": sessions, "processes": s.processes})
 }
 
 #[test]
@@ -163,12 +173,16 @@ fn a_whole_answer_then_deltas_leave_the_state_one_whole_answer_gives() {
     assert!(quiet.processes.is_empty() && quiet.processes_kept == vec![0, 1]);
     incremental.absorb(quiet.clone());
 
-    // Process 1002's trainer ends: GPU 0's processes change (no session), GPU 1's do not.
+    // Process 1002's trainer ends: GPU 0's processes change (no session), GPU 1's do not. A few
+    // more points for a full window: the node keeps them past the window (slack) for now.
     d.store.sessions.close(c, Ending::Crash, d.t0 + 130.0);
+    d.samples(a, 650, 10);
     let after_end = d.answer(quiet.cursor.as_deref());
     assert_eq!(after_end.processes_kept, vec![1]);
     assert_eq!(after_end.processes.len(), 4);
     incremental.absorb(after_end);
+    let kept = &incremental.snap.as_ref().unwrap().sessions[0];
+    assert_eq!((kept.series.len(), window(kept).len()), (310, 300));
 
     let mut whole = node();
     whole.absorb(d.answer(None));
