@@ -28,3 +28,26 @@ fn reused_rows_are_the_rows_a_fresh_build_makes() {
     assert_eq!(format!("{again:?}"), format!("{:?}", build(&nodes)));
     assert!(again.iter().any(|r| r.key.pid == pid && r.firing()));
 }
+
+/// Each column reads back its own text from the row's one string, the first and last included,
+/// and the filter matches text on either side of a column's edge.
+#[test]
+fn cells_read_back_as_formatted() {
+    use super::super::Column;
+    let mut node = Node::new(Origin::Daemon {
+        url: "http://h:9477".into(),
+    });
+    node.absorb(fixtures::crowded("gpu-node-1", 2, 10, 2));
+    let rows = build(&[node]);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert_eq!(r.cell(Column::Node), "gpu-node-1");
+        let gpu = r.key.gpu.map(|g| g.to_string()).unwrap_or("-".into());
+        assert_eq!(r.cell(Column::Gpu), gpu);
+        assert!(r.cell(Column::Pid).starts_with(&r.key.pid.to_string()));
+        let kinds: Vec<&str> = r.badges.iter().map(|b| b.kind).collect();
+        assert_eq!(r.cell(Column::Findings), kinds.join(" "));
+        assert!(r.matches(&format!("gpu-node-1 {gpu} {}", r.key.pid)));
+        assert!(!r.matches("gpu-node-1gpu"));
+    }
+}
