@@ -143,7 +143,23 @@ def budget_us(step_us):
     return min((0.01 if step_us < 1000 else 0.005) * step_us, 25.0)
 
 
-def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
+class NoSamples:
+    """A cadence that never samples: the attachment's step path (torch's dispatch, the hook's
+    countdown, a decision every 250 steps) without the samples, for --parts."""
+
+    def __init__(self):
+        self.wait = 0
+
+    def due(self, steps=1):
+        self.wait = hooks._MAX_LEFT
+        return False
+
+
+def empty_hook(optimizer, args, kwargs):
+    """What torch's dispatch of any step post-hook costs, for --parts."""
+
+
+def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False):
     step = make_loop(width, batch, optimizer)
     for _ in range(20):
         step()
@@ -157,22 +173,33 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
     start_lines = state.client.transport.sent_lines
     bare, diffs, cpu_diffs, attached_steps, attached_time = [], [], [], 0, 0.0
-    # Rounds of one bare and one attached block in a random order: a drift in machine speed, or
-    # one block's bad luck, lands on either side alike. The real hook, unwrapped.
+    # With --parts, two more arms take the cost apart: an empty hook, and the client's step
+    # path with sampling ruled out (its cadence swapped for one that never samples).
+    arms = ["bare", "attached"] + (["empty", "no_samples"] if parts else [])
+    part_diffs = {"empty": [], "no_samples": []}
+    cadence = state.cadence
+    # Rounds of one block per arm in a random order: a drift in machine speed, or one block's
+    # bad luck, lands on every side alike. The real hook, unwrapped.
     for _ in range(rounds):
-        order = [False, True]
+        order = list(arms)
         rng.shuffle(order)
         t = {}
-        for attach_it in order:
-            handle = register(client_hook) if attach_it else None
-            t[attach_it] = block(step, n)
+        for arm in order:
+            hook = {"bare": None, "empty": empty_hook}.get(arm, client_hook)
+            state.cadence = NoSamples() if arm == "no_samples" else cadence
+            handle = register(hook) if hook is not None else None
+            t[arm] = block(step, n)
             if handle is not None:
                 handle.remove()
-        bare.append(t[False][0])
-        diffs.append((t[True][0] - t[False][0]) * 1e6)
-        cpu_diffs.append((t[True][1] - t[False][1]) * 1e6)
+        state.cadence = cadence
+        bare.append(t["bare"][0])
+        diffs.append((t["attached"][0] - t["bare"][0]) * 1e6)
+        cpu_diffs.append((t["attached"][1] - t["bare"][1]) * 1e6)
+        for arm in part_diffs:
+            if arm in t:
+                part_diffs[arm].append((t[arm][1] - t["bare"][1]) * 1e6)
         attached_steps += n
-        attached_time += n * t[True][0]
+        attached_time += n * t["attached"][0]
     samples = state.client.transport.sent_lines - start_lines
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
@@ -200,6 +227,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng):
         "hi_us": hi,
         "budget_us": budget_us(b * 1e6),
         "samples_per_s": samples / attached_time,
+        "parts": {arm: interval(d, rng) for arm, d in part_diffs.items() if d},
     }
 
 
@@ -213,6 +241,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shape", action="append", choices=[s[0] for s in SHAPES],
                     help="only this step length (repeatable; default: all)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also take the whole cost apart, in the same shuffled rounds: torch's dispatch of "
+                         "an empty hook, and the client's step path with sampling ruled out (CPU time)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     stand_in_cuda(args.stats_cost_us)
@@ -233,7 +264,7 @@ def main():
         for name, width, batch, optimizer in SHAPES:
             if args.shape and name not in args.shape:
                 continue
-            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng)
+            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts)
             if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
             elif r["cpu_lo_us"] > r["budget_us"]:
@@ -244,6 +275,9 @@ def main():
             print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f  %s" % (
                 r["shape"], r["step_us"], r["own_us"], r["cpu_us"], r["cpu_lo_us"], r["cpu_hi_us"],
                 r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"], r["samples_per_s"], verdict))
+            for arm, label in (("empty", "an empty hook"), ("no_samples", "the client, sampling ruled out")):
+                if arm in r["parts"]:
+                    print("  %-35s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
         ok = all(v == "within" for v in verdicts)
         print("budget met (whole cost, by its interval):", "yes" if ok else "NO")
         return 0 if ok else 1
