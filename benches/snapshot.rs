@@ -2,7 +2,8 @@
 //! 8 GPUs x 128 processes with 64 trainers (8 per GPU, joined to their NVML processes), after an
 //! hour of polls (GPU history full: 3,600 points) and 400 samples per trainer. Built as a delta
 //! since the cursor of the refresh before (one poll and one sample per trainer later), and
-//! whole; then written as JSON, as the daemon sends it.
+//! whole; then written as JSON, as the daemon sends it. Then the TUI's side: the delta parsed
+//! and applied.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -14,6 +15,8 @@ use gpumon::core::model::now;
 use gpumon::core::snapshot::Snapshot;
 use gpumon::core::store::{Collection, HistoryLimits, NvmlStatus, Store};
 use gpumon::core::trainer::Peer;
+use gpumon::frontends::tui::app::node::{Node, Origin};
+use gpumon::frontends::tui::app::state::{Action, App, Update};
 use gpumon::sources::ingest::conn::Conn;
 use std::sync::Arc;
 
@@ -84,9 +87,8 @@ fn bench(c: &mut Criterion) {
             conn.handle(sample(ts, s).as_bytes(), &mut core, ts);
         }
     }
-    let cursor = Snapshot::build_since(core.store(), "node", 300.0, Some(""))
-        .cursor
-        .unwrap();
+    let first = Snapshot::build_since(core.store(), "node", 300.0, Some(""));
+    let cursor = first.cursor.clone().unwrap();
     // The refresh after that cursor's: a poll, and a sample from each trainer.
     let mut reading = common::node(GPUS, 128);
     reading.ts = last;
@@ -129,6 +131,43 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("snapshot_whole_build_8gpu_128proc_64trainers", |b| {
         b.iter(|| Snapshot::build_since(core.store(), "node", 300.0, None))
+    });
+    tui(c, first, &delta);
+}
+
+/// The TUI's side of the same refresh: the delta parsed as its fetch thread parses it, then
+/// applied on its main thread to the state the answer before left (merged, findings, rows
+/// rebuilt and sorted). Drawing is `tui_render`'s.
+fn tui(c: &mut Criterion, first: Snapshot, delta: &Snapshot) {
+    let body = serde_json::to_vec(delta).unwrap();
+    c.bench_function("tui_delta_parse_8gpu_128proc_64trainers", |b| {
+        b.iter(|| serde_json::from_slice::<Snapshot>(&body).unwrap())
+    });
+    let node = Node::new(Origin::Daemon {
+        url: "http://127.0.0.1:9477".into(),
+    });
+    let mut app = App::new(vec![node], false);
+    app.update(Action::Resize {
+        width: 160,
+        height: 48,
+    });
+    app.update(Action::Data {
+        node: 0,
+        update: Update::Snapshot(Box::new(first)),
+    });
+    assert_eq!(app.procs.rows.len(), (GPUS * 128) as usize);
+    c.bench_function("tui_delta_apply_8gpu_128proc_64trainers", |b| {
+        b.iter_batched(
+            || (app.clone(), delta.clone()),
+            |(mut app, delta)| {
+                app.update(Action::Data {
+                    node: 0,
+                    update: Update::Snapshot(Box::new(delta)),
+                });
+                app
+            },
+            criterion::BatchSize::LargeInput,
+        );
     });
 }
 
