@@ -8,8 +8,9 @@ use super::{Badge, ProcRow};
 use crate::core::snapshot::ProcessView;
 
 /// The last refresh's rows, in the order they were built. Processes come in the same order
-/// every refresh, so the row after the last one taken is tried first; only a process that
-/// came or went sends a lookup to the index, built the first time one is needed. (A map of
+/// every refresh, so the rows just after the last one looked up are tried first; only a
+/// process that came, or several that went, send a lookup to the index, built the first time
+/// one is needed. (A map of
 /// all 1,000 rows built every refresh, and the rows moved into and out of it, were a third of
 /// the TUI's CPU.)
 pub struct Old {
@@ -37,15 +38,19 @@ impl Old {
             return None;
         }
         let key = (n, p.gpu, p.pid);
-        let at = match self.rows.get(self.next) {
-            Some(r) if row_key(r) == Some(key) => self.next,
-            _ => *self.index().get(&key)?,
+        // The next row, or the one after it: a trainer's row (never reused) or a process that
+        // went sits between two plain processes' rows.
+        let near =
+            (self.next..self.next + 2).find(|&i| self.rows.get(i).and_then(row_key) == Some(key));
+        let at = match near {
+            Some(at) => at,
+            None => *self.index().get(&key)?,
         };
+        self.next = at + 1;
         let row = &mut self.rows[at];
         if row.inputs != inputs {
             return None;
         }
-        self.next = at + 1;
         // A taken slot keeps an empty row whose `inputs` is 0, so it is never taken twice.
         Some(std::mem::take(row))
     }
