@@ -10,9 +10,8 @@ use crate::core::snapshot::ProcessView;
 /// The last refresh's rows, in the order they were built. Processes come in the same order
 /// every refresh, so the rows just after the last one looked up are tried first; only a
 /// process that came, or several that went, send a lookup to the index, built the first time
-/// one is needed. (A map of
-/// all 1,000 rows built every refresh, and the rows moved into and out of it, were a third of
-/// the TUI's CPU.)
+/// one is needed. (A map of all 1,000 rows built every refresh, and the rows moved into and
+/// out of it, were a third of the TUI's CPU.)
 pub struct Old {
     rows: Vec<ProcRow>,
     next: usize,
