@@ -159,7 +159,50 @@ def empty_hook(optimizer, args, kwargs):
     """What torch's dispatch of any step post-hook costs, for --parts."""
 
 
-def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False):
+def tail(step, state, register, client_hook, steps):
+    """What a sample costs the loop, step by step, for --tail: the attached loop run `steps`
+    steps with each step's CPU time taken, and the time inside `client.sample` taken apart from
+    it. Returns (samples, mean µs inside sample(), mean excess µs by distance from the sampling
+    step for 0..7 and 8-63, against the mean of steps 64 or more after a sample)."""
+    client = state.client
+    inside = [0.0]
+    sample = client.sample
+
+    def timed_sample(*args, **kwargs):
+        t0 = time.thread_time()
+        sample(*args, **kwargs)
+        inside[0] += time.thread_time() - t0
+
+    client.sample = timed_sample  # an instance attribute: the hook looks it up on the client
+    transport = client.transport
+    clock = time.thread_time
+    times, dist = [], []
+    d, last = 1 << 30, transport.sent_lines
+    handle = register(client_hook)
+    try:
+        for _ in range(steps):
+            t0 = clock()
+            step()
+            times.append(clock() - t0)
+            sent = transport.sent_lines
+            d = 0 if sent != last else d + 1
+            last = sent
+            dist.append(d)
+    finally:
+        handle.remove()
+        del client.sample
+    samples = dist.count(0)
+    far = [t for t, k in zip(times, dist) if k >= 64]
+    base = statistics.fmean(far) if far else float("nan")
+    buckets = [[t for t, k in zip(times, dist) if k == i] for i in range(8)]
+    buckets.append([t for t, k in zip(times, dist) if 8 <= k < 64])
+    excess = [(statistics.fmean(b) - base) * 1e6 if b else float("nan") for b in buckets]
+    # Steps 8-63 after a sample: their summed excess, not the mean of one.
+    excess[8] *= 56
+    return samples, inside[0] / samples * 1e6 if samples else float("nan"), excess
+
+
+def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0):
     step = make_loop(width, batch, optimizer)
     for _ in range(20):
         step()
@@ -210,6 +253,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         block(step, n)
     handle.remove()
     own = spent[0] / (own_blocks * n)
+    tailed = tail(step, state, register, client_hook, tail_steps) if tail_steps else None
     gpumon_client.detach(timeout=0.2)
     hooks._oom_observer_installed = False
     b = statistics.median(bare)
@@ -228,6 +272,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         "budget_us": budget_us(b * 1e6),
         "samples_per_s": samples / attached_time,
         "parts": {arm: interval(d, rng) for arm, d in part_diffs.items() if d},
+        "tail": tailed,
     }
 
 
@@ -244,6 +289,9 @@ def main():
     ap.add_argument("--parts", action="store_true",
                     help="also take the whole cost apart, in the same shuffled rounds: torch's dispatch of "
                          "an empty hook, and the client's step path with sampling ruled out (CPU time)")
+    ap.add_argument("--tail", type=int, default=0, metavar="STEPS",
+                    help="also run STEPS attached steps timed one by one: what a sample costs its own step "
+                         "and the steps after it (the caches it evicted), against the time inside sample()")
     args = ap.parse_args()
     torch.set_num_threads(1)
     stand_in_cuda(args.stats_cost_us)
@@ -264,7 +312,7 @@ def main():
         for name, width, batch, optimizer in SHAPES:
             if args.shape and name not in args.shape:
                 continue
-            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts)
+            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts, args.tail)
             if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
             elif r["cpu_lo_us"] > r["budget_us"]:
@@ -278,6 +326,12 @@ def main():
             for arm, label in (("empty", "an empty hook"), ("no_samples", "the client, sampling ruled out")):
                 if arm in r["parts"]:
                     print("  %-35s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
+            if r["tail"]:
+                n_samples, inside, excess = r["tail"]
+                print("  a sample (%d): %.0f us inside sample(); the loop's CPU over steps far from one: "
+                      "its own step %+.0f us, the next seven %s, steps 8-63 %+.0f us in all; %+.0f us in all"
+                      % (n_samples, inside, excess[0], " ".join("%+.0f" % e for e in excess[1:8]),
+                         excess[8], sum(excess)))
         ok = all(v == "within" for v in verdicts)
         print("budget met (whole cost, by its interval):", "yes" if ok else "NO")
         return 0 if ok else 1
