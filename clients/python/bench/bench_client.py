@@ -20,6 +20,10 @@ where wall time cannot. The verdict is by the CPU-time interval; the wall one is
 it. Budget: the whole cost <= 1 % of a step under 1 ms, <= 0.5 % of a longer one, <= 25 us.
 
     $(scripts/torch-venv newest)/bin/python clients/python/bench/bench_client.py [--stats-cost-us 180]
+
+--parts takes the whole cost apart in the same rounds (torch's dispatch of an empty hook; the
+client with sampling ruled out); --tail STEPS times attached steps one by one to show what a
+sample costs its own step and the steps after it, beside the time inside client.sample().
 """
 
 import argparse
@@ -162,8 +166,9 @@ def empty_hook(optimizer, args, kwargs):
 def tail(step, state, register, client_hook, steps):
     """What a sample costs the loop, step by step, for --tail: the attached loop run `steps`
     steps with each step's CPU time taken, and the time inside `client.sample` taken apart from
-    it. Returns (samples, mean µs inside sample(), mean excess µs by distance from the sampling
-    step for 0..7 and 8-63, against the mean of steps 64 or more after a sample)."""
+    it. Returns (samples, mean µs inside sample(), the excess µs of a step at each distance 0..7
+    from the sampling step, then of the steps 8-63 summed, against the mean of steps 64 or more
+    after a sample)."""
     client = state.client
     inside = [0.0]
     sample = client.sample
