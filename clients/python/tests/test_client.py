@@ -86,7 +86,9 @@ def test_a_failing_source_never_raises(sock_path):
 
 
 def test_events(sock_path):
-    with FakeDaemon(sock_path) as d:
+    # An acking daemon, so every line is numbered: against one that is not, whether a line is
+    # numbered depends on whether the welcome arrived before it was written.
+    with FakeDaemon(sock_path, ack=True) as d:
         c = Client(source=source(), socket=sock_path)
         c.mark("lr drop", lr=0.1)
         c.snapshot("/var/lib/gpumon/snap.pickle")
