@@ -35,6 +35,8 @@ class Client:
     $XDG_RUNTIME_DIR/gpumon/ingest.sock.
     stats_keys: memory_stats() keys to send; None sends every key.
     max_buffer: messages kept while the daemon is down or slow (oldest dropped first).
+    write_every: seconds samples may wait to be written together (0: each at once). Events, the
+    bye and answers go at once and take the waiting samples with them.
     attribution: whether the client offers leak attribution (hello `caps`; the daemon then may
     ask it to record allocation history for a window, see attribution.py). None: when the stats
     come from torch.cuda (TorchStatsSource) or a snapshot source was set with
@@ -66,6 +68,7 @@ class Client:
         jitter: bool = True,
         attribution: Union[None, bool, SnapshotSource] = None,
         instance: Optional[str] = None,
+        write_every: float = 0.5,
     ) -> None:
         self.disabled = _env.disabled()
         self.job = job or os.environ.get("GPUMON_JOB") or None
@@ -95,6 +98,7 @@ class Client:
             jitter=jitter,
             read_every=1 if snapshots is not None else 32,
             instance=instance,
+            write_every=write_every,
         )
         # None when the client does not offer attribution: steps then test one attribute.
         self.attributor: Optional[Attributor] = None
@@ -138,7 +142,7 @@ class Client:
                 alloc_limit=limit,
             )
             transport = self.transport
-            transport.send(msg)
+            transport.send(msg, True)
             if transport.requests and self.attributor is not None:
                 self.attributor.take(step)
                 self._woken()

@@ -194,6 +194,7 @@ def attach(
     stats_keys: Optional[Iterable[str]] = protocol.KNOWN_STATS_KEYS,
     max_buffer: int = 1024,
     attribution: Union[None, bool, SnapshotSource] = None,
+    write_every: float = 0.5,
 ) -> Attachment:
     """Instruments the process: samples at optimizer steps and an `oom` event on CUDA OOM.
 
@@ -204,6 +205,7 @@ def attach(
 
     attribution: whether the daemon may ask this trainer where a leak's memory is allocated
     (Client's `attribution`; by default offered with torch.cuda's allocation history).
+    write_every: seconds samples may wait to be written together (Client's `write_every`).
     """
     global _state, _atexit_registered
     if _env.disabled():
@@ -238,6 +240,7 @@ def attach(
                 stats_keys=stats_keys,
                 max_buffer=max_buffer,
                 attribution=attribution,
+                write_every=write_every,
             )
             state = Attachment(client, cadence)
             state._torch = torch

@@ -37,6 +37,9 @@ __all__ = ["DEFAULT_SOCKET", "Transport", "socket_candidates"]
 log = logging.getLogger("gpumon_client")
 
 _READ_EVERY = 32  # sends between non-blocking reads of the daemon's replies
+# Lines a sample may leave waiting before it is written anyway: far under any max_lines, so a
+# high rate of explicit samples is written in batches, never dropped for waiting.
+_WAIT_LINES = 64
 
 
 class Transport:
@@ -55,8 +58,11 @@ class Transport:
         read_every: int = _READ_EVERY,
         acks: bool = True,
         instance: Optional[str] = None,
+        write_every: float = 0.0,
     ) -> None:
         self._hello = hello
+        # Samples that may wait are written at most this often (seconds; 0: at once): see send.
+        self.write_every = max(0.0, float(write_every))
         # A client that takes requests (hello `caps`) reads at every send, so a request waits at
         # most one sample; others read every _READ_EVERY sends.
         self.read_every = max(1, int(read_every))
@@ -81,6 +87,7 @@ class Transport:
         self.arm_requests: Deque[Tuple[int, protocol.ArmRequest]] = self._inbox.arm_requests
         self.instance = self._instance or "%d-%s" % (os.getpid(), os.urandom(6).hex())
         self._since_read = 0
+        self._last_write = -float("inf")
         self._closed = False
         self.path: Optional[str] = None
         self.connects = 0
@@ -88,13 +95,29 @@ class Transport:
 
     # --- public, called from the training thread -------------------------------------------------
 
-    def send(self, msg: Message) -> None:
-        """Queues a message and pushes what the socket takes now. Never blocks, never raises."""
+    def send(self, msg: Message, may_wait: bool = False) -> None:
+        """Queues a message and pushes what the socket takes now. Never blocks, never raises.
+
+        may_wait (samples): the message may wait in the queue, up to `write_every` seconds after
+        the last write, for the next one. On a training thread each write is a syscall that
+        wakes the daemon and a read of its replies, and their cost to the loop lasts beyond the
+        call; samples written in batches pay it once per batch. Anything that may not wait (an
+        event, the bye) takes the waiting samples with it, in order. Until the welcome arrives
+        every sample goes at once, so a new session shows up at its first sample."""
         try:
             with self._lock:
                 if self._closed:
                     return
-                self._outbox.put(msg)
+                outbox = self._outbox
+                outbox.put(msg)
+                if (
+                    may_wait
+                    and self._sock is not None
+                    and self._inbox.session is not None
+                    and self._monotonic() - self._last_write < self.write_every
+                    and len(outbox.queue) < _WAIT_LINES
+                ):
+                    return
                 if self._sock is None:
                     if not self._connector.due(self._monotonic()):
                         return
@@ -289,6 +312,8 @@ class Transport:
         sock = self._sock
         if sock is None:
             return
+        if self.write_every:
+            self._last_write = self._monotonic()
         try:
             self._outbox.write(sock)
         except OSError as exc:

@@ -138,7 +138,7 @@ def _attribution(path: str, daemon: FakeDaemon) -> None:
         os.path.join(SNAPSHOTS, "leak-kept-outputs-step180.pickle"),
     )
     c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0, world_size=8,
-               clock=_clock(1763700300.0), pid=4242, jitter=False, instance=FIXED_INSTANCE, attribution=snapshots)
+               clock=_clock(1763700300.0), pid=4242, jitter=False, instance=FIXED_INSTANCE, attribution=snapshots, write_every=0)
     c.attributor._monotonic = _clock(500.0, tick=0.5)
     c.sample(step=610)
     daemon.wait_for(2)
@@ -163,7 +163,7 @@ def _oom_explained(path: str, daemon: FakeDaemon) -> None:
     snapshots = ReplaySnapshotSource(frag, frag)
     source = StaticStatsSource(STATS, MEM_INFO, dict(DEVICE, alloc_limit=4294967296))
     c = Client("frag-ft", source=source, socket=path, clock=_clock(1763700400.0), pid=4444, jitter=False,
-               instance=FIXED_INSTANCE, attribution=snapshots)
+               instance=FIXED_INSTANCE, attribution=snapshots, write_every=0)
     c.sample(step=100)
     daemon.wait_for(2)
     daemon.send({"type": "arm", "v": 1, "id": 1, "finding": "s-1/near_limit", "seconds": 900,

@@ -35,8 +35,10 @@ class Clock:
 def armed_client(sock_path, daemon, source, windows=None):
     """A client whose armer records with `source` (and whose attribution windows, if any, with
     `windows`), welcomed by the daemon."""
+    # Each sample written at once: requests are read at writes, and these tests send them
+    # between samples.
     c = Client("arm", source=StaticStatsSource({"num_ooms": 0}), socket=sock_path,
-               attribution=windows or Recorder([FRAG, FRAG]), jitter=False)
+               attribution=windows or Recorder([FRAG, FRAG]), jitter=False, write_every=0)
     c.armer.source = source
     c.armer._monotonic = Clock()
     # Before the fixtures' history was recorded: every entry of it counts as recorded while armed.
@@ -186,7 +188,8 @@ def test_reporter_steps_move_the_arming_to_its_peak_and_its_time_cap(sock_path, 
     from gpumon_client import Reporter
 
     rec = Recorder([FRAG, FRAG])
-    r = Reporter("rep", source=StaticStatsSource({"num_ooms": 0}), socket=sock_path, attribution=Recorder([FRAG, FRAG]))
+    r = Reporter("rep", source=StaticStatsSource({"num_ooms": 0}), socket=sock_path, attribution=Recorder([FRAG, FRAG]),
+                 write_every=0)
     r.client.armer.source = rec
     r.client.armer._monotonic = Clock()
     r.client.armer._clock = lambda: 1763700000.0

@@ -85,6 +85,9 @@ def daemon(sock_path):
 def connect(sock_path, daemon, snapshots, job="t", **kw):
     """A client with its own connection, welcomed: requests sent to connection -1 reach it."""
     hellos = len([m for m in daemon.messages() if m["type"] == "hello"])
+    # Each sample written at once: requests are read at writes, and these tests send them
+    # between samples.
+    kw.setdefault("write_every", 0)
     c = Client(job, source=StaticStatsSource({"num_ooms": 0}), socket=sock_path, attribution=snapshots, jitter=False, **kw)
     c.sample(step=0)
     daemon.wait_for(hellos + 1, type="hello")

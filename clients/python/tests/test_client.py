@@ -101,6 +101,25 @@ def test_events(sock_path):
         assert msgs[2]["detail"] == "CUDA out of memory on device 0. Tried to allocate 2.00 GiB"
 
 
+def test_a_clients_samples_wait_for_the_next_write_and_close_writes_them(sock_path):
+    with FakeDaemon(sock_path, ack=True) as d:
+        c = Client(source=source(), socket=sock_path, write_every=60)
+        c.sample(step=1)  # before the welcome: at once
+        d.wait_for(2)
+        deadline = time.monotonic() + 3
+        while c.stats()["session"] is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        c.sample(step=2)
+        c.sample(step=3)
+        time.sleep(0.2)
+        assert [m.get("step") for m in d.messages()] == [None, 1]  # 2 and 3 wait
+        c.transport._last_write -= 60  # write_every has passed
+        c.sample(step=4)
+        assert [m["step"] for m in d.wait_for(5)[2:]] == [2, 3, 4]
+        c.close()
+        assert d.wait_for(6)[-1]["type"] == "bye"
+
+
 def test_phase_context_manager(sock_path):
     with FakeDaemon(sock_path) as d:
         c = Client(source=source(), socket=sock_path)

@@ -229,3 +229,77 @@ def test_held_lines_are_bounded_and_what_is_given_up_is_counted(sock_path):
         st = t.stats()
         # Ten lines sent, none acknowledged: four held, six given up and counted as such.
         assert (st["unacked"], st["unconfirmed"], st["dropped"]) == (4, 6, 0)
+
+
+def welcomed(d, t):
+    """Sends the first sample (it goes at once) and waits until the welcome was read."""
+    t.send(msg(1), True)
+    d.wait_for(2)
+    deadline = time.monotonic() + 3
+    while t.stats()["session"] is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert t.session == "s-1"
+
+
+def test_samples_wait_for_the_next_write_and_an_event_takes_them_along(sock_path):
+    with FakeDaemon(sock_path) as d:
+        clock = Clock()
+        t = make(sock_path, monotonic=clock, write_every=0.5)
+        welcomed(d, t)
+        clock.t += 0.6
+        t.send(msg(2), True)  # the first write since the welcome: at once
+        assert [m.get("step") for m in d.wait_for(3)] == [None, 1, 2]
+        for i in range(3, 6):
+            clock.t += 0.1
+            t.send(msg(i), True)
+        time.sleep(0.2)
+        assert len(d.messages()) == 3 and t.stats()["buffered"] == 3  # waiting, not sent
+        t.send(protocol.event(9.0, "mark", detail="lr drop"))  # an event may not wait
+        got = d.wait_for(7)
+        assert [m.get("step") for m in got[3:6]] == [3, 4, 5] and got[6]["kind"] == "mark"
+
+
+def test_waiting_samples_go_once_write_every_passed_or_when_many_wait(sock_path):
+    with FakeDaemon(sock_path) as d:
+        clock = Clock()
+        t = make(sock_path, monotonic=clock, write_every=0.5)
+        welcomed(d, t)
+        clock.t += 0.6
+        t.send(msg(2), True)
+        t.send(msg(3), True)
+        clock.t += 0.49
+        t.send(msg(4), True)
+        time.sleep(0.1)
+        assert len(d.messages()) == 3
+        clock.t += 0.01  # 0.5 s since the last write: 3 and 4 go with 5
+        t.send(msg(5), True)
+        assert [m["step"] for m in d.wait_for(6)[3:]] == [3, 4, 5]
+        for i in range(6, 6 + 64):  # the clock stands still: 64 waiting is enough
+            t.send(msg(i), True)
+        assert [m["step"] for m in d.wait_for(70)[6:]] == list(range(6, 70))
+        assert t.stats()["dropped"] == 0
+
+
+def test_close_writes_the_waiting_samples_before_the_bye(sock_path):
+    with FakeDaemon(sock_path) as d:
+        t = make(sock_path, write_every=60)
+        welcomed(d, t)
+        for i in range(2, 5):
+            t.send(msg(i), True)
+        t.close(bye=protocol.bye(99.0))
+        got = d.wait_for(6)
+        assert [m.get("step") for m in got[2:5]] == [2, 3, 4] and got[5]["type"] == "bye"
+
+
+def test_samples_go_at_once_until_the_welcome_and_with_write_every_0(sock_path):
+    with FakeDaemon(sock_path, welcome=False) as d:
+        t = make(sock_path, write_every=60)
+        for i in range(1, 4):
+            t.send(msg(i), True)
+        assert [m.get("step") for m in d.wait_for(4)] == [None, 1, 2, 3]
+    with FakeDaemon(sock_path) as d:
+        t = make(sock_path, write_every=0)
+        welcomed(d, t)
+        for i in range(2, 5):
+            t.send(msg(i), True)
+        assert [m.get("step") for m in d.wait_for(5)] == [None, 1, 2, 3, 4]
