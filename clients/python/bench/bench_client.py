@@ -22,8 +22,9 @@ it. Budget: the whole cost <= 1 % of a step under 1 ms, <= 0.5 % of a longer one
     $(scripts/torch-venv newest)/bin/python clients/python/bench/bench_client.py [--stats-cost-us 180]
 
 --parts takes the whole cost apart in the same rounds (torch's dispatch of an empty hook; the
-client with sampling ruled out); --tail STEPS times attached steps one by one to show what a
-sample costs its own step and the steps after it, beside the time inside client.sample().
+client with sampling ruled out; the client writing each sample at once, write_every=0); --tail
+STEPS times attached steps one by one to show what a sample costs its own step and the steps
+after it, beside the time inside client.sample().
 """
 
 import argparse
@@ -220,11 +221,15 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
     client_hook = getattr(state, "hook", hooks._optimizer_hook)
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
     start_lines = state.client.transport.sent_lines
-    bare, diffs, cpu_diffs, attached_steps, attached_time = [], [], [], 0, 0.0
+    bare, diffs, cpu_diffs, attached_steps, attached_time, attached_writes = [], [], [], 0, 0.0, 0
     # With --parts, two more arms take the cost apart: an empty hook, and the client's step
     # path with sampling ruled out (its cadence swapped for one that never samples).
-    arms = ["bare", "attached"] + (["empty", "no_samples"] if parts else [])
-    part_diffs = {"empty": [], "no_samples": []}
+    # A third, the client writing each sample at once (write_every=0), shows what writing
+    # samples together saves.
+    arms = ["bare", "attached"] + (["empty", "no_samples", "at_once"] if parts else [])
+    part_diffs = {"empty": [], "no_samples": [], "at_once": []}
+    transport = state.client.transport
+    write_every = getattr(transport, "write_every", 0.0)  # an older client has none
     cadence = state.cadence
     # Rounds of one block per arm in a random order: a drift in machine speed, or one block's
     # bad luck, lands on every side alike. The real hook, unwrapped.
@@ -235,11 +240,16 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         for arm in order:
             hook = {"bare": None, "empty": empty_hook}.get(arm, client_hook)
             state.cadence = NoSamples() if arm == "no_samples" else cadence
+            transport.write_every = 0.0 if arm == "at_once" else write_every
             handle = register(hook) if hook is not None else None
+            writes = getattr(transport, "writes", 0)
             t[arm] = block(step, n)
+            if arm == "attached":
+                attached_writes += getattr(transport, "writes", 0) - writes
             if handle is not None:
                 handle.remove()
         state.cadence = cadence
+        transport.write_every = write_every
         bare.append(t["bare"][0])
         diffs.append((t["attached"][0] - t["bare"][0]) * 1e6)
         cpu_diffs.append((t["attached"][1] - t["bare"][1]) * 1e6)
@@ -248,7 +258,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
                 part_diffs[arm].append((t[arm][1] - t["bare"][1]) * 1e6)
         attached_steps += n
         attached_time += n * t["attached"][0]
-    samples = state.client.transport.sent_lines - start_lines
+    samples = transport.sent_lines - start_lines
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
     hook, spent = timed_hook(client_hook)
@@ -276,6 +286,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         "hi_us": hi,
         "budget_us": budget_us(b * 1e6),
         "samples_per_s": samples / attached_time,
+        "writes_per_s": attached_writes / attached_time,
         "parts": {arm: interval(d, rng) for arm, d in part_diffs.items() if d},
         "tail": tailed,
     }
@@ -293,7 +304,8 @@ def main():
                     help="only this step length (repeatable; default: all)")
     ap.add_argument("--parts", action="store_true",
                     help="also take the whole cost apart, in the same shuffled rounds: torch's dispatch of "
-                         "an empty hook, and the client's step path with sampling ruled out (CPU time)")
+                         "an empty hook, the client's step path with sampling ruled out, and the client "
+                         "writing each sample at once (CPU time)")
     ap.add_argument("--tail", type=int, default=0, metavar="STEPS",
                     help="also run STEPS attached steps timed one by one: what a sample costs its own step "
                          "and the steps after it (the caches it evicted), against the time inside sample()")
@@ -310,9 +322,9 @@ def main():
         print("torch %s, memory_stats charged %.1f us per call, 1 thread, %d shuffled rounds of %.2f s blocks; "
               "budget: the whole cost <= 1 %% of a step under 1 ms, <= 0.5 %% of a longer one, <= 25 us"
               % (torch.__version__, args.stats_cost_us, args.rounds, args.block))
-        print("%-7s %9s %10s %26s %26s %9s %10s  %s" % (
+        print("%-7s %9s %10s %26s %26s %9s %10s %9s  %s" % (
             "step", "bare us", "hook us", "CPU: whole cost us (95% CI)", "wall: whole cost us (95% CI)",
-            "budget us", "samples/s", "verdict (CPU)"))
+            "budget us", "samples/s", "writes/s", "verdict (CPU)"))
         verdicts = []
         for name, width, batch, optimizer in SHAPES:
             if args.shape and name not in args.shape:
@@ -325,10 +337,12 @@ def main():
             else:
                 verdict = "unresolved (the interval straddles the budget: more --rounds)"
             verdicts.append(verdict)
-            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f  %s" % (
+            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f %9.1f  %s" % (
                 r["shape"], r["step_us"], r["own_us"], r["cpu_us"], r["cpu_lo_us"], r["cpu_hi_us"],
-                r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"], r["samples_per_s"], verdict))
-            for arm, label in (("empty", "an empty hook"), ("no_samples", "the client, sampling ruled out")):
+                r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"], r["samples_per_s"], r["writes_per_s"],
+                verdict))
+            for arm, label in (("empty", "an empty hook"), ("no_samples", "the client, sampling ruled out"),
+                               ("at_once", "the client, each sample written at once")):
                 if arm in r["parts"]:
                     print("  %-35s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
             if r["tail"]:

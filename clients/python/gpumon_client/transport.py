@@ -88,6 +88,7 @@ class Transport:
         self.instance = self._instance or "%d-%s" % (os.getpid(), os.urandom(6).hex())
         self._since_read = 0
         self._last_write = -float("inf")
+        self.writes = 0  # times the socket was written to (each a send syscall)
         self._closed = False
         self.path: Optional[str] = None
         self.connects = 0
@@ -175,6 +176,7 @@ class Transport:
             "dropped": outbox.dropped,
             "connects": self.connects,
             "sent_lines": outbox.sent_lines,
+            "writes": self.writes,
             "errors": dict(inbox.errors),
             "last_error": inbox.last_error,
             "internal_errors": self.internal_errors,
@@ -314,6 +316,7 @@ class Transport:
             return
         if self.write_every:
             self._last_write = self._monotonic()
+        self.writes += 1
         try:
             self._outbox.write(sock)
         except OSError as exc:
