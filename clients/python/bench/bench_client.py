@@ -28,6 +28,7 @@ after it, beside the time inside client.sample().
 """
 
 import argparse
+import copy
 import importlib
 import os
 import random
@@ -180,19 +181,20 @@ def tail(step, state, register, client_hook, steps):
         inside[0] += time.thread_time() - t0
 
     client.sample = timed_sample  # an instance attribute: the hook looks it up on the client
-    transport = client.transport
+    cadence = state.cadence
     clock = time.thread_time
     times, dist = [], []
-    d, last = 1 << 30, transport.sent_lines
+    # A sample is counted where it is taken (samples wait to be written together).
+    d, last = 1 << 30, cadence._samples
     handle = register(client_hook)
     try:
         for _ in range(steps):
             t0 = clock()
             step()
             times.append(clock() - t0)
-            sent = transport.sent_lines
-            d = 0 if sent != last else d + 1
-            last = sent
+            taken = cadence._samples
+            d = 0 if taken != last else d + 1
+            last = taken
             dist.append(d)
     finally:
         handle.remove()
@@ -208,7 +210,7 @@ def tail(step, state, register, client_hook, steps):
     return samples, inside[0] / samples * 1e6 if samples else float("nan"), excess
 
 
-def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0):
+def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0, write_every=None):
     step = make_loop(width, batch, optimizer)
     for _ in range(20):
         step()
@@ -216,12 +218,14 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
     n = max(20, int(block_s / per_step))
     # source= only because CUDA is unavailable here: TorchStatsSource on the stand-in driver.
     state = gpumon_client.attach(job="bench", socket=sock, source=TorchStatsSource(0))
+    if write_every is not None:
+        state.client.transport.write_every = write_every
     state._hook_handle.remove()
     # The attachment's own hook; an older client (before/after runs) has only the module's.
     client_hook = getattr(state, "hook", hooks._optimizer_hook)
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
-    start_lines = state.client.transport.sent_lines
-    bare, diffs, cpu_diffs, attached_steps, attached_time, attached_writes = [], [], [], 0, 0.0, 0
+    bare, diffs, cpu_diffs, attached_steps, attached_time = [], [], [], 0, 0.0
+    attached_writes = attached_samples = 0
     # With --parts, two more arms take the cost apart: an empty hook, and the client's step
     # path with sampling ruled out (its cadence swapped for one that never samples).
     # A third, the client writing each sample at once (write_every=0), shows what writing
@@ -231,6 +235,9 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
     transport = state.client.transport
     write_every = getattr(transport, "write_every", 0.0)  # an older client has none
     cadence = state.cadence
+    # The at-once arm samples by a cadence of its own: sharing one, each arm's first sample in
+    # a block would depend on which arm went before it.
+    own_cadence = {"attached": cadence, "at_once": copy.copy(cadence)}
     # Rounds of one block per arm in a random order: a drift in machine speed, or one block's
     # bad luck, lands on every side alike. The real hook, unwrapped.
     for _ in range(rounds):
@@ -239,13 +246,23 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         t = {}
         for arm in order:
             hook = {"bare": None, "empty": empty_hook}.get(arm, client_hook)
-            state.cadence = NoSamples() if arm == "no_samples" else cadence
+            state.cadence = NoSamples() if arm == "no_samples" else own_cadence.get(arm, cadence)
             transport.write_every = 0.0 if arm == "at_once" else write_every
             handle = register(hook) if hook is not None else None
-            writes = getattr(transport, "writes", 0)
+            writes, taken = getattr(transport, "writes", 0), cadence._samples
             t[arm] = block(step, n)
             if arm == "attached":
                 attached_writes += getattr(transport, "writes", 0) - writes
+                attached_samples += cadence._samples - taken
+            # Samples left waiting at the block's end are written here, untimed, so that no arm
+            # pays for another's. The attached arm's blocks each begin with a write (its first
+            # sample comes long after the last write), 3-4 a second with 0.3 s blocks against 2
+            # at steady state: the rounds charge it more writes than a trainer makes, not fewer.
+            if getattr(transport, "writes", None) is not None:
+                with transport._lock:
+                    last = transport._last_write
+                    transport._flush()
+                    transport._last_write = last  # unseen by the write schedule
             if handle is not None:
                 handle.remove()
         state.cadence = cadence
@@ -258,7 +275,6 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
                 part_diffs[arm].append((t[arm][1] - t["bare"][1]) * 1e6)
         attached_steps += n
         attached_time += n * t["attached"][0]
-    samples = transport.sent_lines - start_lines
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
     hook, spent = timed_hook(client_hook)
@@ -285,7 +301,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         "lo_us": lo,
         "hi_us": hi,
         "budget_us": budget_us(b * 1e6),
-        "samples_per_s": samples / attached_time,
+        "samples_per_s": attached_samples / attached_time,
         "writes_per_s": attached_writes / attached_time,
         "parts": {arm: interval(d, rng) for arm, d in part_diffs.items() if d},
         "tail": tailed,
@@ -309,6 +325,8 @@ def main():
     ap.add_argument("--tail", type=int, default=0, metavar="STEPS",
                     help="also run STEPS attached steps timed one by one: what a sample costs its own step "
                          "and the steps after it (the caches it evicted), against the time inside sample()")
+    ap.add_argument("--write-every", type=float, default=None, metavar="SECONDS",
+                    help="the client's write_every (default: the client's own, 0.5; 0 writes each sample at once)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     stand_in_cuda(args.stats_cost_us)
@@ -329,7 +347,8 @@ def main():
         for name, width, batch, optimizer in SHAPES:
             if args.shape and name not in args.shape:
                 continue
-            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts, args.tail)
+            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts, args.tail,
+                          args.write_every)
             if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
             elif r["cpu_lo_us"] > r["budget_us"]:
