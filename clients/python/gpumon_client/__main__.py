@@ -1,4 +1,5 @@
-"""python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F] (SCRIPT | -m MODULE) [ARGS...]
+"""python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]
+    [--write-every S] (SCRIPT | -m MODULE) [ARGS...]
 python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]
 python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]
 
@@ -15,7 +16,7 @@ from typing import Dict, List, Optional
 
 USAGE = (
     "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
-    " (SCRIPT | -m MODULE) [ARGS...]\n"
+    " [--write-every S] (SCRIPT | -m MODULE) [ARGS...]\n"
     "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]\n"
     "       python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]\n"
     "  --job NAME     the job name gpumon shows and labels the trainer's series with\n"
@@ -25,10 +26,11 @@ USAGE = (
     "  --every N      at least N training steps between samples (default 1)\n"
     "  --max-rate R   at most R samples per second; 0: no limit (default 10)\n"
     "  --budget F     share of step time the client may spend; 0: no limit (default 0.005)\n"
+    "  --write-every S  write samples together, at most every S seconds; 0: each at once (default 0.5)\n"
     "diff and explain: python -m gpumon_client diff --help, python -m gpumon_client explain --help\n"
 )
 COMMANDS = ("run", "diff", "explain")
-_CONVERT = {"--job": str, "--socket": str, "--every": int, "--max-rate": float, "--budget": float}
+_CONVERT = {"--job": str, "--socket": str, "--every": int, "--max-rate": float, "--budget": float, "--write-every": float}
 
 
 def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
@@ -42,6 +44,7 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
         "every": 1,
         "max_rate": 10.0,
         "budget": 0.005,
+        "write_every": 0.5,
         "module": None,
         "target": [],
     }
@@ -108,6 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             every=opts["every"],  # type: ignore[arg-type]
             max_rate=opts["max_rate"],  # type: ignore[arg-type]
             budget=opts["budget"],  # type: ignore[arg-type]
+            write_every=opts["write_every"],  # type: ignore[arg-type]
         )
     except ValueError as exc:
         sys.stderr.write("python -m gpumon_client run: %s\n%s" % (exc, USAGE))

@@ -62,7 +62,11 @@ class Transport:
     ) -> None:
         self._hello = hello
         # Samples that may wait are written at most this often (seconds; 0: at once): see send.
-        self.write_every = max(0.0, float(write_every))
+        if isinstance(write_every, bool) or not isinstance(write_every, (int, float)) or not 0 <= write_every < 1e9:
+            raise ValueError(
+                "gpumon: write_every=%r: must be a number of seconds >= 0 (0 writes each sample at once)" % (write_every,)
+            )
+        self.write_every = float(write_every)
         # A client that takes requests (hello `caps`) reads at every send, so a request waits at
         # most one sample; others read every _READ_EVERY sends.
         self.read_every = max(1, int(read_every))

@@ -86,7 +86,8 @@ def test_parse():
     assert _parse(["run", "--job", "j", "t.py", "--job", "x"])["target"] == ["t.py", "--job", "x"]
     assert _parse(["run", "--every", "5", "-m", "pkg.train", "-v"])["module"] == "pkg.train"
     opts = _parse(["run", "--max-rate", "0", "--budget", "0.01", "t.py"])
-    assert (opts["max_rate"], opts["budget"], opts["every"]) == (0.0, 0.01, 1)
+    assert (opts["max_rate"], opts["budget"], opts["every"], opts["write_every"]) == (0.0, 0.01, 1, 0.5)
+    assert _parse(["run", "--write-every", "0", "t.py"])["write_every"] == 0.0
     assert _parse(["run"]) is None and _parse([]) is None
     with pytest.raises(ValueError, match="unknown option --bogus"):
         _parse(["run", "--bogus", "t.py"])

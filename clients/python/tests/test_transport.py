@@ -1,5 +1,8 @@
 import json
+import re
 import time
+
+import pytest
 
 from gpumon_client import protocol
 from gpumon_client.testing import FakeDaemon
@@ -303,3 +306,9 @@ def test_samples_go_at_once_until_the_welcome_and_with_write_every_0(sock_path):
         for i in range(2, 5):
             t.send(msg(i), True)
         assert [m.get("step") for m in d.wait_for(5)] == [None, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), "0.5", True])
+def test_a_bad_write_every_names_the_value(value):
+    with pytest.raises(ValueError, match=r"write_every=%s" % re.escape(repr(value))):
+        make("/nonexistent", write_every=value)

@@ -209,3 +209,9 @@ def test_no_cuda_and_no_source_is_a_quiet_no_op(sock_dir):
 def test_client_is_the_source_tree():
     # pytest's rootdir (clients/python) puts the source tree first: an installed copy must not win.
     assert os.path.dirname(os.path.dirname(gpumon_client.__file__)) == support.CLIENT_ROOT
+
+
+def test_a_bad_write_every_is_refused_at_attach_naming_it(source, tmp_path):
+    with pytest.raises(ValueError, match=r"write_every=-1"):
+        gpumon_client.attach("bad", source=source, socket=str(tmp_path / "s"), write_every=-1)
+    assert gpumon_client.hooks._state is None  # nothing was left attached
