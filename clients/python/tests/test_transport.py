@@ -244,16 +244,23 @@ def welcomed(d, t):
     assert t.session == "s-1"
 
 
+def batching(sock_path, d):
+    """A transport that writes samples together (write_every 0.5 s, on a clock the test moves),
+    welcomed, its last write sample 2's. Times are binary fractions, so sums are exact."""
+    clock = Clock()
+    t = make(sock_path, monotonic=clock, write_every=0.5)
+    welcomed(d, t)
+    clock.t += 0.75
+    t.send(msg(2), True)  # the first write since the welcome: at once
+    assert [m.get("step") for m in d.wait_for(3)] == [None, 1, 2]
+    return t, clock
+
+
 def test_samples_wait_for_the_next_write_and_an_event_takes_them_along(sock_path):
     with FakeDaemon(sock_path) as d:
-        clock = Clock()
-        t = make(sock_path, monotonic=clock, write_every=0.5)
-        welcomed(d, t)
-        clock.t += 0.6
-        t.send(msg(2), True)  # the first write since the welcome: at once
-        assert [m.get("step") for m in d.wait_for(3)] == [None, 1, 2]
+        t, clock = batching(sock_path, d)
         for i in range(3, 6):
-            clock.t += 0.1
+            clock.t += 0.125
             t.send(msg(i), True)
         time.sleep(0.2)
         assert len(d.messages()) == 3 and t.stats()["buffered"] == 3  # waiting, not sent
@@ -264,17 +271,13 @@ def test_samples_wait_for_the_next_write_and_an_event_takes_them_along(sock_path
 
 def test_waiting_samples_go_once_write_every_passed_or_when_many_wait(sock_path):
     with FakeDaemon(sock_path) as d:
-        clock = Clock()
-        t = make(sock_path, monotonic=clock, write_every=0.5)
-        welcomed(d, t)
-        clock.t += 0.6
-        t.send(msg(2), True)
+        t, clock = batching(sock_path, d)
         t.send(msg(3), True)
-        clock.t += 0.49
+        clock.t += 0.25
         t.send(msg(4), True)
         time.sleep(0.1)
         assert len(d.messages()) == 3
-        clock.t += 0.01  # 0.5 s since the last write: 3 and 4 go with 5
+        clock.t += 0.25  # 0.5 s since the last write: 3 and 4 go with 5
         t.send(msg(5), True)
         assert [m["step"] for m in d.wait_for(6)[3:]] == [3, 4, 5]
         for i in range(6, 6 + 64):  # the clock stands still: 64 waiting is enough
