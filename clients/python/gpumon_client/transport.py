@@ -67,8 +67,8 @@ class Transport:
                 "gpumon: write_every=%r: must be a number of seconds >= 0 (0 writes each sample at once)" % (write_every,)
             )
         self.write_every = float(write_every)
-        # A client that takes requests (hello `caps`) reads at every send, so a request waits at
-        # most one sample; others read every _READ_EVERY sends.
+        # A client that takes requests (hello `caps`) reads at every write, so a request waits at
+        # most one write (write_every); others read every _READ_EVERY writes.
         self.read_every = max(1, int(read_every))
         self._monotonic = monotonic
         self._wall = wall
