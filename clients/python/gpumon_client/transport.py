@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_SOCKET", "Transport", "socket_candidates"]
 
 log = logging.getLogger("gpumon_client")
 
-_READ_EVERY = 32  # sends between non-blocking reads of the daemon's replies
+_READ_EVERY = 32  # writes between non-blocking reads of the daemon's replies
 # Lines a sample may leave waiting before it is written anyway: far under any max_lines, so a
 # high rate of explicit samples is written in batches, never dropped for waiting.
 _WAIT_LINES = 64
