@@ -37,8 +37,8 @@ __all__ = ["DEFAULT_SOCKET", "Transport", "socket_candidates"]
 log = logging.getLogger("gpumon_client")
 
 _READ_EVERY = 32  # writes between non-blocking reads of the daemon's replies
-# Lines a sample may leave waiting before it is written anyway: far under any max_lines, so a
-# high rate of explicit samples is written in batches, never dropped for waiting.
+# Lines a sample may leave waiting before it is written anyway (or half of max_lines, when
+# that is less): a high rate of explicit samples is written in batches, never dropped for waiting.
 _WAIT_LINES = 64
 
 
@@ -121,6 +121,7 @@ class Transport:
                     and self._inbox.session is not None
                     and self._monotonic() - self._last_write < self.write_every
                     and len(outbox.queue) < _WAIT_LINES
+                    and 2 * len(outbox.queue) < outbox.max_lines
                 ):
                     return
                 if self._sock is None:

@@ -286,6 +286,17 @@ def test_waiting_samples_go_once_write_every_passed_or_when_many_wait(sock_path)
         assert t.stats()["dropped"] == 0
 
 
+def test_a_small_buffer_is_never_filled_by_waiting_samples(sock_path):
+    with FakeDaemon(sock_path) as d:
+        t = make(sock_path, write_every=60, max_lines=4)
+        welcomed(d, t)
+        for i in range(2, 12):  # at most half of max_lines wait
+            t.send(msg(i), True)
+        t.close()
+        assert [m["step"] for m in d.wait_for(11)[1:]] == list(range(1, 12))
+        assert t.stats()["dropped"] == 0
+
+
 def test_close_writes_the_waiting_samples_before_the_bye(sock_path):
     with FakeDaemon(sock_path) as d:
         t = make(sock_path, write_every=60)
