@@ -107,8 +107,9 @@ class Transport:
         the last write, for the next one. On a training thread each write is a syscall that
         wakes the daemon and a read of its replies, and their cost to the loop lasts beyond the
         call; samples written in batches pay it once per batch. Anything that may not wait (an
-        event, the bye) takes the waiting samples with it, in order. Until the welcome arrives
-        every sample goes at once, so a new session shows up at its first sample."""
+        event, the bye) takes the waiting samples with it, in order, and the sample after it goes
+        at once. Until the welcome arrives every sample goes at once, so a new session shows up at
+        its first sample."""
         try:
             with self._lock:
                 if self._closed:
@@ -130,6 +131,10 @@ class Transport:
                     if not self._connect():
                         return
                 self._flush()
+                if not may_wait:
+                    # The sample after an event goes at once too: the daemon learns from it that
+                    # a trainer survived its OOM, or what a new phase looks like, a step later.
+                    self._last_write = -float("inf")
         except Exception as exc:  # the trainer must never see our failures
             self._internal_error(exc)
 

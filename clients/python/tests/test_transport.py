@@ -267,6 +267,11 @@ def test_samples_wait_for_the_next_write_and_an_event_takes_them_along(sock_path
         t.send(protocol.event(9.0, "mark", detail="lr drop"))  # an event may not wait
         got = d.wait_for(7)
         assert [m.get("step") for m in got[3:6]] == [3, 4, 5] and got[6]["kind"] == "mark"
+        t.send(msg(6), True)  # the sample after an event goes at once (a survived OOM shows)
+        assert d.wait_for(8)[7]["step"] == 6
+        t.send(msg(7), True)  # and the schedule starts again from it
+        time.sleep(0.1)
+        assert len(d.messages()) == 8
 
 
 def test_waiting_samples_go_once_write_every_passed_or_when_many_wait(sock_path):
