@@ -29,6 +29,7 @@ after it, beside the time inside client.sample().
 
 import argparse
 import copy
+import gc
 import importlib
 import os
 import random
@@ -170,7 +171,7 @@ def tail(step, state, register, client_hook, steps):
     steps with each step's CPU time taken, and the time inside `client.sample` taken apart from
     it. Returns (samples, mean µs inside sample(), the excess µs of a step at each distance 0..7
     from the sampling step, then of the steps 8-63 summed, against the mean of steps 64 or more
-    after a sample, and the client's writes per second)."""
+    after a sample, the client's writes per second, and the garbage collections by generation)."""
     client = state.client
     inside = [0.0]
     sample = client.sample
@@ -187,6 +188,15 @@ def tail(step, state, register, client_hook, steps):
     # A sample is counted where it is taken (samples wait to be written together).
     d, last = 1 << 30, cadence._samples
     writes, wall = getattr(client.transport, "writes", 0), time.perf_counter()
+    # Whether Python's garbage collector runs in the loop (what a sample allocates could set it
+    # off): collections by generation.
+    collections = [0, 0, 0]
+
+    def collected(phase, info):
+        if phase == "stop":
+            collections[info["generation"]] += 1
+
+    gc.callbacks.append(collected)
     handle = register(client_hook)
     try:
         for _ in range(steps):
@@ -199,6 +209,7 @@ def tail(step, state, register, client_hook, steps):
             dist.append(d)
     finally:
         handle.remove()
+        gc.callbacks.remove(collected)
         del client.sample
     per_s = (getattr(client.transport, "writes", 0) - writes) / (time.perf_counter() - wall)
     samples = dist.count(0)
@@ -209,7 +220,7 @@ def tail(step, state, register, client_hook, steps):
     excess = [(statistics.fmean(b) - base) * 1e6 if b else float("nan") for b in buckets]
     # Steps 8-63 after a sample: their summed excess, not the mean of one.
     excess[8] *= 56
-    return samples, inside[0] / samples * 1e6 if samples else float("nan"), excess, per_s
+    return samples, inside[0] / samples * 1e6 if samples else float("nan"), excess, per_s, collections
 
 
 def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0, write_every=None):
@@ -367,12 +378,12 @@ def main():
                 if arm in r["parts"]:
                     print("  %-35s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
             if r["tail"]:
-                n_samples, inside, excess, writes_per_s = r["tail"]
+                n_samples, inside, excess, writes_per_s, collections = r["tail"]
                 print("  a sample (%d): %.0f us inside sample(); the loop's CPU over steps far from one: "
                       "its own step %+.0f us, the next seven %s, steps 8-63 %+.0f us in all; %+.0f us in all; "
-                      "%.1f writes/s"
-                      % (n_samples, inside, excess[0], " ".join("%+.0f" % e for e in excess[1:8]),
-                         excess[8], sum(excess), writes_per_s))
+                      "%.1f writes/s; garbage collections (generation 0, 1, 2) %d, %d, %d"
+                      % ((n_samples, inside, excess[0], " ".join("%+.0f" % e for e in excess[1:8]),
+                          excess[8], sum(excess), writes_per_s) + tuple(collections)))
         ok = all(v == "within" for v in verdicts)
         print("budget met (whole cost, by its interval):", "yes" if ok else "NO")
         return 0 if ok else 1
