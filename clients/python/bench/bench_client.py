@@ -166,31 +166,30 @@ def empty_hook(optimizer, args, kwargs):
     """What torch's dispatch of any step post-hook costs, for --parts."""
 
 
-def tail(step, state, register, client_hook, steps):
-    """What a sample costs the loop, step by step, for --tail: the attached loop run `steps`
-    steps with each step's CPU time taken, and the time inside `client.sample` taken apart from
-    it. Returns (samples, mean µs inside sample(), the excess µs of a step at each distance 0..7
-    from the sampling step, then of the steps 8-63 summed, against the mean of steps 64 or more
-    after a sample, the client's writes per second, and the garbage collections by generation)."""
+def tail_chunk(step, state, register, client_hook, steps, phantom, acc):
+    """`steps` attached steps, each step's CPU time taken, into `acc`: the steps' times, their
+    distance from the last sample, the time inside `client.sample`, writes, seconds and garbage
+    collections. phantom: `sample()` does nothing, so the same steps by the same cadence carry
+    everything but the sample."""
     client = state.client
-    inside = [0.0]
     sample = client.sample
 
     def timed_sample(*args, **kwargs):
         t0 = time.thread_time()
-        sample(*args, **kwargs)
-        inside[0] += time.thread_time() - t0
+        if not phantom:
+            sample(*args, **kwargs)
+        acc["inside"] += time.thread_time() - t0
 
     client.sample = timed_sample  # an instance attribute: the hook looks it up on the client
     cadence = state.cadence
     clock = time.thread_time
-    times, dist = [], []
+    times, dist = acc["times"], acc["dist"]
     # A sample is counted where it is taken (samples wait to be written together).
     d, last = 1 << 30, cadence._samples
     writes, wall = getattr(client.transport, "writes", 0), time.perf_counter()
     # Whether Python's garbage collector runs in the loop (what a sample allocates could set it
     # off): collections by generation.
-    collections = [0, 0, 0]
+    collections = acc["collections"]
 
     def collected(phase, info):
         if phase == "stop":
@@ -211,16 +210,57 @@ def tail(step, state, register, client_hook, steps):
         handle.remove()
         gc.callbacks.remove(collected)
         del client.sample
-    per_s = (getattr(client.transport, "writes", 0) - writes) / (time.perf_counter() - wall)
-    samples = dist.count(0)
+    acc["writes"] += getattr(client.transport, "writes", 0) - writes
+    acc["seconds"] += time.perf_counter() - wall
+
+
+def excess_by_distance(times, dist):
+    """The excess µs of a step at each distance 0..7 from a sample, then of the steps 8-63
+    summed, over the mean of the steps 64 or more after one."""
     far = [t for t, k in zip(times, dist) if k >= 64]
     base = statistics.fmean(far) if far else float("nan")
     buckets = [[t for t, k in zip(times, dist) if k == i] for i in range(8)]
     buckets.append([t for t, k in zip(times, dist) if 8 <= k < 64])
     excess = [(statistics.fmean(b) - base) * 1e6 if b else float("nan") for b in buckets]
-    # Steps 8-63 after a sample: their summed excess, not the mean of one.
-    excess[8] *= 56
-    return samples, inside[0] / samples * 1e6 if samples else float("nan"), excess, per_s, collections
+    excess[8] *= 56  # steps 8-63 after a sample: their summed excess, not the mean of one
+    return excess
+
+
+def tail(step, state, register, client_hook, steps, rng, chunks=8):
+    """What a sample costs the loop, step by step, for --tail: `steps` attached steps with real
+    samples and as many around phantom ones (`sample()` doing nothing, the same cadence), in
+    `chunks` shuffled pairs. Steps far from a sample are not a fair baseline alone: samples come
+    by the clock, so a stretch of slow steps holds fewer steps between two samples and the far
+    ones come more from fast stretches; the phantom arm carries the same bias, and the
+    difference is what the sample costs. Returns a dict of both arms' excess by distance, their
+    difference, the samples, the mean µs inside sample(), writes per second and collections."""
+    arms = {arm: {"times": [], "dist": [], "inside": 0.0, "writes": 0, "seconds": 0.0, "collections": [0, 0, 0]}
+            for arm in ("real", "phantom")}
+    per = max(1, steps // chunks)
+    for _ in range(chunks):
+        order = ["real", "phantom"]
+        rng.shuffle(order)
+        for arm in order:
+            tail_chunk(step, state, register, client_hook, per, arm == "phantom", arms[arm])
+    real, phantom = arms["real"], arms["phantom"]
+    samples = real["dist"].count(0)
+    excess = excess_by_distance(real["times"], real["dist"])
+    ghost = excess_by_distance(phantom["times"], phantom["dist"])
+    return {
+        "samples": samples,
+        "inside_us": real["inside"] / samples * 1e6 if samples else float("nan"),
+        "excess": excess,
+        "phantom": ghost,
+        "cost": [a - b for a, b in zip(excess, ghost)],
+        "writes_per_s": real["writes"] / real["seconds"] if real["seconds"] else float("nan"),
+        "collections": [a + b for a, b in zip(real["collections"], phantom["collections"])],
+    }
+
+
+def tail_row(e):
+    """One line of --tail's excess by distance from a sample."""
+    return "own step %+.0f, next seven %s, steps 8-63 %+.0f in all; %+.0f in all" % (
+        e[0], " ".join("%+.0f" % x for x in e[1:8]), e[8], sum(e))
 
 
 def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0, write_every=None):
@@ -297,7 +337,7 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
         block(step, n)
     handle.remove()
     own = spent[0] / (own_blocks * n)
-    tailed = tail(step, state, register, client_hook, tail_steps) if tail_steps else None
+    tailed = tail(step, state, register, client_hook, tail_steps, rng) if tail_steps else None
     gpumon_client.detach(timeout=0.2)
     hooks._oom_observer_installed = False
     b = statistics.median(bare)
@@ -378,12 +418,13 @@ def main():
                 if arm in r["parts"]:
                     print("  %-35s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
             if r["tail"]:
-                n_samples, inside, excess, writes_per_s, collections = r["tail"]
-                print("  a sample (%d): %.0f us inside sample(); the loop's CPU over steps far from one: "
-                      "its own step %+.0f us, the next seven %s, steps 8-63 %+.0f us in all; %+.0f us in all; "
-                      "%.1f writes/s; garbage collections (generation 0, 1, 2) %d, %d, %d"
-                      % ((n_samples, inside, excess[0], " ".join("%+.0f" % e for e in excess[1:8]),
-                          excess[8], sum(excess), writes_per_s) + tuple(collections)))
+                t = r["tail"]
+                print("  a sample (%d): %.0f us inside sample(); %.1f writes/s; garbage collections "
+                      "(generation 0, 1, 2) %d, %d, %d" % ((t["samples"], t["inside_us"], t["writes_per_s"])
+                                                           + tuple(t["collections"])))
+                print("    steps over steps far from a sample, us:   %s" % tail_row(t["excess"]))
+                print("    the same around a phantom sample, us:     %s" % tail_row(t["phantom"]))
+                print("    the difference, what a sample costs, us:  %s" % tail_row(t["cost"]))
         ok = all(v == "within" for v in verdicts)
         print("budget met (whole cost, by its interval):", "yes" if ok else "NO")
         return 0 if ok else 1
