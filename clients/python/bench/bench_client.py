@@ -23,8 +23,9 @@ it. Budget: the whole cost <= 1 % of a step under 1 ms, <= 0.5 % of a longer one
 
 --parts takes the whole cost apart in the same rounds (torch's dispatch of an empty hook; the
 client with sampling ruled out; the client writing each sample at once, write_every=0); --tail
-STEPS times attached steps one by one to show what a sample costs its own step and the steps
-after it, beside the time inside client.sample().
+STEPS times attached steps one by one, around real samples and around phantom ones (sample()
+doing nothing), to show what a sample costs its own step and the steps after it, beside the time
+inside client.sample().
 """
 
 import argparse
@@ -376,8 +377,9 @@ def main():
                          "an empty hook, the client's step path with sampling ruled out, and the client "
                          "writing each sample at once (CPU time)")
     ap.add_argument("--tail", type=int, default=0, metavar="STEPS",
-                    help="also run STEPS attached steps timed one by one: what a sample costs its own step "
-                         "and the steps after it (the caches it evicted), against the time inside sample()")
+                    help="also run STEPS attached steps timed one by one, around real samples and as many "
+                         "around phantom ones: what a sample costs its own step and the steps after it, "
+                         "beside the time inside sample()")
     ap.add_argument("--write-every", type=float, default=None, metavar="SECONDS",
                     help="the client's write_every (default: the client's own, 0.5; 0 writes each sample at once)")
     args = ap.parse_args()
