@@ -1,22 +1,32 @@
-"""The client's cost per training step: the same loop timed bare and with gpumon_client.attach(),
-in one process (attach, time, detach), over rounds whose modes run in a shuffled order; the
-cost is judged by the interval of the median per-round difference (analysis.overhead). Two step sizes:
+"""The client's cost per training step: the same loop timed bare and attached to gpumon, in one
+process. Each round, the modes take turns of 8 steps in a new random order at every turn
+(gpumon_client.turns: a machine's speed drifts at every time scale, and only modes that take
+turns within a few steps see the same machine), each turn ended by a CUDA synchronize inside its
+timing; the cost is judged by the interval of the median per-round difference
+(analysis.overhead). Two step sizes:
 ~0.4 ms (a tiny MLP, launch-bound) and ~5 ms (wide layers, GPU-bound), each calibrated on this
 GPU by choosing the number of layers. Also times torch.cuda.memory_stats() and
 torch.cuda.mem_get_info() bare, the two calls a sample makes.
 
-Modes timed per repeat: bare; attached with the default cadence; attached sampling every step
-(max_rate=None, budget=None), which shows a sample's full cost; on CUDA, bare with allocation
-history recording as an armed trainer records it (docs/protocol.md, `arm`: max_entries 20000,
-Python stacks), which is what arming costs a step while an OOM is coming."""
+Modes timed per repeat: bare; attached with the default cadence (attach()'s own session);
+attached sampling every step (max_rate=None, budget=None, a session of its own), which shows a
+sample's full cost. Each attached mode's cadence and write schedule read a clock that runs only
+during its own turns, so it is sampled as a trainer running only that mode would be. On CUDA, a
+block of its own per repeat: bare with allocation history recording as an armed trainer records
+it (docs/protocol.md, `arm`: max_entries 20000, Python stacks), which is what arming costs a step
+while an OOM is coming."""
 
 from __future__ import annotations
 
+import importlib
 import random
 import statistics
 import time
 
 import trainer_common as tc
+
+# Steps a mode runs before the next takes its turn.
+STEPS_PER_TURN = 8
 
 TARGETS = {"small": 0.0004, "large": 0.005}
 
@@ -78,6 +88,56 @@ def call_cost(fn, n=2000):
     return (time.perf_counter() - t0) / n
 
 
+def take_turns_rounds(torch, device, step, turns, args, job):
+    """`args.repeats` rounds of the modes taking turns; returns seconds per step per mode per round,
+    the recording blocks' seconds per step, each attached mode's samples per round, and the lines
+    each attached mode's client sent in all."""
+    import gpumon_client
+    from gpumon_client import hooks
+    from gpumon_client.cadence import Cadence
+    from gpumon_client.turns import ArmClock, take_turns
+
+    register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
+    clocks = {"default": ArmClock(), "every": ArmClock()}
+    default = gpumon_client.attach(job=job + "-default")
+    if default.client is None:
+        raise SystemExit("%s: attach() did nothing: %s" % (tc.prog(), default.reason))
+    # The hook runs only in the mode's turns: take_turns registers it for them.
+    default._hook_handle.remove()
+    default._hook_handle = None
+    default.cadence = Cadence(clock=clocks["default"])
+    every = hooks.Attachment(gpumon_client.Client(job + "-every"), Cadence(every=1, max_rate=None, budget=None, clock=clocks["every"]))
+    modes = {"default": default, "every": every}
+    for mode, att in modes.items():
+        att.client.transport._monotonic = clocks[mode]  # its write schedule, on its own clock
+    arms = {"bare": (None, None), "default": (default.hook, clocks["default"]), "every": (every.hook, clocks["every"])}
+    settle = (lambda: tc.sync(torch, device)) if device.type == "cuda" else None
+    rng = random.Random(1)
+    runs = {"bare": [], "default": [], "every": []}
+    samples = {"default": [], "every": []}
+    recording = []  # seconds per step with allocation history on (CUDA only)
+    try:
+        # Untimed: each client connects and says hello at its first sample, which the budget
+        # then pays back; the rounds start once the default mode has sampled again.
+        deadline = time.monotonic() + 10.0
+        while default.cadence._samples < 2 and time.monotonic() < deadline:
+            take_turns(step, arms, STEPS_PER_TURN, 2, rng, register, settle=settle)
+        for _ in range(args.repeats):
+            taken = {mode: att.cadence._samples for mode, att in modes.items()}
+            t = take_turns(step, arms, STEPS_PER_TURN, turns, rng, register, settle=settle)
+            for mode in runs:
+                runs[mode].append(t[mode][0] / (turns * STEPS_PER_TURN))
+            for mode, att in modes.items():
+                samples[mode].append(att.cadence._samples - taken[mode])
+            if device.type == "cuda":
+                recording.append(recorded(torch, device, step, args.seconds))
+    finally:
+        gpumon_client.detach()
+        every.client.close()
+    sent = {mode: att.client.stats().get("sent_lines") for mode, att in modes.items()}
+    return runs, recording, samples, sent
+
+
 def main() -> None:
     p = tc.parser(__doc__, seconds=1.0)
     p.add_argument("--repeats", type=int, default=30, help="rounds per step size (default 30)")
@@ -107,32 +167,17 @@ def main() -> None:
     for kind in sizes:
         layers = calibrate(torch, device, kind, TARGETS[kind], 64)
         step = build(torch, device, kind, layers)
-        per_step(torch, device, step, args.seconds)  # warm-up
-        runs = {"bare": [], "default": [], "every": []}
-        recording = []  # seconds per step with allocation history on (CUDA only)
-        samples = {"default": [], "every": []}
-        rng = random.Random(1)
-        for r in range(args.repeats):
-            # A shuffled order each round: drift and warm caches land on no mode in particular.
-            order = ["bare", "default", "every"]
-            rng.shuffle(order)
-            for mode in order:
-                if mode == "bare":
-                    runs[mode].append(per_step(torch, device, step, args.seconds))
-                    continue
-                kw = {} if mode == "default" else {"max_rate": None, "budget": None}
-                att = gpumon_client.attach(job="%s-%s-%s" % (args.job, kind, mode), **kw)
-                runs[mode].append(per_step(torch, device, step, args.seconds))
-                stats = att.client.stats() if att.client is not None else {}
-                samples[mode].append(stats.get("sent_lines"))
-                gpumon_client.detach()
-            if device.type == "cuda":
-                recording.append(recorded(torch, device, step, args.seconds))
+        st = per_step(torch, device, step, args.seconds)  # warm-up, and the step's length
+        turns = max(2, int(args.seconds / st / STEPS_PER_TURN))
+        runs, recording, samples, sent = take_turns_rounds(torch, device, step, turns, args, "%s-%s" % (args.job, kind))
         result["sizes"][kind] = {
             "layers": layers,
             "target_s": TARGETS[kind],
+            "steps_per_turn": STEPS_PER_TURN,
+            "turns": turns,
             "runs": runs,
-            "lines_sent": samples,
+            "samples": samples,
+            "lines_sent": sent,
             "recording": recording,
             "median_step_s": statistics.median(runs["bare"]),
         }

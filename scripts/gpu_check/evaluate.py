@@ -356,13 +356,18 @@ def check_client_cost(obs: Dict[str, Any], size: str) -> List[Check]:
         return [Check(name, FAIL, problem or "no measurement for the %s step" % size)]
     runs = entry["runs"]
     sent = entry.get("lines_sent") or {}
+    samples = entry.get("samples") or {}
     out = []
     default = a.overhead(runs["bare"], runs["default"])
     ok, figure = a.overhead_verdict(default)
-    attached = all(isinstance(n, int) and n > 0 for n in sent.get("default") or [None])
-    if not attached:
-        ok, figure = False, figure + "; the client sent nothing (%s)" % (sent.get("default"),)
-    out.append(Check(name, PASS if ok else FAIL, figure + "; %d layers" % entry.get("layers", 0)))
+    # The client sampled (at least one sample a round, on average) and its lines reached the daemon.
+    per_round = samples.get("default") or []
+    sampled = all(isinstance(n, int) for n in per_round) and per_round and sum(per_round) >= len(per_round)
+    reached = isinstance(sent.get("default"), int) and sent["default"] > 0
+    if not (sampled and reached):
+        ok, figure = False, figure + "; the client sampled %s per round and sent %s lines" % (samples.get("default"), sent.get("default"))
+    figure += "; %d layers, turns of %s steps" % (entry.get("layers", 0), entry.get("steps_per_turn"))
+    out.append(Check(name, PASS if ok else FAIL, figure))
     if entry.get("recording"):
         rec = a.overhead(runs["bare"], entry["recording"])
         out.append(Check("  allocation history recording, as armed (%s)" % label, INFO,
@@ -373,10 +378,10 @@ def check_client_cost(obs: Dict[str, Any], size: str) -> List[Check]:
         Check(
             "  sampling every step (%s)" % label,
             INFO,
-            "client %s/step (%.1f%% of the step), lines sent per run %s" % (
+            "client %s/step (%.1f%% of the step), samples per round %s" % (
                 a.fmt_us(every["cost"]),
                 100 * (every["share"] or 0.0),
-                sent.get("every"),
+                samples.get("every"),
             ),
         )
     )

@@ -2,7 +2,7 @@
 """What the attached client adds to a real PyTorch training step, on CPU.
 
 Runs a real training loop (real model, real optimizer, torch's real optimizer step post-hook
-dispatch) bare and with gpumon_client.attach(), interleaved in blocks, at five step lengths (about
+dispatch) bare and with gpumon_client.attach(), taking turns of 4 steps, at five step lengths (about
 0.2 ms with plain SGD, then 0.35 ms, 0.4 ms, 3 ms and 100 ms with AdamW, on one thread, depending on
 the machine). The client runs its real code path: the cadence, TorchStatsSource picking keys from
 torch's nested allocator stats, JSON, the non-blocking socket to a live reader in another process.
@@ -10,9 +10,15 @@ Only the CUDA driver is stood in (there is no GPU here): memory_stats_as_nested_
 allocator's ~130 counters and, with --stats-cost-us, busy-waits that long per call, to charge each
 sample what torch.cuda.memory_stats() costs on a real GPU (about 180 us measured on an H100).
 
+Each round, bare and attached take turns of 4 steps (one step at steps over 5 ms) in a new random
+order at every turn, 1 s of steps each: the machine's speed drifts at every time scale, and only
+arms that take turns within a few steps see the same machine (gpumon_client.turns). The attached
+arm's cadence and write schedule read a clock that runs only in its turns, so it is sampled as a
+trainer that never paused would be.
+
 Reports per step length: samples taken, the client's own time per step measured inside its hook,
-and the whole cost: the per-round difference in step time, attached minus bare, with a 95 %
-bootstrap interval, two ways. Wall time is what a trainer waits, but on a shared machine it carries
+and the whole cost: the median per-round difference in step time, attached minus bare, with a
+95 % bootstrap interval, two ways. Wall time is what a trainer waits, but on a shared machine it carries
 every other process's scheduling; the training thread's CPU time (torch runs on one thread here)
 counts the same work, the client's hook, cadence, JSON and socket write, cache misses included,
 without the time the thread spent descheduled, so its interval resolves a budget of a few us
@@ -22,14 +28,14 @@ it. Budget: the whole cost <= 1 % of a step under 1 ms, <= 0.5 % of a longer one
     $(scripts/torch-venv newest)/bin/python clients/python/bench/bench_client.py [--stats-cost-us 180]
 
 --parts takes the whole cost apart in the same rounds (torch's dispatch of an empty hook; the
-client with sampling ruled out; the client writing each sample at once, write_every=0); --tail
+client with sampling ruled out; the client with its cadence's decisions but its samples doing
+nothing; the client writing each sample at once, write_every=0); --tail
 STEPS times attached steps one by one, around real samples and around phantom ones (sample()
 doing nothing), to show what a sample costs its own step and the steps after it, beside the time
 inside client.sample().
 """
 
 import argparse
-import copy
 import gc
 import importlib
 import os
@@ -49,7 +55,9 @@ import torch  # noqa: E402
 
 import gpumon_client  # noqa: E402
 from gpumon_client import TorchStatsSource, hooks  # noqa: E402
+from gpumon_client.cadence import Cadence  # noqa: E402
 from gpumon_client.testing import nested_allocator_stats  # noqa: E402
+from gpumon_client.turns import ArmClock, take_turns  # noqa: E402
 
 # (name, width, batch, optimizer): a Linear-ReLU-Linear MLP; step lengths from about 0.2 ms (plain
 # SGD, the shortest step torch's Python optimizer path allows here) to 100 ms.
@@ -264,71 +272,75 @@ def tail_row(e):
         e[0], " ".join("%+.0f" % x for x in e[1:8]), e[8], sum(e))
 
 
-def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0, write_every=None):
+def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0, write_every=None,
+              steps_per_turn=4):
     step = make_loop(width, batch, optimizer)
     for _ in range(20):
         step()
     per_step = block(step, 20)[0]
-    n = max(20, int(block_s / per_step))
+    # A turn of at most about 5 ms (or one step): long steps need no company to share a machine.
+    k = max(1, min(steps_per_turn, int(0.005 / per_step)))
+    turns = max(2, int(block_s / per_step / k))
     # source= only because CUDA is unavailable here: TorchStatsSource on the stand-in driver.
     state = gpumon_client.attach(job="bench", socket=sock, source=TorchStatsSource(0))
     if write_every is not None:
         state.client.transport.write_every = write_every
     state._hook_handle.remove()
-    # The attachment's own hook; an older client (before/after runs) has only the module's.
-    client_hook = getattr(state, "hook", hooks._optimizer_hook)
-    register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
-    bare, diffs, cpu_diffs, attached_steps, attached_time = [], [], [], 0, 0.0
-    attached_writes = attached_samples = 0
-    # With --parts, two more arms take the cost apart: an empty hook, and the client's step
-    # path with sampling ruled out (its cadence swapped for one that never samples).
-    # A third, the client writing each sample at once (write_every=0), shows what writing
-    # samples together saves.
-    arms = ["bare", "attached"] + (["empty", "no_samples", "at_once"] if parts else [])
-    part_diffs = {"empty": [], "no_samples": [], "at_once": []}
-    transport = state.client.transport
+    client = state.client
+    transport = client.transport
     write_every = getattr(transport, "write_every", 0.0)  # an older client has none
-    cadence = state.cadence
-    # The at-once arm samples by a cadence of its own: sharing one, each arm's first sample in
-    # a block would depend on which arm went before it.
-    own_cadence = {"attached": cadence, "at_once": copy.copy(cadence)}
-    # Rounds of one block per arm in a random order: a drift in machine speed, or one block's
-    # bad luck, lands on every side alike. The real hook, unwrapped.
+    register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
+    # Each client arm is an attachment of its own (its own cadence on its own clock, its own
+    # countdown), so no arm's state carries into another's turn. With --parts: an empty hook
+    # (torch's dispatch alone), the client's step path with sampling ruled out (a cadence that
+    # never samples, on the attached arm's client: it writes nothing), and the client writing
+    # each sample at once (a client of its own, write_every=0).
+    arms = ["bare", "attached"] + (["empty", "no_samples", "phantom", "at_once"] if parts else [])
+    clocks = {arm: ArmClock() for arm in ("attached", "phantom", "at_once")}
+    attachment = {"attached": state}
+    state.cadence = Cadence(clock=clocks["attached"])
+    if parts:
+        attachment["no_samples"] = hooks.Attachment(client, NoSamples())
+        # The phantom arm: the shipped cadence and step path, its samples doing nothing.
+        phantom = gpumon_client.Client("bench-phantom", socket=sock, source=TorchStatsSource(0))
+        phantom.sample = lambda step=None, phase=None: None
+        attachment["phantom"] = hooks.Attachment(phantom, Cadence(clock=clocks["phantom"]))
+        at_once = gpumon_client.Client("bench-at-once", socket=sock, source=TorchStatsSource(0), write_every=0)
+        attachment["at_once"] = hooks.Attachment(at_once, Cadence(clock=clocks["at_once"]))
+    hook_of = {arm: att.hook for arm, att in attachment.items()}
+    hook_of["empty"] = empty_hook
+    # The write schedule reads the attached arm's clock (private: the bench's own business).
+    transport._monotonic = clocks["attached"]
+    bare, diffs, cpu_diffs = [], [], []
+    part_diffs = {"empty": [], "no_samples": [], "phantom": [], "at_once": []}
+    attached_time, attached_writes = 0.0, 0
+    # Rounds of `turns` turns per arm, `k` steps a turn, the arms in a new random order at every
+    # turn (gpumon_client.turns: the machine's speed drifts at every time scale, and only arms
+    # that take turns within a few steps see the same machine). A round's difference is its
+    # arm's steps against its bare ones.
+    arm_of = {arm: (hook_of.get(arm), clocks.get(arm)) for arm in arms}
+    writes = (lambda: transport.writes) if hasattr(transport, "writes") else None
+    take_turns(step, arm_of, k, 2, rng, register)  # untimed: each client connects at its first sample
+    samples0 = state.cadence._samples
     for _ in range(rounds):
-        order = list(arms)
-        rng.shuffle(order)
-        t = {}
-        for arm in order:
-            hook = {"bare": None, "empty": empty_hook}.get(arm, client_hook)
-            state.cadence = NoSamples() if arm == "no_samples" else own_cadence.get(arm, cadence)
-            transport.write_every = 0.0 if arm == "at_once" else write_every
-            handle = register(hook) if hook is not None else None
-            writes, taken = getattr(transport, "writes", 0), cadence._samples
-            t[arm] = block(step, n)
-            if arm == "attached":
-                attached_writes += getattr(transport, "writes", 0) - writes
-                attached_samples += cadence._samples - taken
-            # Samples left waiting at the block's end are written here, untimed, so that no arm
-            # pays for another's. The attached arm's blocks each begin with a write (its first
-            # sample comes long after the last write), 3-4 a second with 0.3 s blocks against 2
-            # at steady state: the rounds charge it more writes than a trainer makes, not fewer.
-            if getattr(transport, "writes", None) is not None:
-                with transport._lock:
-                    last = transport._last_write
-                    transport._flush()
-                    transport._last_write = last  # unseen by the write schedule
-            if handle is not None:
-                handle.remove()
-        state.cadence = cadence
-        transport.write_every = write_every
-        bare.append(t["bare"][0])
-        diffs.append((t["attached"][0] - t["bare"][0]) * 1e6)
-        cpu_diffs.append((t["attached"][1] - t["bare"][1]) * 1e6)
+        t = take_turns(step, arm_of, k, turns, rng, register, count=writes)
+        n = turns * k
+        bare.append(t["bare"][0] / n)
+        diffs.append((t["attached"][0] - t["bare"][0]) / n * 1e6)
+        cpu_diffs.append((t["attached"][1] - t["bare"][1]) / n * 1e6)
         for arm in part_diffs:
             if arm in t:
-                part_diffs[arm].append((t[arm][1] - t["bare"][1]) * 1e6)
-        attached_steps += n
-        attached_time += n * t["attached"][0]
+                part_diffs[arm].append((t[arm][1] - t["bare"][1]) / n * 1e6)
+        attached_time += t["attached"][0]
+        attached_writes += t["attached"][2]
+    attached_samples = state.cadence._samples - samples0
+    # Back to a trainer's clock for the rest: the hook's own time and --tail.
+    transport._monotonic = time.monotonic
+    if hasattr(transport, "_last_write"):
+        transport._last_write = -float("inf")
+    state.cadence = Cadence()
+    client_hook = state.hook
+    n = max(20, int(block_s / per_step))
     # The client's own time, inside its hook, in a few blocks of their own (the wrapper's timing
     # would add to the end-to-end figure).
     hook, spent = timed_hook(client_hook)
@@ -340,6 +352,9 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
     own = spent[0] / (own_blocks * n)
     tailed = tail(step, state, register, client_hook, tail_steps, rng) if tail_steps else None
     gpumon_client.detach(timeout=0.2)
+    if parts:
+        at_once.close(timeout=0.2)
+        phantom.close(timeout=0.2)
     hooks._oom_observer_installed = False
     b = statistics.median(bare)
     med, lo, hi = interval(diffs, rng)
@@ -368,14 +383,17 @@ def main():
                     help="what one memory_stats call costs on the GPU being modelled (default 70.5: "
                          "an H100, torch 2.11)")
     ap.add_argument("--rounds", type=int, default=30, help="shuffled bare/attached rounds per step length (default 30)")
-    ap.add_argument("--block", type=float, default=0.3, help="seconds per block (default 0.3; each block's first sample is free of the rate limit, so short blocks overstate the cost)")
+    ap.add_argument("--block", type=float, default=1.0,
+                    help="seconds of each arm's steps per round (default 1.0: about ten samples a round)")
+    ap.add_argument("--turn", type=int, default=4, metavar="STEPS",
+                    help="steps an arm runs before the next one takes its turn (default 4)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shape", action="append", choices=[s[0] for s in SHAPES],
                     help="only this step length (repeatable; default: all)")
     ap.add_argument("--parts", action="store_true",
                     help="also take the whole cost apart, in the same shuffled rounds: torch's dispatch of "
-                         "an empty hook, the client's step path with sampling ruled out, and the client "
-                         "writing each sample at once (CPU time)")
+                         "an empty hook, the client's step path with sampling ruled out, the client with its "
+                         "samples doing nothing, and the client writing each sample at once (CPU time)")
     ap.add_argument("--tail", type=int, default=0, metavar="STEPS",
                     help="also run STEPS attached steps timed one by one, around real samples and as many "
                          "around phantom ones: what a sample costs its own step and the steps after it, "
@@ -392,9 +410,10 @@ def main():
     server = subprocess.Popen([sys.executable, __file__, "--serve", sock], stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()
-        print("torch %s, memory_stats charged %.1f us per call, 1 thread, %d shuffled rounds of %.2f s blocks; "
+        print("torch %s, memory_stats charged %.1f us per call, 1 thread, %d rounds of %.2f s per arm in shuffled "
+              "turns of %d steps; "
               "budget: the whole cost <= 1 %% of a step under 1 ms, <= 0.5 %% of a longer one, <= 25 us"
-              % (torch.__version__, args.stats_cost_us, args.rounds, args.block))
+              % (torch.__version__, args.stats_cost_us, args.rounds, args.block, args.turn))
         print("%-7s %9s %10s %26s %26s %9s %10s %9s  %s" % (
             "step", "bare us", "hook us", "CPU: whole cost us (95% CI)", "wall: whole cost us (95% CI)",
             "budget us", "samples/s", "writes/s", "verdict (CPU)"))
@@ -403,7 +422,7 @@ def main():
             if args.shape and name not in args.shape:
                 continue
             r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts, args.tail,
-                          args.write_every)
+                          args.write_every, args.turn)
             if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
             elif r["cpu_lo_us"] > r["budget_us"]:
@@ -416,9 +435,10 @@ def main():
                 r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"], r["samples_per_s"], r["writes_per_s"],
                 verdict))
             for arm, label in (("empty", "an empty hook"), ("no_samples", "the client, sampling ruled out"),
+                               ("phantom", "the client, its samples doing nothing"),
                                ("at_once", "the client, each sample written at once")):
                 if arm in r["parts"]:
-                    print("  %-35s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
+                    print("  %-40s %8.1f (%+7.1f..%+7.1f)  CPU us over bare" % ((label + ":",) + r["parts"][arm]))
             if r["tail"]:
                 t = r["tail"]
                 print("  a sample (%d): %.0f us inside sample(); %.1f writes/s; garbage collections "

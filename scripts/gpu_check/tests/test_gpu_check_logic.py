@@ -394,7 +394,8 @@ def bundle(**over):
                         k: {
                             "layers": 3,
                             "runs": {"bare": [st] * 3, "default": [st * 1.004] * 3, "every": [st * 1.3] * 3},
-                            "lines_sent": {"default": [12, 12, 12], "every": [900, 900, 900]},
+                            "samples": {"default": [3, 3, 3], "every": [750, 750, 750]},
+                            "lines_sent": {"default": 12, "every": 2250},
                         }
                         for k, st in (("small", 0.0004), ("large", 0.005))
                     },
@@ -475,6 +476,15 @@ def test_each_broken_part_fails_its_own_check():
     broken(no_eval, "Lightning callback")
     broken(one_rank, "torchrun, 2 ranks: a session each")
     broken(samples_every_step, "client cost per ~0.4 ms step")
+
+    def hardly_sampled(o):
+        o["trainers"]["bench"]["result"]["sizes"]["small"]["samples"]["default"] = [0, 2, 0]
+
+    def nothing_sent(o):
+        o["trainers"]["bench"]["result"]["sizes"]["small"]["lines_sent"]["default"] = 0
+
+    broken(hardly_sampled, "client cost per ~0.4 ms step")
+    broken(nothing_sent, "client cost per ~0.4 ms step")
     broken(lambda o: o.update(comparisons=[{"pid": 101, "status": "mismatch", "diff_mib": 5}]), "per-process memory = nvidia-smi (MiB)")
     broken(lambda o: o.update(metric_polls=[(i, 0.05) for i in range(9)]), "daemon NVML poll vs bare NVML")
     broken(lambda o: o.update(daemon_log="thread 'poller' panicked at src/sources/poller.rs:1\n"), "daemon log has no panic")
