@@ -10,7 +10,7 @@ at each training step whether to sample it:
   - the first step is always sampled; its cost is charged, but the client estimates a sample's
     cost (what the credit must cover) only from the second sample on;
   - it decides only at some steps: after each decision it skips the steps `every` rules out and
-    half of those the rate limit and the budget would rule out at the last gap's step time, and
+    7/8 of those the rate limit and the budget would rule out at the last gap's step time, and
     the next decision credits the skipped steps at their average time.
 On steps of 12.5 ms or more that is one sample every 8 steps (samples at steps 1, 9, 25, 33, 41,
 ...: the second sample is due once the first is paid for, the third once the second is and the
@@ -32,6 +32,8 @@ MAX_RATE = 10.0
 BUDGET = 0.005
 STEP_CAP_S = 0.005
 SAMPLE_COST_S = 200e-6
+# The share of the rate limit's and the budget's predicted steps a decision skips.
+WAIT_SHARE = 0.875
 
 
 def _ns(seconds: float) -> int:
@@ -102,7 +104,7 @@ def adaptive_keep(
             if budget:
                 owed = (estimate - credit) / _ns(budget * min(per_step_s, STEP_CAP_S))
                 ahead = max(ahead, owed)
-            wait = max(wait, int(ahead / 2) if ahead >= 2 else 0)
+            wait = max(wait, int(ahead * WAIT_SHARE) if ahead >= 2 else 0)
         next_decision = step + 1 + wait
     return keep
 

@@ -9,13 +9,16 @@ least `every` steps apart. The first step is always sampled, so a session shows 
 
 Most steps do not read the clock at all. After each decision the cadence predicts, from the last
 step time, how many steps must pass before the next sample can be due (by `every` exactly, by the
-rate limit and the budget at the current step time) and sets `wait` to half of that: the caller
-skips that many steps without asking (`tick` counts them down; attach()'s hook compares a step
-number) and the next decision credits the skipped steps at their average time. On steady steps
-the sample falls on the same step as a decision at every step would take; when steps slow down
-it comes at most `wait` steps late. Reading the clock at every step cost more than everything
-else the step path does (about 1.2 us of a 0.36 ms CPU step, measured in the training loop, where
-the step has evicted the caches), so the halving reads it a few times per sample instead.
+rate limit and the budget at the current step time) and sets `wait` to 7/8 of that: the caller
+skips that many steps without asking (`tick` counts them down, as attach()'s hook does)
+and the next decision credits the skipped steps at their average time. On steady steps the
+sample falls on the same step as a decision at every step would take; when steps slow down by
+more than 8/7 it comes at most `wait` steps late. Reading the clock at every step cost more than
+everything else the step path does (about 1.2 us of a 0.36 ms CPU step, measured in the training
+loop, where the step has evicted the caches), so the cadence decides three or four times per sample
+instead. A decision costs about 14 us in the loop of a 0.5 ms CPU step (the whole step path, its
+objects out of the cache), so 7/8 rather than half: half took 8 decisions per sample at that step,
+7/8 takes 3-4, and the client's whole cost there fell by 0.6 us a step (docs/performance.md).
 
 `Throttle` keeps any caller's samples under the daemon's line rate limit (the welcome's
 `max_lines_per_second`): at most `_LIMIT_SHARE` of it, and half that for a while after each
@@ -35,6 +38,9 @@ _LIMIT_SHARE = 0.8
 _SLOW_FOR = 10.0
 # The lowest the notices can push the rate: 1/64 of the share.
 _MIN_FACTOR = 1.0 / 64
+# The share of the steps the rate limit and the budget predict that a decision skips: a sample
+# stays on time while steps slow down by up to 8/7 before it.
+_WAIT_SHARE = 0.875
 
 
 class Cadence:
@@ -128,7 +134,7 @@ class Cadence:
 
     def _predict_wait(self, now: float) -> int:
         # `every` is counted in steps: those steps cannot be due whatever their length. The rate
-        # limit and the budget depend on step time, which can change: half the prediction.
+        # limit and the budget depend on step time, which can change: 7/8 of the prediction.
         exact = self.every - self._since - 1
         dt = self._dt
         steps = 0.0
@@ -139,8 +145,8 @@ class Cadence:
                 per_step = self.budget * (dt if dt < _STEP_CAP else _STEP_CAP)
                 owed = (self.cost - self.credit) / per_step
                 steps = owed if owed > steps else steps
-        half = int(steps / 2) if steps >= 2 else 0
-        return exact if exact > half else half
+        most = int(steps * _WAIT_SHARE) if steps >= 2 else 0
+        return exact if exact > most else most
 
 
 class Throttle:
