@@ -94,22 +94,18 @@ def take_turns_rounds(torch, device, step, turns, args, job):
     each attached mode's client sent in all."""
     import gpumon_client
     from gpumon_client import hooks
-    from gpumon_client.cadence import Cadence
-    from gpumon_client.turns import ArmClock, take_turns
+    from gpumon_client.turns import on_own_clock, take_turns
 
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
-    clocks = {"default": ArmClock(), "every": ArmClock()}
     default = gpumon_client.attach(job=job + "-default")
     if default.client is None:
         raise SystemExit("%s: attach() did nothing: %s" % (tc.prog(), default.reason))
     # The hook runs only in the mode's turns: take_turns registers it for them.
     default._hook_handle.remove()
     default._hook_handle = None
-    default.cadence = Cadence(clock=clocks["default"])
-    every = hooks.Attachment(gpumon_client.Client(job + "-every"), Cadence(every=1, max_rate=None, budget=None, clock=clocks["every"]))
+    every = hooks.Attachment(gpumon_client.Client(job + "-every"))
     modes = {"default": default, "every": every}
-    for mode, att in modes.items():
-        att.client.transport._monotonic = clocks[mode]  # its write schedule, on its own clock
+    clocks = {"default": on_own_clock(default), "every": on_own_clock(every, every=1, max_rate=None, budget=None)}
     arms = {"bare": (None, None), "default": (default.hook, clocks["default"]), "every": (every.hook, clocks["every"])}
     settle = (lambda: tc.sync(torch, device)) if device.type == "cuda" else None
     rng = random.Random(1)

@@ -57,7 +57,7 @@ import gpumon_client  # noqa: E402
 from gpumon_client import TorchStatsSource, hooks  # noqa: E402
 from gpumon_client.cadence import Cadence  # noqa: E402
 from gpumon_client.testing import nested_allocator_stats  # noqa: E402
-from gpumon_client.turns import ArmClock, take_turns  # noqa: E402
+from gpumon_client.turns import on_own_clock, take_turns  # noqa: E402
 
 # (name, width, batch, optimizer): a Linear-ReLU-Linear MLP; step lengths from about 0.2 ms (plain
 # SGD, the shortest step torch's Python optimizer path allows here) to 100 ms.
@@ -296,21 +296,18 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
     # never samples, on the attached arm's client: it writes nothing), and the client writing
     # each sample at once (a client of its own, write_every=0).
     arms = ["bare", "attached"] + (["empty", "no_samples", "phantom", "at_once"] if parts else [])
-    clocks = {arm: ArmClock() for arm in ("attached", "phantom", "at_once")}
     attachment = {"attached": state}
-    state.cadence = Cadence(clock=clocks["attached"])
     if parts:
         attachment["no_samples"] = hooks.Attachment(client, NoSamples())
         # The phantom arm: the shipped cadence and step path, its samples doing nothing.
         phantom = gpumon_client.Client("bench-phantom", socket=sock, source=TorchStatsSource(0))
         phantom.sample = lambda step=None, phase=None: None
-        attachment["phantom"] = hooks.Attachment(phantom, Cadence(clock=clocks["phantom"]))
+        attachment["phantom"] = hooks.Attachment(phantom)
         at_once = gpumon_client.Client("bench-at-once", socket=sock, source=TorchStatsSource(0), write_every=0)
-        attachment["at_once"] = hooks.Attachment(at_once, Cadence(clock=clocks["at_once"]))
+        attachment["at_once"] = hooks.Attachment(at_once)
+    clocks = {arm: on_own_clock(attachment[arm]) for arm in ("attached", "phantom", "at_once") if arm in attachment}
     hook_of = {arm: att.hook for arm, att in attachment.items()}
     hook_of["empty"] = empty_hook
-    # The write schedule reads the attached arm's clock (private: the bench's own business).
-    transport._monotonic = clocks["attached"]
     bare, diffs, cpu_diffs = [], [], []
     part_diffs = {"empty": [], "no_samples": [], "phantom": [], "at_once": []}
     attached_time, attached_writes = 0.0, 0

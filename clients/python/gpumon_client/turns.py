@@ -13,7 +13,12 @@ clock would give the arm samples at about twice a trainer's rate per step).
 
 import random
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+
+from .cadence import Cadence
+
+if TYPE_CHECKING:
+    from .hooks import Attachment
 
 
 class ArmClock:
@@ -34,6 +39,16 @@ class ArmClock:
         if self.started is not None:
             self.base += time.perf_counter() - self.started
             self.started = None
+
+
+def on_own_clock(att: "Attachment", **cadence: Any) -> ArmClock:
+    """Gives an attachment a cadence (`Cadence`'s arguments) and a write schedule that read a clock
+    of their own, and returns that clock: the arm's, to run only during its turns."""
+    clock = ArmClock()
+    att.cadence = Cadence(clock=clock, **cadence)
+    if att.client is not None:
+        att.client.transport._monotonic = clock  # the write schedule's clock (private: ours)
+    return clock
 
 
 # An arm: the step post-hook it registers during its turns (None: bare) and the clock that runs

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpumon_client.turns import ArmClock, take_turns
+from gpumon_client.turns import ArmClock, on_own_clock, take_turns
 
 
 def test_an_arm_clock_runs_only_between_run_and_pause():
@@ -96,3 +96,21 @@ def test_bad_turns_are_refused():
         take_turns(lambda: None, {"bare": (None, None)}, 0, 1, random.Random(1), Registry().register)
     with pytest.raises(ValueError, match="turns=0"):
         take_turns(lambda: None, {"bare": (None, None)}, 1, 0, random.Random(1), Registry().register)
+
+
+def test_on_own_clock_gives_the_cadence_and_the_write_schedule_the_arms_clock():
+    from gpumon_client.client import Client
+    from gpumon_client.hooks import Attachment
+    from gpumon_client.stats import StaticStatsSource
+
+    client = Client("turns", source=StaticStatsSource(), socket="/nonexistent/gpumon.sock")
+    try:
+        att = Attachment(client)
+        clock = on_own_clock(att, every=3, max_rate=None)
+        assert att.cadence.every == 3 and att.cadence.min_interval == 0.0
+        assert att.cadence._clock is clock and client.transport._monotonic is clock
+        time.sleep(0.01)
+        assert clock() == 0.0  # stands still until its arm's turn
+    finally:
+        client.close(timeout=0)
+    assert on_own_clock(Attachment()) is not None  # a no-op attachment: no client to touch
