@@ -3,12 +3,17 @@
 The client (`attach()` and its callbacks, defaults `every=1, max_rate=10, budget=0.005`) decides
 at each training step whether to sample it:
   - at least `every` steps and 1 / `max_rate` seconds since the last sample;
-  - and a cost budget: each step earns `budget * min(step time, 5 ms)` of credit (at most 25 us),
-    a sample spends what it costs (here a fixed 200 us: `torch.cuda.memory_stats()` takes about
-    180 us on an H100), credit never exceeds one sample's cost, and a step is sampled only when the
-    credit covers a sample;
-  - the first step is always sampled; its cost is charged, but the client estimates a sample's
-    cost (what the credit must cover) only from the second sample on;
+  - and a cost budget for the client's whole cost, `budget * min(step time, 5 ms)` a step (at
+    most 25 us): samples earn 3/4 of it as credit (at most 18.75 us a step; the rest pays for the
+    step hook and a sample's aftermath, which the client does not time), a sample spends what it
+    costs (here a fixed 150 us: `torch.cuda.memory_stats()` takes 70.5 us on an H100, plus
+    building and sending the line), credit never exceeds one sample's cost, and a step is sampled
+    only when the credit covers a sample;
+  - the first step is always sampled; its cost is charged (the client charges it at most 250 us,
+    though it also connects: more than the 150 us here, so the rule holds as is), but the client
+    estimates a sample's cost (what the credit must cover) only from the second sample on;
+  - the budget holds no sample back more than 5 minutes (the daemon closes a session silent for
+    15); a sample that late is charged, but leaves at most one sample's debt;
   - it decides only at some steps: after each decision it skips the steps `every` rules out and
     7/8 of those the rate limit and the budget would rule out at the last gap's step time, and
     the next decision credits the skipped steps at their average time.
@@ -31,13 +36,17 @@ EVERY = 1
 MAX_RATE = 10.0
 BUDGET = 0.005
 STEP_CAP_S = 0.005
-SAMPLE_COST_S = 200e-6
+# The share of the budget samples earn (the client's _SAMPLE_SHARE).
+SAMPLE_SHARE = 0.75
+SAMPLE_COST_S = 150e-6
+# The longest the budget holds a sample back (the client's _MAX_GAP).
+MAX_GAP_S = 300.0
 # The share of the rate limit's and the budget's predicted steps a decision skips.
 WAIT_SHARE = 0.875
 
 
 def _ns(seconds: float) -> int:
-    # Credit in integer nanoseconds: 8 x 25 us must equal 200 us exactly, not 199.99999 us.
+    # Credit in integer nanoseconds: 8 x 18.75 us must equal 150 us exactly, not 149.99999 us.
     return int(round(seconds * 1e9))
 
 
@@ -83,9 +92,13 @@ def adaptive_keep(
                 per_step = min(per_step_s, STEP_CAP_S)
                 # Each step's credit is capped at one sample's estimated cost; credit only grows
                 # between samples, so capping the sum over the gap equals capping step by step.
-                credit = min(estimate, credit + n * _ns(budget * per_step))
+                credit = min(estimate, credit + n * _ns(budget * SAMPLE_SHARE * per_step))
         last = (step, ts)
-        due = since >= every and ts - last_sample_ts >= min_interval and (not budget or credit >= estimate)
+        paid = not budget or credit >= estimate
+        # The budget holds no sample back more than MAX_GAP_S; such a sample leaves at most one
+        # sample's debt.
+        overdue = not paid and ts - last_sample_ts >= MAX_GAP_S
+        due = since >= every and ts - last_sample_ts >= min_interval and (paid or overdue)
         keep.append(due)
         if due:
             since = 0
@@ -97,13 +110,15 @@ def adaptive_keep(
                 estimate = cost_ns
             if budget:
                 credit -= cost_ns
+                if overdue:
+                    credit = max(credit, -estimate)  # at most one sample's debt
         # The steps skipped before the next decision (the client's Cadence._predict_wait).
         wait = every - since - 1
         if per_step_s > 0:
             ahead = (min_interval - (ts - last_sample_ts)) / per_step_s if min_interval else 0.0
             if budget:
-                owed = (estimate - credit) / _ns(budget * min(per_step_s, STEP_CAP_S))
-                ahead = max(ahead, owed)
+                owed = (estimate - credit) / _ns(budget * SAMPLE_SHARE * min(per_step_s, STEP_CAP_S))
+                ahead = min(max(ahead, owed), (MAX_GAP_S - (ts - last_sample_ts)) / per_step_s)
             wait = max(wait, int(ahead * WAIT_SHARE) if ahead >= 2 else 0)
         next_decision = step + 1 + wait
     return keep

@@ -10,7 +10,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from cadence import adaptive_keep, thin  # noqa: E402
+from cadence import SAMPLE_COST_S, adaptive_keep, thin  # noqa: E402
 
 CLIENT = os.path.join(HERE, "..", "clients", "python")
 
@@ -26,7 +26,7 @@ def kept(points: List[Tuple[int, float]], **rule: Any) -> List[int]:
 
 
 def test_slow_steps_are_sampled_every_8_steps() -> None:
-    # 25 us of credit per step (0.5% of the 5 ms cap), 200 us per sample. The first sample is
+    # 18.75 us of credit per step (3/4 of 0.5% of the 5 ms cap), 150 us per sample. The first is
     # paid back by step 9; from the second on the credit must also cover the next sample's
     # estimated cost, so the third comes 16 steps later. 8 steps of 15.6 ms are over 0.1 s.
     for dt in (1.0, 0.25, 2**-6):
@@ -34,7 +34,7 @@ def test_slow_steps_are_sampled_every_8_steps() -> None:
 
 
 def test_fast_steps_are_limited_by_the_rate() -> None:
-    # ~1 ms steps (2**-10 s): the budget allows a sample every 41 steps (4.883 us of credit per
+    # ~1 ms steps (2**-10 s): the budget allows a sample every 41 steps (3.662 us of credit per
     # step), max_rate 10/s one every 103 steps (0.1 s / 2**-10 s = 102.4): the rate binds.
     assert kept(steps(2**-10, 1000)) == [1, 104, 207, 310, 413, 516, 619, 722, 825, 928]
     # Without the rate limit the budget binds: 41 steps to pay back a sample (42), 82 to pay back
@@ -53,9 +53,17 @@ def test_limits_off_sample_every_step_and_every_counts_steps() -> None:
 
 
 def test_a_pause_does_not_buy_a_burst() -> None:
-    # An eval of 10 minutes between steps 20 and 21: credit is capped at one sample.
+    # An eval of 10 minutes between steps 20 and 21: credit is capped at one sample. The first
+    # decision after it (step 24: the last one before skipped 21-23) finds no sample for over 5
+    # minutes and samples; it leaves a sample's debt, so the pace goes on (8 steps), no burst.
     pts = steps(1.0, 20) + [(s, 2000.0 + s) for s in range(21, 60)]
-    assert kept(pts) == [1, 9, 25, 33, 41, 49, 57]
+    assert kept(pts) == [1, 9, 24, 33, 41, 49, 57]
+
+
+def test_no_gap_outlasts_five_minutes() -> None:
+    # Minute-long steps: the budget alone would space samples 8 steps (8 minutes) apart, and the
+    # daemon closes a session silent for 15. One sample every 5 steps (300 s).
+    assert kept(steps(60.0, 30)) == [1, 6, 11, 16, 21, 26]
 
 
 def test_a_trace_sampled_every_n_steps_earns_credit_between_its_samples() -> None:
@@ -85,7 +93,7 @@ def test_the_rule_matches_the_clients_cadence() -> None:
         from gpumon_client.cadence import Cadence
     finally:
         sys.path.remove(CLIENT)
-    pattern = [0.7, 0.0004, 0.003, 0.012, 2.5, 0.0009, 0.006, 30.0, 0.2]
+    pattern = [0.7, 0.0004, 0.003, 0.012, 2.5, 0.0009, 0.006, 30.0, 0.2, 90.0, 0.00093]
     pts: List[Tuple[int, float]] = []
     t = 5000.0
     for i in range(1, 4001):
@@ -98,7 +106,7 @@ def test_the_rule_matches_the_clients_cadence() -> None:
         now[0] = ts
         due = client.tick()
         if due:
-            client.spent(200e-6)
+            client.spent(SAMPLE_COST_S)
         theirs.append(due)
     assert adaptive_keep(pts) == theirs
     assert 40 < sum(theirs) < 4000

@@ -2,7 +2,7 @@
 process. Each round, the modes take turns of 8 steps in a new random order at every turn
 (gpumon_client.turns: a machine's speed drifts at every time scale, and only modes that take
 turns within a few steps see the same machine), each turn ended by a CUDA synchronize inside its
-timing; the cost is judged by the interval of the median per-round difference
+timing; the cost is judged by the interval of the mean per-round difference
 (analysis.overhead). Two step sizes:
 ~0.4 ms (a tiny MLP, launch-bound) and ~5 ms (wide layers, GPU-bound), each calibrated on this
 GPU by choosing the number of layers. Also times torch.cuda.memory_stats() and

@@ -2,9 +2,10 @@
 """What the attached client adds to a real PyTorch training step, on CPU.
 
 Runs a real training loop (real model, real optimizer, torch's real optimizer step post-hook
-dispatch) bare and with gpumon_client.attach(), taking turns of 4 steps, at five step lengths (about
-0.2 ms with plain SGD, then 0.35 ms, 0.4 ms, 3 ms and 100 ms with AdamW, on one thread, depending on
-the machine). The client runs its real code path: the cadence, TorchStatsSource picking keys from
+dispatch) bare and with gpumon_client.attach(), taking turns of 4 steps, at five CPU-bound step
+lengths (about 0.2 ms with plain SGD, then 0.35 ms, 0.4 ms, 3 ms and 100 ms with AdamW, on one
+thread, depending on the machine) and two GPU-bound ones as the CPU thread sees them (a 0.8 ms
+step's launches, then a spin-wait for the device, to 5 ms and 100 ms). The client runs its real code path: the cadence, TorchStatsSource picking keys from
 torch's nested allocator stats, JSON, the non-blocking socket to a live reader in another process.
 Only the CUDA driver is stood in (there is no GPU here): memory_stats_as_nested_dict returns the
 allocator's ~130 counters and, with --stats-cost-us, busy-waits that long per call, to charge each
@@ -17,7 +18,7 @@ arm's cadence and write schedule read a clock that runs only in its turns, so it
 trainer that never paused would be.
 
 Reports per step length: samples taken, the client's own time per step measured inside its hook,
-and the whole cost: the median per-round difference in step time, attached minus bare, with a
+and the whole cost: the mean per-round difference in step time, attached minus bare, with a
 95 % bootstrap interval, two ways. Wall time is what a trainer waits, but on a shared machine it carries
 every other process's scheduling; the training thread's CPU time (torch runs on one thread here)
 counts the same work, the client's hook, cadence, JSON and socket write, cache misses included,
@@ -59,14 +60,24 @@ from gpumon_client.cadence import Cadence  # noqa: E402
 from gpumon_client.testing import nested_allocator_stats  # noqa: E402
 from gpumon_client.turns import on_own_clock, take_turns  # noqa: E402
 
-# (name, width, batch, optimizer): a Linear-ReLU-Linear MLP; step lengths from about 0.2 ms (plain
-# SGD, the shortest step torch's Python optimizer path allows here) to 100 ms.
+# (name, width, batch, optimizer, wait): a Linear-ReLU-Linear MLP; step lengths from about 0.2 ms
+# (plain SGD, the shortest step torch's Python optimizer path allows here) to 100 ms. The `wait`
+# shapes are a GPU-bound step as its CPU thread sees it: the launches (the tiny AdamW step's CPU
+# work), then `wait` seconds waiting for the device between backward and the optimizer step, as a
+# loss.item() waits. CUDA's default synchronisation spins while a process has fewer contexts than
+# the machine has cores, so the wait spins too, for a fixed span of the thread's CPU time: the
+# step's CPU time then varies only by its launches, and the client's time adds to the step in full,
+# as if the device waited for it (on a GPU it overlaps the queued kernels). A 5 ms or 100 ms step
+# whose difference carries the noise of a 0.8 ms one, where a CPU-bound step that long carries its
+# own (the `medium` and `large` shapes).
 SHAPES = (
-    ("sgd", 8, 1, "sgd"),
-    ("tiny", 8, 1, "adamw"),
-    ("small", 32, 8, "adamw"),
-    ("medium", 384, 128, "adamw"),
-    ("large", 1024, 1024, "adamw"),
+    ("sgd", 8, 1, "sgd", 0.0),
+    ("tiny", 8, 1, "adamw", 0.0),
+    ("small", 32, 8, "adamw", 0.0),
+    ("medium", 384, 128, "adamw", 0.0),
+    ("large", 1024, 1024, "adamw", 0.0),
+    ("wait5", 8, 1, "adamw", 0.0042),
+    ("wait100", 8, 1, "adamw", 0.0992),
 )
 
 
@@ -108,7 +119,15 @@ def stand_in_cuda(cost_us):
     torch.cuda.get_allocator_backend = lambda: "native"
 
 
-def make_loop(width, batch, optimizer="adamw"):
+def device_wait(seconds):
+    """Spins for `seconds` of this thread's CPU time, as CUDA's default synchronisation spins."""
+    clock = time.thread_time
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
+def make_loop(width, batch, optimizer="adamw", wait=0.0):
     model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
@@ -119,6 +138,8 @@ def make_loop(width, batch, optimizer="adamw"):
     def step():
         loss = model(x).square().mean()
         loss.backward()
+        if wait:
+            device_wait(wait)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -147,10 +168,12 @@ def block(step, n):
 
 
 def interval(diffs, rng, resamples=2000):
-    """Median of the per-round differences and a 95 % bootstrap interval of it."""
+    """Mean of the per-round differences and a 95 % bootstrap interval of it. The mean, not the
+    median: the cost is amortised, and at long steps a round holds one or two samples, so the
+    median round is the one with the usual count and misses the rest."""
     n = len(diffs)
-    meds = sorted(statistics.median(rng.choice(diffs) for _ in range(n)) for _ in range(resamples))
-    return statistics.median(diffs), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+    means = sorted(statistics.fmean(rng.choice(diffs) for _ in range(n)) for _ in range(resamples))
+    return statistics.fmean(diffs), means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
 def budget_us(step_us):
@@ -272,9 +295,9 @@ def tail_row(e):
         e[0], " ".join("%+.0f" % x for x in e[1:8]), e[8], sum(e))
 
 
-def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=False, tail_steps=0, write_every=None,
-              steps_per_turn=4):
-    step = make_loop(width, batch, optimizer)
+def run_shape(name, width, batch, optimizer, wait, rounds, block_s, sock, rng, parts=False, tail_steps=0,
+              write_every=None, steps_per_turn=4):
+    step = make_loop(width, batch, optimizer, wait)
     for _ in range(20):
         step()
     per_step = block(step, 20)[0]
@@ -342,6 +365,13 @@ def run_shape(name, width, batch, optimizer, rounds, block_s, sock, rng, parts=F
     # would add to the end-to-end figure).
     hook, spent = timed_hook(client_hook)
     handle = register(hook)
+    # Untimed until the new cadence has sampled twice: its first sample is charged but leaves no
+    # estimate, which at long steps would hold a few blocks' worth of its budget.
+    for _ in range(max(100, int(30.0 / per_step))):
+        if state.cadence._samples >= 2:
+            break
+        step()
+    spent[0] = 0.0
     own_blocks = max(2, rounds // 10)
     for _ in range(own_blocks):
         block(step, n)
@@ -415,11 +445,11 @@ def main():
             "step", "bare us", "hook us", "CPU: whole cost us (95% CI)", "wall: whole cost us (95% CI)",
             "budget us", "samples/s", "writes/s", "verdict (CPU)"))
         verdicts = []
-        for name, width, batch, optimizer in SHAPES:
+        for name, width, batch, optimizer, wait in SHAPES:
             if args.shape and name not in args.shape:
                 continue
-            r = run_shape(name, width, batch, optimizer, args.rounds, args.block, sock, rng, args.parts, args.tail,
-                          args.write_every, args.turn)
+            r = run_shape(name, width, batch, optimizer, wait, args.rounds, args.block, sock, rng, args.parts,
+                          args.tail, args.write_every, args.turn)
             if r["cpu_hi_us"] <= r["budget_us"]:
                 verdict = "within"
             elif r["cpu_lo_us"] > r["budget_us"]:
@@ -427,7 +457,7 @@ def main():
             else:
                 verdict = "unresolved (the interval straddles the budget: more --rounds)"
             verdicts.append(verdict)
-            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %8.1f (%+7.1f..%+7.1f) %9.1f %10.1f %9.1f  %s" % (
+            print("%-7s %9.1f %10.2f %8.1f (%+7.1f..%+7.1f) %8.1f (%+7.1f..%+7.1f) %9.1f %10.2f %9.2f  %s" % (
                 r["shape"], r["step_us"], r["own_us"], r["cpu_us"], r["cpu_lo_us"], r["cpu_hi_us"],
                 r["e2e_us"], r["lo_us"], r["hi_us"], r["budget_us"], r["samples_per_s"], r["writes_per_s"],
                 verdict))

@@ -1,11 +1,15 @@
 """When to sample: a per-step decision that keeps the client's cost a bounded share of the step.
 
 A sample costs what `torch.cuda.memory_stats()` costs (70.5 us on an H100, torch 2.11) plus building and
-sending one line; a fast training step can be shorter than that. So the client earns a budget per
-step, `budget * min(step time, 5 ms)` (0.5 % of the step, at most 25 us with the default), spends
-the measured cost of each sample from it, and samples only when the budget covers one more. On top
+sending one line; a fast training step can be shorter than that. So the client has a budget per
+step, `budget * min(step time, 5 ms)` (0.5 % of the step, at most 25 us with the default), for its
+whole cost. Samples earn 3/4 of it as credit (the rest pays for the step hook and what a sample
+costs the steps after it, which the cadence does not time), spend the measured cost of each
+sample from that credit, and sample only when the credit covers one more. On top
 of that, at most `max_rate` samples per second (the daemon needs a trend, not every step) and at
-least `every` steps apart. The first step is always sampled, so a session shows up at once.
+least `every` steps apart. The first step is always sampled, so a session shows up at once; and
+the budget never holds a sample back past the first step `_MAX_GAP` (5 minutes) after the last,
+so a trainer with minute-long steps stays inside the daemon's idle timeout.
 
 Most steps do not read the clock at all. After each decision the cadence predicts, from the last
 step time, how many steps must pass before the next sample can be due (by `every` exactly, by the
@@ -41,6 +45,20 @@ _MIN_FACTOR = 1.0 / 64
 # The share of the steps the rate limit and the budget predict that a decision skips: a sample
 # stays on time while steps slow down by up to 8/7 before it.
 _WAIT_SHARE = 0.875
+# The share of the budget samples may spend. The cadence times only the samples; the rest pays for
+# what it cannot time: the step hook at every step (a few us) and what a sample costs the steps
+# after it (the caches it took). Spending it all on samples put the client's whole cost over its
+# budget wherever the budget binds (steps of 5 ms and more: docs/performance.md).
+_SAMPLE_SHARE = 0.75
+# The most the first sample is charged. It also connects and sends the hello (about 1 ms on a CPU,
+# more on a GPU's first memory_stats), once a session; charged in full, at steps of 20 s it held
+# the second sample back longer than the daemon's idle timeout (15 minutes).
+_FIRST_CHARGE = 250e-6
+# The longest the budget may hold a sample back, in seconds: a third of the daemon's default idle
+# timeout (900 s), which closes a session that sends nothing. At steps of a minute the budget
+# alone spaced samples 8-16 steps apart. Such a sample is charged, but leaves at most one
+# sample's debt, so minute-long steps do not pile up a debt that would stall faster steps after.
+_MAX_GAP = 300.0
 
 
 class Cadence:
@@ -67,6 +85,7 @@ class Cadence:
         self.every = int(every)
         self.min_interval = 1.0 / float(max_rate) if max_rate else 0.0
         self.budget = float(budget) if budget else 0.0
+        self._earn = self.budget * _SAMPLE_SHARE  # the share of step time samples may spend
         self._clock = clock
         self.cost = 0.0  # estimated seconds per sample; 0 until the first one is measured
         self.credit = 0.0  # seconds the client may still spend
@@ -79,6 +98,7 @@ class Cadence:
         # caller may skip them (`tick` does), and passes how many it skipped to `due`.
         self.wait = 0
         self._skipped = 0
+        self._overdue = False  # the sample due now is due by _MAX_GAP alone
 
     def tick(self) -> bool:
         """Called at every step: True when this step should be sampled (then call `spent`). A step
@@ -100,17 +120,20 @@ class Cadence:
         if last is not None:
             dt = (now - last) / steps
             self._dt = dt
-            if self.budget:
-                credit = self.credit + steps * self.budget * (dt if dt < _STEP_CAP else _STEP_CAP)
+            if self._earn:
+                credit = self.credit + steps * self._earn * (dt if dt < _STEP_CAP else _STEP_CAP)
                 # Capped at one sample's worth, so a long pause (evaluation) does not buy a burst.
                 self.credit = credit if credit < self.cost else self.cost
-        if (
-            self._since >= self.every
-            and now - self._last_sample >= self.min_interval
-            and (not self.budget or self.credit >= self.cost)
-        ):
-            self.wait = 0
-            return True
+        gap = now - self._last_sample
+        if self._since >= self.every and gap >= self.min_interval:
+            if not self.budget or self.credit >= self.cost:
+                self.wait = 0
+                self._overdue = False
+                return True
+            if gap >= _MAX_GAP:
+                self.wait = 0
+                self._overdue = True
+                return True
         self.wait = self._predict_wait(now)
         return False
 
@@ -121,7 +144,9 @@ class Cadence:
         seconds = max(0.0, float(seconds))
         self._samples += 1
         if self._samples == 1:
-            pass  # the first sample also connects and builds the hello: charged, but no estimate
+            # The first sample also connects and sends the hello, once a session: charged as a
+            # sample at most, and no estimate.
+            seconds = seconds if seconds < _FIRST_CHARGE else _FIRST_CHARGE
         elif self.cost == 0.0:
             self.cost = seconds
         else:
@@ -129,7 +154,10 @@ class Cadence:
             capped = seconds if seconds < 4 * self.cost else 4 * self.cost
             self.cost += _EWMA * (capped - self.cost)
         if self.budget:
-            self.credit -= seconds
+            credit = self.credit - seconds
+            # A sample the budget did not pay for (_MAX_GAP) leaves at most one sample's debt.
+            self.credit = credit if not self._overdue or credit > -self.cost else -self.cost
+        self._overdue = False
         self.wait = self._predict_wait(self._last_sample)
 
     def _predict_wait(self, now: float) -> int:
@@ -141,10 +169,12 @@ class Cadence:
         if dt > 0:
             if self.min_interval:
                 steps = (self.min_interval - (now - self._last_sample)) / dt
-            if self.budget:
-                per_step = self.budget * (dt if dt < _STEP_CAP else _STEP_CAP)
+            if self._earn:
+                per_step = self._earn * (dt if dt < _STEP_CAP else _STEP_CAP)
                 owed = (self.cost - self.credit) / per_step
                 steps = owed if owed > steps else steps
+                overdue = (_MAX_GAP - (now - self._last_sample)) / dt
+                steps = overdue if overdue < steps else steps
         most = int(steps * _WAIT_SHARE) if steps >= 2 else 0
         return exact if exact > most else most
 
