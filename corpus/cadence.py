@@ -4,13 +4,13 @@ The client (`attach()` and its callbacks, defaults `every=1, max_rate=10, budget
 at each training step whether to sample it:
   - at least `every` steps and 1 / `max_rate` seconds since the last sample;
   - and a cost budget for the client's whole cost, `budget * min(step time, 5 ms)` a step (at
-    most 25 us): samples earn 3/4 of it as credit (at most 18.75 us a step; the rest pays for the
+    most 25 us): samples earn 3/5 of it as credit (at most 15 us a step; the rest pays for the
     step hook and a sample's aftermath, which the client does not time), a sample spends what it
-    costs (here a fixed 150 us: `torch.cuda.memory_stats()` takes 70.5 us on an H100, plus
+    costs (here a fixed 120 us: `torch.cuda.memory_stats()` takes 70.5 us on an H100, plus
     building and sending the line), credit never exceeds one sample's cost, and a step is sampled
     only when the credit covers a sample;
   - the first step is always sampled; its cost is charged (the client charges it at most 250 us,
-    though it also connects: more than the 150 us here, so the rule holds as is), but the client
+    though it also connects: more than the 120 us here, so the rule holds as is), but the client
     estimates a sample's cost (what the credit must cover) only from the second sample on;
   - the budget holds no sample back more than 5 minutes (the daemon closes a session silent for
     15); a sample that late is charged, but leaves at most one sample's debt;
@@ -37,8 +37,8 @@ MAX_RATE = 10.0
 BUDGET = 0.005
 STEP_CAP_S = 0.005
 # The share of the budget samples earn (the client's _SAMPLE_SHARE).
-SAMPLE_SHARE = 0.75
-SAMPLE_COST_S = 150e-6
+SAMPLE_SHARE = 0.6
+SAMPLE_COST_S = 120e-6
 # The longest the budget holds a sample back (the client's _MAX_GAP).
 MAX_GAP_S = 300.0
 # The share of the rate limit's and the budget's predicted steps a decision skips.
@@ -46,7 +46,7 @@ WAIT_SHARE = 0.875
 
 
 def _ns(seconds: float) -> int:
-    # Credit in integer nanoseconds: 8 x 18.75 us must equal 150 us exactly, not 149.99999 us.
+    # Credit in integer nanoseconds: 8 x 15 us must equal 120 us exactly, not 119.99999 us.
     return int(round(seconds * 1e9))
 
 

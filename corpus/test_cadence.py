@@ -26,7 +26,7 @@ def kept(points: List[Tuple[int, float]], **rule: Any) -> List[int]:
 
 
 def test_slow_steps_are_sampled_every_8_steps() -> None:
-    # 18.75 us of credit per step (3/4 of 0.5% of the 5 ms cap), 150 us per sample. The first is
+    # 15 us of credit per step (3/5 of 0.5% of the 5 ms cap), 120 us per sample. The first is
     # paid back by step 9; from the second on the credit must also cover the next sample's
     # estimated cost, so the third comes 16 steps later. 8 steps of 15.6 ms are over 0.1 s.
     for dt in (1.0, 0.25, 2**-6):
@@ -34,7 +34,7 @@ def test_slow_steps_are_sampled_every_8_steps() -> None:
 
 
 def test_fast_steps_are_limited_by_the_rate() -> None:
-    # ~1 ms steps (2**-10 s): the budget allows a sample every 41 steps (3.662 us of credit per
+    # ~1 ms steps (2**-10 s): the budget allows a sample every 41 steps (2.930 us of credit per
     # step), max_rate 10/s one every 103 steps (0.1 s / 2**-10 s = 102.4): the rate binds.
     assert kept(steps(2**-10, 1000)) == [1, 104, 207, 310, 413, 516, 619, 722, 825, 928]
     # Without the rate limit the budget binds: 41 steps to pay back a sample (42), 82 to pay back
@@ -99,6 +99,9 @@ def test_the_rule_matches_the_clients_cadence() -> None:
     for i in range(1, 4001):
         t += pattern[(i // 97) % len(pattern)]  # runs of 97 steps at each speed
         pts.append((i, round(t, 6)))
+    # A sample cost that is no whole number of steps' credit: the client's float credit and the
+    # rule's integer one then never tie at the boundary.
+    cost = SAMPLE_COST_S - 1e-6
     now = [0.0]
     client = Cadence(clock=lambda: now[0])
     theirs = []
@@ -106,9 +109,9 @@ def test_the_rule_matches_the_clients_cadence() -> None:
         now[0] = ts
         due = client.tick()
         if due:
-            client.spent(SAMPLE_COST_S)
+            client.spent(cost)
         theirs.append(due)
-    assert adaptive_keep(pts) == theirs
+    assert adaptive_keep(pts, cost=cost) == theirs
     assert 40 < sum(theirs) < 4000
 
 

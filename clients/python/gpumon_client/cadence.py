@@ -3,7 +3,7 @@
 A sample costs what `torch.cuda.memory_stats()` costs (70.5 us on an H100, torch 2.11) plus building and
 sending one line; a fast training step can be shorter than that. So the client has a budget per
 step, `budget * min(step time, 5 ms)` (0.5 % of the step, at most 25 us with the default), for its
-whole cost. Samples earn 3/4 of it as credit (the rest pays for the step hook and what a sample
+whole cost. Samples earn 3/5 of it as credit (the rest pays for the step hook and what a sample
 costs the steps after it, which the cadence does not time), spend the measured cost of each
 sample from that credit, and sample only when the credit covers one more. On top
 of that, at most `max_rate` samples per second (the daemon needs a trend, not every step) and at
@@ -49,14 +49,14 @@ _WAIT_SHARE = 0.875
 # what it cannot time: the step hook at every step (a few us) and what a sample costs the steps
 # after it (the caches it took). Spending it all on samples put the client's whole cost over its
 # budget wherever the budget binds (steps of 5 ms and more: docs/performance.md).
-_SAMPLE_SHARE = 0.75
+_SAMPLE_SHARE = 0.6
 # The most the first sample is charged. It also connects and sends the hello (about 1 ms on a CPU,
 # more on a GPU's first memory_stats), once a session; charged in full, at steps of 20 s it held
 # the second sample back longer than the daemon's idle timeout (15 minutes).
 _FIRST_CHARGE = 250e-6
 # The longest the budget may hold a sample back, in seconds: a third of the daemon's default idle
 # timeout (900 s), which closes a session that sends nothing. At steps of a minute the budget
-# alone spaced samples 8-16 steps apart. Such a sample is charged, but leaves at most one
+# alone spaced samples 10-20 steps apart. Such a sample is charged, but leaves at most one
 # sample's debt, so minute-long steps do not pile up a debt that would stall faster steps after.
 _MAX_GAP = 300.0
 
