@@ -5,8 +5,9 @@ Runs a real training loop (real model, real optimizer, torch's real optimizer st
 dispatch) bare and with gpumon_client.attach(), taking turns of 4 steps, at five CPU-bound step
 lengths (about 0.2 ms with plain SGD, then 0.35 ms, 0.4 ms, 3 ms and 100 ms with AdamW, on one
 thread, depending on the machine) and two GPU-bound ones as the CPU thread sees them (a 0.8 ms
-step's launches, then a spin-wait for the device, to 5 ms and 100 ms). The client runs its real code path: the cadence, TorchStatsSource picking keys from
-torch's nested allocator stats, JSON, the non-blocking socket to a live reader in another process.
+step's launches, then a spin-wait for the device, to 5 ms and 100 ms). The client runs its real
+code path: the cadence, TorchStatsSource picking keys from torch's nested allocator stats, JSON,
+the non-blocking socket to a live reader in another process.
 Only the CUDA driver is stood in (there is no GPU here): memory_stats_as_nested_dict returns the
 allocator's ~130 counters and, with --stats-cost-us, busy-waits that long per call, to charge each
 sample what torch.cuda.memory_stats() costs on a real GPU (about 180 us measured on an H100).

@@ -51,7 +51,7 @@ _WAIT_SHARE = 0.875
 # budget wherever the budget binds (steps of 5 ms and more: docs/performance.md).
 _SAMPLE_SHARE = 0.6
 # The most the first sample is charged. It also connects and sends the hello (about 1 ms on a CPU,
-# more on a GPU's first memory_stats), once a session; charged in full, at steps of 20 s it held
+# more on a GPU's first memory_stats), once a session; charged in full, at steps of 30 s it held
 # the second sample back longer than the daemon's idle timeout (15 minutes).
 _FIRST_CHARGE = 250e-6
 # The longest the budget may hold a sample back, in seconds: a third of the daemon's default idle
