@@ -116,6 +116,9 @@ pub struct DetectSection {
     /// How long a crash finding stays firing after its trainer died.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub crash_hold: Duration,
+    /// How long after a job's first failure another rank's failure counts as its consequence.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub job_cascade: Duration,
 }
 
 impl Default for DetectSection {
@@ -125,6 +128,7 @@ impl Default for DetectSection {
             headroom_margin_bytes: d.headroom_margin_bytes,
             leak_materiality_ratio: d.leak_materiality_ratio,
             crash_hold: Duration::from_secs_f64(d.crash_hold_seconds),
+            job_cascade: Duration::from_secs_f64(d.job_cascade_seconds),
         }
     }
 }
@@ -269,6 +273,7 @@ impl Config {
             headroom_margin_bytes: self.detect.headroom_margin_bytes,
             leak_materiality_ratio: self.detect.leak_materiality_ratio,
             crash_hold_seconds: self.detect.crash_hold.as_secs_f64(),
+            job_cascade_seconds: self.detect.job_cascade.as_secs_f64(),
         }
     }
 

@@ -199,7 +199,22 @@ fn a_crash_flood_keeps_memory_snapshots_and_the_good_trainer_bounded() {
                 .contains("sessions of job flood")
         })
         .unwrap_or_else(|| panic!("no aggregated finding: {crashes:#?}"));
-    assert_eq!(agg["severity"], "critical");
+    // Crashes of one job that follow its first failure (jobs.md) fold apart from the rest, as
+    // warnings: the first failure alone pages.
+    let follows = agg["message"]
+        .as_str()
+        .unwrap()
+        .contains("after another rank's failure");
+    assert_eq!(
+        agg["severity"],
+        if follows { "warning" } else { "critical" },
+        "{agg:#}"
+    );
+    let critical = crashes
+        .iter()
+        .filter(|f| f["severity"] == "critical")
+        .count();
+    assert!(critical <= 8, "{critical} critical crash findings");
     let m = d.metrics();
     assert!(sample(&m, "gpumon_findings_total{kind=\"crash\"}").unwrap() >= (flood + 1) as f64);
     // A few log lines, not two per crash: the aggregate is one finding.

@@ -102,6 +102,11 @@ headroom_margin_bytes = {headroom_margin_bytes}
 leak_materiality_ratio = {leak_materiality_ratio}
 # How long a crash finding (trainer gone without bye) stays firing.
 crash_hold = "{crash_hold}"
+# A rank of a job (the sessions of one run: same job name and run_id) that fails within this
+# long after the job's first failure is its consequence: a warning naming the first, not a page.
+# torchrun tears the other ranks down within seconds; raise it past NCCL's timeout to cover
+# ranks the NCCL watchdog takes down.
+job_cascade = "{job_cascade}"
 
 [attribution]
 # When a leak finding goes pending or firing, ask the trainer (only clients that announce the
@@ -192,6 +197,7 @@ insecure_skip_verify = {insecure_skip_verify}
         headroom_margin_bytes = d.detect.headroom_margin_bytes,
         leak_materiality_ratio = d.detect.leak_materiality_ratio,
         crash_hold = humantime::format_duration(d.detect.crash_hold),
+        job_cascade = humantime::format_duration(d.detect.job_cascade),
         attr_enabled = d.attribution.enabled,
         window_steps = d.attribution.window_steps,
         window_seconds = d.attribution.window_seconds,

@@ -17,6 +17,7 @@ use crate::core::model::{GpuState, NodeReading};
 
 mod findings;
 pub mod gzip;
+mod jobs;
 mod trainers;
 use crate::core::store::{NvmlStatus, Store};
 use crate::core::view::View;
@@ -55,6 +56,7 @@ pub fn trainer_text(store: &Store) -> String {
     let sessions = trainers::labelled(store);
     trainers::session_families(store, &sessions, &mut out);
     findings::finding_families(store, &sessions, &mut out);
+    jobs::job_families(store, &mut out);
     out
 }
 

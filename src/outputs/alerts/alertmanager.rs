@@ -83,6 +83,14 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
     if let Some(p) = &f.peak {
         annotations.insert("peak_top_site".into(), peak_text::summary(p).into());
     }
+    if let Some(c) = &f.consequence_of {
+        // What this failure followed: the job's first failure (jobs.md), which pages instead.
+        let who = crate::core::jobs::view::who(c.rank, &c.session);
+        annotations.insert(
+            "consequence_of".into(),
+            format!("{who}'s {} ({})", c.kind, c.session).into(),
+        );
+    }
     if f.kind == Kind::Oom {
         oom_annotations(f, &mut annotations);
     }
@@ -110,6 +118,7 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             "uuid": opt(s.gpu_uuid.clone()),
             "pid": s.pid.to_string(),
             "job": opt(s.job.clone()),
+            "run_id": opt(s.run_id.clone()),
             "rank": opt(s.rank.map(|r| r.to_string())),
             "session": s.session,
             "finding": f.id,

@@ -37,6 +37,7 @@ fn explained_oom(survived: bool) -> Finding {
         },
         attribution: None,
         peak: None,
+        consequence_of: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn finding(id: &str, state: FindingState) -> Finding {
         evidence: Evidence::default(),
         attribution: None,
         peak: None,
+        consequence_of: None,
     }
 }
 
@@ -124,6 +125,7 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
     f.subject = Subject {
         session: "s-3".into(),
         job: Some("llama".into()),
+        run_id: None,
         rank: Some(1),
         pid: 4242,
         ns_pid: Some(7),

@@ -43,9 +43,11 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
             "container",
             "namespace",
             "pod",
+            "run_id",
         ],
     )
-    .omitting_empty(OMITTED);
+    // run_id joins a trainer's series to its job (gpumon_job_info); absent without one.
+    .omitting_empty(&["container", "namespace", "pod", "run_id"]);
     let g = |name: &'static str, help: &'static str| {
         Family::gauge(name, help, T).omitting_empty(OMITTED)
     };
@@ -112,9 +114,10 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
         let [gpu, uuid, pid, job, rank, container, ns, pod] = l;
         let torch = s.hello.torch.as_deref().unwrap_or("");
         let client = s.hello.client.as_deref().unwrap_or("");
+        let run_id = s.hello.run_id.as_deref().unwrap_or("");
         info.add(
             &[
-                gpu, uuid, pid, job, rank, &s.id, torch, client, container, ns, pod,
+                gpu, uuid, pid, job, rank, &s.id, torch, client, container, ns, pod, run_id,
             ],
             1.0,
         );

@@ -191,6 +191,9 @@ struct Raw<'a> {
     caps: Option<serde_json::Value>,
     #[serde(borrow)]
     instance: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    run_id: Option<Cow<'a, str>>,
+    restart: Option<u64>,
     /// Any line after hello: its number in the client's stream (capability `ack`).
     seq: Option<u64>,
     /// event: lines the client dropped before it.
@@ -294,6 +297,8 @@ fn hello(r: Raw) -> Result<Hello, Rejection> {
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
         caps: caps(r.caps)?,
         instance: label("instance", r.instance)?,
+        run_id: label("run_id", r.run_id)?,
+        restart: r.restart,
     })
 }
 

@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod detect;
 pub mod input;
+pub mod jobs;
 pub mod ledger;
 pub mod message;
 pub mod model;

@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 pub mod cursor;
+pub mod jobs;
 pub mod kept;
 use cursor::Cursor;
 
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::Finding;
+use crate::core::jobs::JobView;
 use crate::core::model::{GpuReading, ProcessReading, Timestamp};
 use crate::core::store::chunks::{millis, seconds};
 pub use crate::core::store::sessions::ooms::{OomRecord, Ooms};
@@ -35,6 +37,9 @@ pub struct Snapshot {
     /// Firing and recently resolved findings (filled by detection).
     #[serde(default)]
     pub findings: Vec<Finding>,
+    /// The sessions of each run, judged as one (jobs.md).
+    #[serde(default)]
+    pub jobs: Vec<JobView>,
     /// Health of the trainer socket; absent where there is no ingest (e.g. `status --direct`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingest: Option<IngestView>,
@@ -70,6 +75,7 @@ struct SnapshotOut<'a> {
     processes: &'a [ProcessView],
     sessions: Vec<SessionDoc<'a>>,
     findings: &'a [Finding],
+    jobs: &'a [JobView],
     #[serde(skip_serializing_if = "Option::is_none")]
     ingest: Option<&'a IngestView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,6 +106,7 @@ impl Serialize for Snapshot {
                 })
                 .collect(),
             findings: &self.findings,
+            jobs: &self.jobs,
             ingest: self.ingest.as_ref(),
             cursor: self.cursor.as_deref(),
             // Only beside a cursor: answers without `since` keep their shape.
@@ -286,6 +293,7 @@ impl Snapshot {
             processes,
             sessions,
             findings: findings(store),
+            jobs: jobs::views(store, hostname),
             ingest: None,
             session_ooms: store
                 .sessions

@@ -87,6 +87,10 @@ pub struct Hello {
     /// The client's own id for its lifetime, the same on every connection it opens: with
     /// `seq`, it lets the daemon drop lines a reconnecting client sends again.
     pub instance: Option<String>,
+    /// The run this rank belongs to, the same on every rank of one run (jobs.md).
+    pub run_id: Option<String>,
+    /// torchelastic's restart count (`TORCHELASTIC_RESTART_COUNT`): a rise is the job going on.
+    pub restart: Option<u64>,
 }
 
 impl Hello {

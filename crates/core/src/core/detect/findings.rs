@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::attribution::Attribution;
 use super::peak::Peak;
 use super::{Evidence, Kind};
+use crate::core::jobs::ConsequenceOf;
 use crate::core::model::Timestamp;
 use crate::util::bounded::Bounded;
 use held::{Group, Held, HELD_MAX, PER_JOB};
@@ -81,6 +82,9 @@ impl std::fmt::Display for Severity {
 pub struct Subject {
     pub session: String,
     pub job: Option<String>,
+    /// The run of the job (hello's `run_id`): with `job`, which job the finding is of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
     pub rank: Option<u64>,
     /// Host pid (SO_PEERCRED).
     pub pid: u32,
@@ -118,6 +122,10 @@ pub struct Finding {
     /// measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak: Option<Peak>,
+    /// A failure that followed another rank's within the job's cascade window: that rank's
+    /// failure is the cause, and this one is a warning that does not page (jobs.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consequence_of: Option<ConsequenceOf>,
 }
 
 /// Resolved findings kept for the API.
@@ -190,7 +198,8 @@ impl Findings {
     pub fn hold(&mut self, f: Finding) {
         let uid = self.closing_uid.take();
         let job = f.subject.job.clone();
-        let by_job = Group::Job(uid, job.clone());
+        let consequence = f.consequence_of.is_some();
+        let by_job = Group::Job(uid, job.clone(), consequence);
         let by_uid = Group::Uid(uid);
         if let Some(i) = self.aggregate_of(&by_job).or_else(|| {
             (self.held.len() >= HELD_MAX)
@@ -209,7 +218,11 @@ impl Findings {
             }
             return;
         }
-        let same = self.held.iter().filter(|h| h.of_job(uid, &job)).count();
+        let same = self
+            .held
+            .iter()
+            .filter(|h| h.of_job(uid, &job, consequence))
+            .count();
         if same < PER_JOB && self.held.len() < HELD_MAX {
             self.fired(&f);
             self.held.push(Held {
@@ -222,7 +235,7 @@ impl Findings {
         // Fold: the job's own findings when it has too many, else (the cap reached) this one
         // alone, into a finding for the job or for the uid.
         let (group, members) = if same >= PER_JOB {
-            let members: Vec<Held> = self.take_held(|h| h.of_job(uid, &job));
+            let members: Vec<Held> = self.take_held(|h| h.of_job(uid, &job, consequence));
             (by_job, members)
         } else {
             (by_uid, Vec::new())
@@ -259,6 +272,46 @@ impl Findings {
         let (taken, keep) = std::mem::take(&mut self.held).into_iter().partition(which);
         self.held = keep;
         taken
+    }
+
+    /// A failure whose session ended: held firing like a crash (the cause of a job's failure
+    /// must outlive its session), never folded with others. At the cap it resolves as before.
+    pub fn hold_cause(&mut self, mut f: Finding, now: Timestamp) {
+        if self.held.len() >= HELD_MAX {
+            f.state = FindingState::Resolved;
+            f.resolved_ts = Some(now);
+            f.updated_ts = now;
+            self.resolved(f);
+            return;
+        }
+        f.updated_ts = now;
+        let uid = self.closing_uid;
+        self.post(f.clone());
+        self.held.push(Held {
+            f,
+            uid,
+            group: None,
+        });
+    }
+
+    /// Makes the held findings of `session` the consequence of another failure: warnings from
+    /// now on, and the sinks get the change (its failure was taken for the cause until an
+    /// earlier one was read).
+    pub fn relabel(&mut self, session: &str, of: &ConsequenceOf, now: Timestamp) {
+        let mut changed = Vec::new();
+        for h in &mut self.held {
+            if h.group.is_some() || h.f.subject.session != session {
+                continue;
+            }
+            h.f.severity = Severity::Warning;
+            h.f.consequence_of = Some(of.clone());
+            h.f.message = consequence_message(&h.f.message, of);
+            h.f.updated_ts = h.f.updated_ts.max(now);
+            changed.push(h.f.clone());
+        }
+        for f in changed {
+            self.post(f);
+        }
     }
 
     /// Resolves the held finding `id` before its time, saying why (its trainer came back).
@@ -322,6 +375,18 @@ impl Findings {
     pub fn log_suppressed(&self) -> u64 {
         self.log.suppressed()
     }
+}
+
+/// A finding's message with what it followed: `...; after rank 5's oom (s-17)`.
+pub fn consequence_message(message: &str, of: &ConsequenceOf) -> String {
+    let who = crate::core::jobs::view::who(of.rank, &of.session);
+    let host = of
+        .host
+        .as_deref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
+    let base = message.split("; after ").next().unwrap_or(message);
+    format!("{base}; after {who}'s {}{host} ({})", of.kind, of.session)
 }
 
 #[cfg(test)]

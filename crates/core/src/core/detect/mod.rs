@@ -294,6 +294,9 @@ pub struct DetectConfig {
     pub leak_materiality_ratio: f64,
     /// Seconds a crash finding stays firing after its session ended.
     pub crash_hold_seconds: f64,
+    /// Seconds after a job's first failure within which another rank's failure is its
+    /// consequence (`detect.job_cascade`).
+    pub job_cascade_seconds: f64,
 }
 
 impl Default for DetectConfig {
@@ -302,6 +305,7 @@ impl Default for DetectConfig {
             headroom_margin_bytes: 512 << 20,
             leak_materiality_ratio: 0.005,
             crash_hold_seconds: 600.0,
+            job_cascade_seconds: crate::core::jobs::verdict::DEFAULT_CASCADE_SECONDS,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::attribution::Attribution;
 use super::explanation::Explanation;
-use super::findings::{Finding, FindingState, Findings, Severity, Subject};
+use super::findings::{consequence_message, Finding, FindingState, Findings, Severity, Subject};
 use super::lifecycle::{Change, Lifecycle, Span};
 use super::peak::Peak;
 use super::window::StepAxis;
@@ -11,6 +11,7 @@ use super::{
     crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
     Obs, Pos, Signal,
 };
+use crate::core::jobs::ConsequenceOf;
 use crate::core::model::Timestamp;
 use crate::core::trainer::Sample;
 use crate::core::trainer::{Ending, EventRecord};
@@ -21,6 +22,18 @@ struct Track {
     current: Option<Finding>,
     /// Times this kind fired in this session, for distinct ids when it fires again.
     raised: u32,
+}
+
+/// How a session ended, for `SessionDetect::close`.
+#[derive(Debug, Clone)]
+pub struct End<'a> {
+    pub ending: Ending,
+    pub last: Option<&'a Sample>,
+    pub now: Timestamp,
+    /// It ended by an OOM it did not go on from.
+    pub died_of_oom: bool,
+    /// Its failure followed another rank's within the cascade window.
+    pub consequence_of: Option<ConsequenceOf>,
 }
 
 pub struct SessionDetect {
@@ -131,32 +144,57 @@ impl SessionDetect {
         }
     }
 
-    /// The session ended: its findings resolve; a crash raises one of its own.
-    pub fn close(
-        &mut self,
-        who: &Subject,
-        ending: Ending,
-        last: Option<&Sample>,
-        now: Timestamp,
-        findings: &mut Findings,
-    ) {
+    /// The session ended: its findings resolve; a crash raises one of its own. A session that
+    /// died of an OOM keeps its `oom` finding firing (held like a crash: it is the cause); a
+    /// failure that followed another rank's is a warning naming it (`consequence_of`).
+    pub fn close(&mut self, who: &Subject, end: &End, findings: &mut Findings) {
+        let now = end.now;
         for t in &mut self.tracks {
             if let Some(mut f) = t.current.take() {
-                if f.state == FindingState::Firing {
-                    f.state = FindingState::Resolved;
-                    f.resolved_ts = Some(now);
-                    f.updated_ts = now;
-                    findings.resolved(f);
+                if f.state != FindingState::Firing {
+                    continue;
                 }
+                if f.kind == Kind::Oom && end.died_of_oom {
+                    if let Some(of) = &end.consequence_of {
+                        f.severity = Severity::Warning;
+                        f.message = consequence_message(&f.message, of);
+                        f.consequence_of = Some(of.clone());
+                    }
+                    findings.hold_cause(f, now);
+                    continue;
+                }
+                f.state = FindingState::Resolved;
+                f.resolved_ts = Some(now);
+                f.updated_ts = now;
+                findings.resolved(f);
             }
         }
-        if ending == Ending::Crash {
-            let evidence = crash::evidence(last);
+        if end.ending == Ending::Crash {
+            let evidence = crash::evidence(end.last);
+            // A crash after its own OOM follows that OOM: the oom finding is the one that pages.
+            let own_oom = end.died_of_oom.then(|| ConsequenceOf {
+                session: who.session.clone(),
+                rank: who.rank,
+                kind: Kind::Oom,
+                host: None,
+            });
+            let of = end.consequence_of.clone().or(own_oom);
+            let mut message = message::describe(Kind::Crash, &evidence);
+            if let Some(of) = &of {
+                message = if of.session == who.session {
+                    format!("{message}; after its own oom")
+                } else {
+                    consequence_message(&message, of)
+                };
+            }
             findings.hold(Finding {
                 id: crash_id(&who.session),
                 kind: Kind::Crash,
                 state: FindingState::Firing,
-                severity: Severity::Critical,
+                severity: match of {
+                    Some(_) => Severity::Warning,
+                    None => Severity::Critical,
+                },
                 subject: who.clone(),
                 gpu: None,
                 first_step: evidence.step,
@@ -164,11 +202,12 @@ impl SessionDetect {
                 since: Some(now),
                 updated_ts: now,
                 resolved_ts: None,
-                message: message::describe(Kind::Crash, &evidence),
+                message,
                 hint: message::hint(Kind::Crash, &evidence),
                 evidence,
                 attribution: None,
                 peak: None,
+                consequence_of: of,
             });
         }
     }
@@ -293,6 +332,7 @@ fn apply(
                     evidence: Default::default(),
                     attribution: None,
                     peak: None,
+                    consequence_of: None,
                 }
             });
             f.hint = message::hint(kind, &sig.evidence);

@@ -16,7 +16,9 @@ use crate::core::detect::attribution::Attribution;
 use crate::core::detect::findings::log_limit::LogLimit;
 use crate::core::detect::findings::Subject;
 use crate::core::detect::session::crash_id;
-use crate::core::detect::{DetectConfig, Findings, Obs, SessionDetect};
+use crate::core::detect::session::End;
+use crate::core::detect::{DetectConfig, Findings, Kind, Obs, SessionDetect};
+use crate::core::jobs::{Classified, Failure, Jobs, Rules};
 use crate::core::model::Timestamp;
 use crate::core::trainer::{
     Ending, Event, EventKind, EventRecord, Hello, Peer, Sample, SessionPoint, Stats,
@@ -105,6 +107,8 @@ pub struct Session {
     pub arming: Arming,
     /// NVML's figure for its process on its GPU from the latest poll, when it is its alone.
     pub nvml: Option<nvml::NvmlFigure>,
+    /// The job it is a rank of (`Jobs`); None without a job name or past the jobs' bounds.
+    pub job: Option<u64>,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -165,6 +169,8 @@ pub struct Sessions {
     pub devices: Option<std::sync::Arc<crate::core::model::NodeReading>>,
     /// A log line per session opened and closed, within a budget; None in a replay.
     log: Option<LogLimit>,
+    /// The sessions of one run, grouped (jobs.md).
+    pub jobs: Jobs,
 }
 
 impl Sessions {
@@ -183,6 +189,7 @@ impl Sessions {
             oom_counts: ooms::OomCounts::default(),
             devices: None,
             log: None,
+            jobs: Jobs::default(),
         }
     }
 
@@ -208,7 +215,16 @@ impl Sessions {
 
     pub fn with_detect(mut self, cfg: DetectConfig) -> Self {
         self.detect = cfg;
+        self.jobs = Jobs::new(Rules {
+            cascade: cfg.job_cascade_seconds,
+            ..Rules::default()
+        });
         self
+    }
+
+    /// Seconds a failure stays firing (and in the job's failure metric) after its session.
+    pub fn crash_hold_seconds(&self) -> f64 {
+        self.detect.crash_hold_seconds
     }
 
     /// Opens a session and returns its key and its id string (`s-17`). A trainer that comes
@@ -232,9 +248,11 @@ impl Sessions {
         let alloc_limit = hello.alloc_limit;
         let asking = Asking::new(hello.can(CAP_ATTRIBUTION));
         let arming = Arming::new(hello.can(CAP_OOM_HISTORY));
+        let job = self.jobs.join(&id, peer.pid, peer.uid, &hello, now);
         let subject = Subject {
             session: id.clone(),
             job: hello.job.clone(),
+            run_id: hello.run_id.clone(),
             rank: hello.rank,
             pid: peer.pid,
             ns_pid: hello.ns_pid,
@@ -264,6 +282,7 @@ impl Sessions {
                 asking,
                 arming,
                 nvml: None,
+                job,
             },
         );
         (key, id)
@@ -397,10 +416,24 @@ impl Sessions {
         // The ring was allocated whole for a running session (115 KB at 3600 points); an ended
         // one grows no more: keep only its points.
         sess.series.shrink_to_fit();
-        let last = sess.last_sample.as_ref().map(|(_, s)| s);
+        let failure = (ending == Ending::Crash).then(|| failure_of(&sess, now));
+        let died_of_oom = failure.as_ref().is_some_and(|f| f.kind == Kind::Oom);
+        let verdict = match sess.job {
+            Some(j) => self.jobs.left(j, &sess.id, now, failure),
+            None => Classified::default(),
+        };
+        for (session, of) in &verdict.relabel {
+            self.findings.relabel(session, of, now);
+        }
+        let end = End {
+            ending,
+            last: sess.last_sample.as_ref().map(|(_, s)| s),
+            now,
+            died_of_oom,
+            consequence_of: verdict.consequence_of,
+        };
         self.findings.closing(Some(sess.peer.uid));
-        sess.detect
-            .close(&sess.subject, ending, last, now, &mut self.findings);
+        sess.detect.close(&sess.subject, &end, &mut self.findings);
         self.findings.closing(None);
         if ending == Ending::Crash {
             // A trainer restarted at once may say hello before its old connection's close is
@@ -478,6 +511,41 @@ fn same_trainer(s: &Session, peer: Peer, hello: &Hello) -> bool {
     s.peer.uid == peer.uid && s.hello.job == hello.job && s.hello.rank == hello.rank
 }
 
+/// How a session that closed without bye failed: of the OOM it did not go on from (its time and
+/// step), else a crash at the close.
+fn failure_of(sess: &Session, now: Timestamp) -> Failure {
+    let unsurvived = sess.oom_log.ooms.front().filter(|o| !o.survived);
+    let last_step = sess.last_sample.as_ref().and_then(|(_, s)| s.step);
+    if let Some(o) = unsurvived {
+        return Failure {
+            kind: Kind::Oom,
+            ts: o.ts,
+            step: o.step.or(last_step),
+            message: sess
+                .detect
+                .firing(Kind::Oom)
+                .map_or_else(|| "CUDA out of memory".to_string(), |f| f.message.clone()),
+        };
+    }
+    if sess.ooms.total > sess.ooms_survived {
+        return Failure {
+            kind: Kind::Oom,
+            ts: now,
+            step: last_step,
+            message: "CUDA out of memory (the allocator's counter rose; no oom event)".into(),
+        };
+    }
+    Failure {
+        kind: Kind::Crash,
+        ts: now,
+        step: last_step,
+        message: crate::core::detect::message::describe(
+            Kind::Crash,
+            &crate::core::detect::crash::evidence(sess.last_sample.as_ref().map(|(_, s)| s)),
+        ),
+    }
+}
+
 fn push_event(sess: &mut Session, e: EventRecord) {
     // Bounded by `SessionLimits::events` when the session was opened.
     sess.events.push(e);
@@ -491,3 +559,6 @@ mod survived_tests;
 
 #[cfg(test)]
 mod untracked_tests;
+
+#[cfg(test)]
+mod jobs_tests;

@@ -5,6 +5,7 @@
 //! handful of findings, not 100,000 (each ~1 KB, and 500 B of JSON in every snapshot).
 
 use super::{Finding, FindingState};
+use crate::core::detect::Kind;
 use crate::core::model::Timestamp;
 
 /// Crash findings of one (uid, job) held each on its own; more fold into one.
@@ -16,7 +17,9 @@ pub const HELD_MAX: usize = 256;
 /// What an aggregated finding counts the crashes of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Group {
-    Job(Option<u32>, Option<String>),
+    /// A (uid, job)'s crashes; the flag: those that followed another rank's failure (they fold
+    /// apart from the rest, so a consequence never hides a cause, nor makes a warning critical).
+    Job(Option<u32>, Option<String>, bool),
     Uid(Option<u32>),
 }
 
@@ -30,8 +33,13 @@ pub struct Held {
 }
 
 impl Held {
-    pub fn of_job(&self, uid: Option<u32>, job: &Option<String>) -> bool {
-        self.group.is_none() && self.uid == uid && &self.f.subject.job == job
+    /// A crash of `uid`'s `job` held on its own, a consequence or not as `consequence` says.
+    pub fn of_job(&self, uid: Option<u32>, job: &Option<String>, consequence: bool) -> bool {
+        self.group.is_none()
+            && self.f.kind == Kind::Crash
+            && self.f.consequence_of.is_some() == consequence
+            && self.uid == uid
+            && &self.f.subject.job == job
     }
 }
 
@@ -43,7 +51,7 @@ pub fn aggregate(seq: u64, group: Group, mut f: Finding, n: u64, first_ts: Times
     f.since = Some(first_ts);
     let mut h = Held {
         uid: match &group {
-            Group::Job(uid, _) | Group::Uid(uid) => *uid,
+            Group::Job(uid, _, _) | Group::Uid(uid) => *uid,
         },
         f,
         group: Some((group, 0)),
@@ -74,10 +82,15 @@ pub fn bump(h: &mut Held, n: u64, latest: Option<&Finding>) {
         h.f.updated_ts = l.updated_ts.max(h.f.updated_ts);
     }
     let whose = match group {
-        Group::Job(uid, job) => format!(
-            "of job {} ({})",
+        Group::Job(uid, job, consequence) => format!(
+            "of job {} ({}){}",
             job.as_deref().unwrap_or("(none)"),
-            uid_text(*uid)
+            uid_text(*uid),
+            if *consequence {
+                ", after another rank's failure,"
+            } else {
+                ""
+            }
         ),
         Group::Uid(uid) => format!("of {}", uid_text(*uid)),
     };

@@ -9,6 +9,7 @@ fn crash(session: u64, job: &str, ts: Timestamp) -> Finding {
         subject: Subject {
             session: format!("s-{session}"),
             job: Some(job.into()),
+            run_id: None,
             rank: Some(session),
             pid: 100 + session as u32,
             ns_pid: None,
@@ -25,6 +26,7 @@ fn crash(session: u64, job: &str, ts: Timestamp) -> Finding {
         evidence: Evidence::default(),
         attribution: None,
         peak: None,
+        consequence_of: None,
     }
 }
 
@@ -169,4 +171,58 @@ fn a_finding_s_gpu_is_a_label_on_the_wire_and_an_index_inside() {
         err.contains("\"GPU-1\"") && err.contains("not a GPU index"),
         "{err}"
     );
+}
+
+#[test]
+fn consequences_fold_apart_from_the_cause_and_stay_warnings() {
+    let mut f = Findings::default();
+    // The cause: a critical crash of rank 0; then 12 ranks that followed it.
+    hold(&mut f, 1000, crash(0, "llama", 100.0));
+    let of = ConsequenceOf {
+        session: "s-0".into(),
+        rank: Some(0),
+        kind: Kind::Crash,
+        host: None,
+    };
+    for r in 1..13 {
+        let mut c = crash(r, "llama", 101.0);
+        c.severity = Severity::Warning;
+        c.consequence_of = Some(of.clone());
+        hold(&mut f, 1000, c);
+    }
+    let held: Vec<&Finding> = f.held().collect();
+    let cause: Vec<_> = held
+        .iter()
+        .filter(|h| h.severity == Severity::Critical)
+        .collect();
+    assert_eq!(cause.len(), 1, "{held:#?}");
+    assert_eq!(cause[0].id, "s-0/crash");
+    // The followers folded into one warning past PER_JOB, never the cause.
+    assert!(held
+        .iter()
+        .any(|h| h.id.starts_with("crashes-") && h.severity == Severity::Warning));
+    assert!(held.len() <= PER_JOB + 2, "{}", held.len());
+}
+
+#[test]
+fn relabel_makes_an_overturned_cause_a_warning_and_posts_it() {
+    let mut f = Findings::default();
+    hold(&mut f, 1000, crash(3, "llama", 101.0));
+    f.drain();
+    let of = ConsequenceOf {
+        session: "s-5".into(),
+        rank: Some(5),
+        kind: Kind::Oom,
+        host: None,
+    };
+    f.relabel("s-3", &of, 102.0);
+    let h = f.held().next().unwrap();
+    assert_eq!(h.severity, Severity::Warning);
+    assert_eq!(h.consequence_of.as_ref(), Some(&of));
+    assert!(
+        h.message.ends_with("; after rank 5's oom (s-5)"),
+        "{}",
+        h.message
+    );
+    assert_eq!(f.drain().len(), 1);
 }

@@ -71,6 +71,7 @@ fn oom_finding(s: &Sessions) -> Finding {
     s.live()
         .chain(s.ended())
         .flat_map(|x| x.detect.current())
+        .chain(s.findings.held())
         .chain(s.findings.recent())
         .find(|f| f.kind == Kind::Oom)
         .cloned()
@@ -134,15 +135,30 @@ fn an_oom_the_run_went_on_from_is_a_warning_that_says_so() {
 fn an_oom_followed_by_the_trainer_s_death_stays_critical() {
     let (mut s, key) = after_oom();
     s.close(key, Ending::Crash, 322.0);
+    // The OOM is what the trainer died of: it stays firing after the session (the cause), and
+    // the crash it was followed by is a warning pointing at it, so one alert pages, not two.
     let f = oom_finding(&s);
     assert_eq!(
         (f.state, f.severity),
-        (FindingState::Resolved, Severity::Critical)
+        (FindingState::Firing, Severity::Critical)
     );
+    assert!(s.firing().any(|x| x.id == f.id));
     assert_eq!(f.evidence.survived, None);
     assert!(!f.message.contains("went on"));
     let crash = s.firing().find(|f| f.kind == Kind::Crash).unwrap();
-    assert_eq!(crash.severity, Severity::Critical);
+    assert_eq!(crash.severity, Severity::Warning);
+    assert_eq!(
+        crash.consequence_of.as_ref().map(|c| c.kind),
+        Some(Kind::Oom)
+    );
+    assert!(
+        crash.message.ends_with("; after its own oom"),
+        "{}",
+        crash.message
+    );
+    // Held like a crash: resolved once the hold has passed.
+    s.tick(322.0 + 600.0);
+    assert!(s.firing().next().is_none());
     let log = &s.ended().next().unwrap().oom_log;
     assert!(!log.ooms[0].survived && log.ooms[0].explanation.is_some());
 }

@@ -1,0 +1,391 @@
+//! Jobs: the sessions of one training run (jobs.md). A session joins the job of its (`job`,
+//! `run_id`), and only one whose sessions share its uid (root's sessions may join any), so
+//! another local user cannot put a failure into someone else's job. Sessions without `run_id`
+//! join a job of the same uid, `job` and `world_size` that still has a live session (their
+//! lives overlap); a run that starts after every rank of the last one ended is a new job.
+//!
+//! The registry keeps what the verdict needs of each member (rank, when it ended, how it
+//! failed) after the session store forgot the session, and it is bounded: `MAX_PER_UID` jobs a
+//! uid, `ENDED_KEPT` ended jobs, `MAX_MEMBERS` sessions a job; past those a session is not
+//! grouped (counted), and its own view stays whole.
+
+pub mod merge;
+pub mod verdict;
+pub mod view;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::detect::Kind;
+use crate::core::model::Timestamp;
+use crate::core::trainer::Hello;
+pub use merge::merge;
+pub use verdict::{Basis, Rules};
+pub use view::{Failure, FirstFailure, JobState, JobView, Member};
+
+/// Jobs one uid may have at once (live, or ended and kept): a client that sends 10,000 run_ids
+/// gets its first 64 grouped, and each ended one makes room.
+pub const MAX_PER_UID: usize = 64;
+/// Ended jobs kept for the API and the failure metrics, all uids together.
+pub const ENDED_KEPT: usize = 64;
+/// Sessions one job keeps (ranks over its restarts); enough for 1,024 ranks on one node.
+pub const MAX_MEMBERS: usize = 1024;
+/// What did not add up, kept per job.
+const CONFLICTS_KEPT: usize = 16;
+
+/// A finding that is the consequence of another rank's failure (jobs.md: `consequence_of`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsequenceOf {
+    pub session: String,
+    pub rank: Option<u64>,
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// What the registry keeps of one member.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub session: String,
+    pub rank: Option<u64>,
+    pub pid: u32,
+    pub gpu_uuid: Option<String>,
+    pub started: Timestamp,
+    pub ended: Option<Timestamp>,
+    pub failure: Option<Failure>,
+}
+
+#[derive(Debug)]
+pub struct Job {
+    pub id: u64,
+    pub uid: u32,
+    pub job: String,
+    pub run_id: Option<String>,
+    pub world_size: Option<u64>,
+    pub members: Vec<Record>,
+    pub restarts: u64,
+    /// The highest torchelastic restart count a member said.
+    restart_count: u64,
+    pub previous_failure: Option<FirstFailure>,
+    pub conflicts: Vec<String>,
+    /// The session whose failure is the cause now, when one failed.
+    cause: Option<String>,
+    pub last_change: Timestamp,
+}
+
+impl Job {
+    pub fn live(&self) -> bool {
+        self.members.iter().any(|m| m.ended.is_none())
+    }
+
+    /// The verdict's input, each member's facts filled in by `facts`.
+    pub fn basis(&self, facts: impl Fn(&Record) -> Member) -> Basis {
+        Basis {
+            job: self.job.clone(),
+            run_id: self.run_id.clone(),
+            world_size: self.world_size,
+            restarts: self.restarts,
+            previous_failure: self.previous_failure.clone(),
+            conflicts: self.conflicts.clone(),
+            members: self.members.iter().map(facts).collect(),
+            skewed_hosts: Vec::new(),
+        }
+    }
+
+    fn conflict(&mut self, c: String) {
+        if self.conflicts.len() < CONFLICTS_KEPT {
+            self.conflicts.push(c);
+        }
+    }
+}
+
+/// What a member's failure is, for its findings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Classified {
+    /// Set when this failure followed another rank's within the cascade window.
+    pub consequence_of: Option<ConsequenceOf>,
+    /// Sessions whose failure was taken for the cause until this earlier one was known, and
+    /// what they are the consequence of now.
+    pub relabel: Vec<(String, ConsequenceOf)>,
+}
+
+#[derive(Debug, Default)]
+pub struct Jobs {
+    jobs: Vec<Job>,
+    next_id: u64,
+    rules: Rules,
+    /// Sessions not grouped into a job because a bound was reached, since start.
+    pub ungrouped: u64,
+}
+
+impl Jobs {
+    pub fn new(rules: Rules) -> Self {
+        Self {
+            rules,
+            ..Self::default()
+        }
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.iter()
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Job> {
+        self.jobs.iter().find(|j| j.id == id)
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Job> {
+        self.jobs.iter_mut().find(|j| j.id == id)
+    }
+
+    /// Puts a new session in its job; None when it has no job name or a bound was reached.
+    pub fn join(
+        &mut self,
+        session: &str,
+        pid: u32,
+        uid: u32,
+        h: &Hello,
+        now: Timestamp,
+    ) -> Option<u64> {
+        let name = h.job.as_deref()?;
+        let found = self.find(name, h.run_id.as_deref(), h.world_size, uid);
+        let id = match found {
+            Some(id) => id,
+            None => self.create(name, h, uid, now)?,
+        };
+        let rules = self.rules;
+        let job = self.get_mut(id)?;
+        if job.members.len() >= MAX_MEMBERS {
+            // A long run whose ranks reconnect: members that ended cleanly make room first.
+            if let Some(i) = job
+                .members
+                .iter()
+                .position(|m| m.ended.is_some() && m.failure.is_none())
+            {
+                job.members.remove(i);
+            } else {
+                self.ungrouped += 1;
+                return None;
+            }
+        }
+        restart(job, h.restart.unwrap_or(0), &rules);
+        check(job, session, pid, h);
+        job.world_size = job.world_size.or(h.world_size);
+        job.members.push(Record {
+            session: session.to_string(),
+            rank: h.rank,
+            pid,
+            gpu_uuid: h.gpu_uuid.clone(),
+            started: now,
+            ended: None,
+            failure: None,
+        });
+        job.last_change = now;
+        Some(id)
+    }
+
+    fn find(&self, name: &str, run_id: Option<&str>, world: Option<u64>, uid: u32) -> Option<u64> {
+        let same = |j: &&Job| j.job == name && j.run_id.as_deref() == run_id;
+        let fits = |j: &&Job| match run_id {
+            Some(_) => true,
+            // Without a run id, only a job still running, of the same size.
+            None => j.live() && j.world_size == world,
+        };
+        let own = self.jobs.iter().filter(same).filter(fits);
+        let mine = own.clone().rfind(|j| j.uid == uid);
+        // Root's sessions may join any uid's job (a launcher that runs one rank as root).
+        let mut own = own;
+        mine.or_else(|| (uid == 0).then(|| own.next()).flatten())
+            .map(|j| j.id)
+    }
+
+    fn create(&mut self, name: &str, h: &Hello, uid: u32, now: Timestamp) -> Option<u64> {
+        if self.jobs.iter().filter(|j| j.uid == uid).count() >= MAX_PER_UID
+            && !self.evict(|j| j.uid == uid)
+        {
+            self.ungrouped += 1;
+            return None;
+        }
+        self.next_id += 1;
+        self.jobs.push(Job {
+            id: self.next_id,
+            uid,
+            job: name.to_string(),
+            run_id: h.run_id.clone(),
+            world_size: h.world_size,
+            members: Vec::new(),
+            restarts: 0,
+            restart_count: h.restart.unwrap_or(0),
+            previous_failure: None,
+            conflicts: Vec::new(),
+            cause: None,
+            last_change: now,
+        });
+        Some(self.next_id)
+    }
+
+    /// Drops the ended job of `which` that changed longest ago; false when every one is live.
+    fn evict(&mut self, which: impl Fn(&Job) -> bool) -> bool {
+        let oldest = self
+            .jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| !j.live() && which(j))
+            .min_by(|a, b| a.1.last_change.total_cmp(&b.1.last_change))
+            .map(|(i, _)| i);
+        match oldest {
+            Some(i) => {
+                self.jobs.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A member ended; with `failure` when it ended by one. Says whether that failure is the
+    /// cause or a consequence, and which earlier verdicts it overturns.
+    pub fn left(
+        &mut self,
+        id: u64,
+        session: &str,
+        now: Timestamp,
+        failure: Option<Failure>,
+    ) -> Classified {
+        let rules = self.rules;
+        let Some(job) = self.get_mut(id) else {
+            return Classified::default();
+        };
+        job.last_change = now;
+        let failed = failure.is_some();
+        if let Some(m) = job.members.iter_mut().find(|m| m.session == session) {
+            m.ended = Some(now);
+            m.failure = failure;
+        }
+        let out = if failed {
+            classify(job, session, &rules)
+        } else {
+            Classified::default()
+        };
+        while self.jobs.iter().filter(|j| !j.live()).count() > ENDED_KEPT {
+            if !self.evict(|_| true) {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Failed ranks of every job whose failure is at most `hold` seconds old:
+    /// `gpumon_job_rank_failed_timestamp_seconds`.
+    pub fn failed_ranks(
+        &self,
+        now: Timestamp,
+        hold: f64,
+    ) -> impl Iterator<Item = (&Job, &Record, &Failure)> {
+        self.jobs.iter().flat_map(move |j| {
+            j.members.iter().filter_map(move |m| {
+                let f = m.failure.as_ref()?;
+                (now - f.ts < hold).then_some((j, m, f))
+            })
+        })
+    }
+}
+
+/// A member of a job whose attempt failed, or whose restart count rose, starts the next
+/// attempt: the failure becomes `previous_failure` and the ended members go.
+fn restart(job: &mut Job, count: u64, rules: &Rules) {
+    let failed = job.members.iter().any(|m| m.failure.is_some());
+    let next = count > job.restart_count || (failed && !job.live());
+    if !next || job.members.is_empty() {
+        job.restart_count = job.restart_count.max(count);
+        return;
+    }
+    let v = verdict::verdict(job.basis(|r| bare(r, None)), rules);
+    job.previous_failure = v.first_failure.or(job.previous_failure.take());
+    job.members.retain(|m| m.ended.is_none());
+    job.restarts += 1;
+    job.restart_count = job.restart_count.max(count);
+    job.cause = None;
+}
+
+/// Notes what does not add up about a joining member.
+fn check(job: &mut Job, session: &str, pid: u32, h: &Hello) {
+    if let (Some(r), Some(w)) = (h.rank, h.world_size.or(job.world_size)) {
+        if r >= w {
+            job.conflict(format!("{session}: rank {r} is past world_size {w}"));
+        }
+    }
+    if let (Some(w), Some(jw)) = (h.world_size, job.world_size) {
+        if w != jw {
+            job.conflict(format!("{session}: world_size {w}, the job's is {jw}"));
+        }
+    }
+    let live_rank = |m: &&Record| m.ended.is_none() && m.rank.is_some() && m.rank == h.rank;
+    // A process with several devices is one rank on several connections: said once.
+    let again = job.members.iter().filter(live_rank).any(|m| m.pid == pid);
+    let claimed = job
+        .members
+        .iter()
+        .filter(live_rank)
+        .find(|m| m.pid != pid)
+        .filter(|_| !again);
+    if let Some(m) = claimed {
+        let r = m.rank.unwrap_or_default();
+        let c = format!(
+            "rank {r} claimed by two processes: {} (pid {}) and {session} (pid {pid})",
+            m.session, m.pid
+        );
+        job.conflict(c);
+    }
+}
+
+/// A member with only what the registry knows.
+pub fn bare(r: &Record, host: Option<&str>) -> Member {
+    Member {
+        session: r.session.clone(),
+        rank: r.rank,
+        host: host.map(str::to_string),
+        file: None,
+        pid: r.pid,
+        gpu_uuid: r.gpu_uuid.clone(),
+        started: r.started,
+        ended: r.ended,
+        failure: r.failure.clone(),
+        peak_bytes: None,
+        headroom_bytes: None,
+        oom_eta_seconds: None,
+        findings: Vec::new(),
+        stray: Vec::new(),
+    }
+}
+
+fn classify(job: &mut Job, session: &str, rules: &Rules) -> Classified {
+    let v = verdict::verdict(job.basis(|r| bare(r, None)), rules);
+    let Some(first) = v.first_failure else {
+        return Classified::default();
+    };
+    let of = ConsequenceOf {
+        session: first.session.clone(),
+        rank: first.rank,
+        kind: first.kind,
+        host: first.host.clone(),
+    };
+    let follows = |s: &str| v.consequences.iter().any(|c| c.session == s);
+    let mut out = Classified::default();
+    if follows(session) {
+        out.consequence_of = Some(of.clone());
+    }
+    // The cause until now, overturned by an earlier failure read only now.
+    if let Some(old) = job.cause.take().filter(|c| c != &first.session) {
+        if follows(&old) {
+            out.relabel.push((old, of));
+        }
+    }
+    job.cause = Some(first.session);
+    out
+}
+
+#[cfg(test)]
+mod tests;

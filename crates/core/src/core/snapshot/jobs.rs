@@ -1,0 +1,99 @@
+//! The snapshot's `jobs`: each job of the registry judged now, its members' facts read from
+//! their sessions (the step peak, headroom, forecast, firing findings) and from NVML (memory
+//! their process holds on a GPU not their own).
+
+use std::collections::HashMap;
+
+use crate::core::detect::{FindingState, Kind};
+use crate::core::jobs::view::{MemberFinding, Stray};
+use crate::core::jobs::{bare, verdict, JobView, Member, Record};
+use crate::core::model::NodeReading;
+use crate::core::store::sessions::Session;
+use crate::core::store::Store;
+
+/// Every job the registry keeps, newest first: live ones, then ended ones.
+pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
+    let sessions = &store.sessions;
+    let by_pid = store.latest().map(by_pid).unwrap_or_default();
+    let rules = *sessions.jobs.rules();
+    let mut out: Vec<JobView> = sessions
+        .jobs
+        .iter()
+        .map(|j| {
+            let basis = j.basis(|r| {
+                let mut m = bare(r, Some(hostname));
+                if let Some(s) = sessions.get(&r.session) {
+                    facts(&mut m, s, r, &by_pid);
+                }
+                m
+            });
+            verdict::verdict(basis, &rules)
+        })
+        .collect();
+    // Running first, then by name: a stable order for the TUI and `status`.
+    out.sort_by(|a, b| {
+        let live = |v: &JobView| v.members.iter().all(|m| m.ended.is_some());
+        live(a)
+            .cmp(&live(b))
+            .then_with(|| a.job.cmp(&b.job))
+            .then_with(|| a.run_id.cmp(&b.run_id))
+    });
+    out
+}
+
+type ByPid<'a> = HashMap<u32, Vec<(&'a str, Option<u32>, u64)>>;
+
+fn by_pid(r: &NodeReading) -> ByPid<'_> {
+    let mut m: ByPid = HashMap::new();
+    for p in &r.processes {
+        if let Some(used) = p.used_memory_bytes.filter(|u| *u > 0) {
+            let uuid = p.mig_uuid.as_deref().unwrap_or(&p.uuid);
+            m.entry(p.pid).or_default().push((uuid, Some(p.gpu), used));
+        }
+    }
+    m
+}
+
+fn facts(m: &mut Member, s: &Session, r: &Record, by_pid: &ByPid) {
+    let last = s.last_sample.as_ref().map(|(_, x)| x);
+    let st = last.map(|x| x.stats);
+    m.peak_bytes = st.and_then(|st| st.allocated_peak.or(st.allocated));
+    if let (Some(x), Some(peak)) = (last, m.peak_bytes) {
+        let device = match (x.device_free, x.stats.reserved) {
+            (Some(f), Some(res)) => Some(f.saturating_add(res)),
+            _ => x.device_total,
+        };
+        let limit = match (device, s.alloc_limit) {
+            (Some(d), Some(l)) => Some(d.min(l)),
+            (d, l) => d.or(l),
+        };
+        m.headroom_bytes = limit.map(|l| l as i64 - peak as i64);
+    }
+    if s.ended.is_none() {
+        m.oom_eta_seconds = s
+            .detect
+            .firing(Kind::Leak)
+            .and_then(|f| f.evidence.oom_eta_seconds);
+        m.findings = s
+            .detect
+            .current()
+            .filter(|f| f.state == FindingState::Firing)
+            .map(|f| MemberFinding {
+                kind: f.kind,
+                message: f.message.clone(),
+            })
+            .collect();
+        let own = r.gpu_uuid.as_deref();
+        m.stray = by_pid
+            .get(&s.peer.pid)
+            .into_iter()
+            .flatten()
+            .filter(|(uuid, _, _)| own.is_some_and(|o| o != *uuid))
+            .map(|(uuid, gpu, bytes)| Stray {
+                gpu_uuid: uuid.to_string(),
+                gpu: *gpu,
+                bytes: *bytes,
+            })
+            .collect();
+    }
+}
