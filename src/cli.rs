@@ -78,6 +78,9 @@ pub struct Overrides {
     /// Where the host's /proc is mounted.
     #[arg(long, env = "GPUMON_PROCFS", value_name = "PATH")]
     pub procfs: Option<PathBuf>,
+    /// The name this node goes by (API, alerts, traces); default: the hostname.
+    #[arg(long, env = "GPUMON_NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +189,9 @@ impl Cli {
             }
             if let Some(v) = &o.procfs {
                 c.procfs = v.clone();
+            }
+            if let Some(v) = &o.node_name {
+                c.node_name = Some(v.clone());
             }
         }
         c.validate()?;

@@ -28,6 +28,9 @@ pub struct Config {
     pub nvml_lib: String,
     /// Where the host's /proc is mounted (e.g. /host/proc when gpumon runs in a container).
     pub procfs: PathBuf,
+    /// The name this node goes by in the API, alerts and recorded traces; the kernel's
+    /// hostname when unset.
+    pub node_name: Option<String>,
     /// How often NVML is polled.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub interval: Duration,
@@ -197,6 +200,7 @@ impl Default for Config {
             socket: None,
             nvml_lib: "libnvidia-ml.so.1".into(),
             procfs: "/proc".into(),
+            node_name: None,
             interval: Duration::from_secs(1),
             log_format: LogFormat::Text,
             log_level: "info".into(),
@@ -334,6 +338,17 @@ impl Config {
                 value: humantime::format_duration(self.interval).to_string(),
                 reason: "use a poll interval between 10ms and 1h, e.g. \"1s\"".into(),
             });
+        }
+        if let Some(n) = &self.node_name {
+            // It labels alerts and names hosts in a terminal: a short printable word.
+            if n.is_empty() || n.len() > 128 || n.chars().any(char::is_control) {
+                return Err(ConfigError::Invalid {
+                    key: "node_name",
+                    value: format!("{n:?}"),
+                    reason: "use 1 to 128 printable characters, e.g. the node's short hostname"
+                        .into(),
+                });
+            }
         }
         if let Some(reason) = log_filter::problem(&self.log_level) {
             return Err(ConfigError::Invalid {

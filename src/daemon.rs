@@ -44,7 +44,10 @@ pub async fn run(
         .with_detect(config.detect())
         .with_attribution(config.attribution())
         .with_arming(config.oom());
-    let hostname = crate::core::snapshot::hostname();
+    let hostname = config
+        .node_name
+        .clone()
+        .unwrap_or_else(crate::core::snapshot::hostname);
     let mut alerts = crate::outputs::alerts::spawn(crate::outputs::alerts::AlertSettings {
         webhook_url: config.alerts.webhook_url.clone(),
         alertmanager_url: config.alerts.alertmanager_url.clone(),
@@ -78,7 +81,7 @@ pub async fn run(
     // Made here, not by the recorder: /metrics reports it with or without one running.
     let record_stats = Arc::new(record::RecordStats::new());
     let recorder = config.record.dir.as_deref().and_then(|dir| {
-        match Recorder::new(
+        match Recorder::on_host(
             dir,
             record::Caps {
                 file_bytes: config.record.max_file_bytes,
@@ -86,6 +89,7 @@ pub async fn run(
                 files: config.record.max_files,
             },
             record_stats.clone(),
+            hostname.clone(),
         ) {
             Ok(r) => Some(r),
             Err(e) => {

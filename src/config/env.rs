@@ -12,6 +12,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("socket", "GPUMON_SOCKET"),
     ("nvml_lib", "GPUMON_NVML_LIB"),
     ("procfs", "GPUMON_PROCFS"),
+    ("node_name", "GPUMON_NODE_NAME"),
     ("interval", "GPUMON_INTERVAL"),
     ("log_format", "GPUMON_LOG_FORMAT"),
     ("log_level", "GPUMON_LOG_LEVEL"),
@@ -35,6 +36,7 @@ pub const OTHER_VARS: &[&str] = &[
     "GPUMON_CREDENTIALS_FILE",
     // The Python client (clients/python).
     "GPUMON_JOB",
+    "GPUMON_RUN_ID",
     "GPUMON_DISABLE",
     "GPUMON_ATTRIBUTION",
     "GPUMON_OOM_HISTORY",

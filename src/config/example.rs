@@ -27,6 +27,10 @@ nvml_lib = "{nvml_lib}"
 # host's /proc (e.g. at /host/proc) and point this at it.  (GPUMON_PROCFS, --procfs)
 procfs = "{procfs}"
 
+# The name this node goes by in the API, alerts and recorded traces (a job's first failure is
+# named by it). Unset: the kernel's hostname.  (GPUMON_NODE_NAME, --node-name)
+# node_name = "gpu-node-17"
+
 # How often NVML is polled; a scrape never calls NVML itself.  (GPUMON_INTERVAL, --interval)
 interval = "{interval}"
 

@@ -12,6 +12,8 @@
 //! with what was live at the peak, the same way.
 
 mod expand;
+mod job_text;
+mod jobs;
 mod stitch;
 mod text;
 
@@ -44,6 +46,10 @@ const BAD_KEPT: usize = 20;
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub traces: Vec<TraceReport>,
+    /// The traces' sessions grouped by run (jobs.md), each judged as one: the first failure
+    /// with its host and file, and the ranks that followed it.
+    #[serde(default)]
+    pub jobs: Vec<crate::core::jobs::JobView>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,6 +65,12 @@ pub struct TraceReport {
     pub duplicates: u64,
     pub job: Option<String>,
     pub rank: Option<u64>,
+    /// The host the daemon recorded on (its `trace_host` line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// What the trace says of its session as a member of its job, for `jobs`.
+    #[serde(skip)]
+    pub member: Option<jobs::Facts>,
     /// The GPU the daemon resolved the trainer's `gpu_uuid` to when it recorded the trace (its
     /// NVML index; a MIG instance's parent), as its live findings and metrics named it.
     #[serde(
@@ -118,6 +130,9 @@ pub struct FoundFinding {
     /// live sites, remedies), as its `oom` event carried it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explanation: Option<Box<Explanation>>,
+    /// A failure that followed another's: its own OOM, or the job's first failure (`jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consequence_of: Option<crate::core::jobs::ConsequenceOf>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -144,7 +159,8 @@ pub fn analyze(paths: &[PathBuf], cfg: DetectConfig) -> (Report, Vec<Unreadable>
             Err(e) => errors.push(e),
         }
     }
-    (Report { traces }, errors)
+    let jobs = jobs::judge(&mut traces, cfg);
+    (Report { traces, jobs }, errors)
 }
 
 /// One trace, or a run of traces that continue one another (stitch.rs), replayed as one
@@ -177,6 +193,8 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
         duplicates: 0,
         job: None,
         rank: None,
+        host: None,
+        member: None,
         gpu: None,
         samples: 0,
         findings: Vec::new(),
@@ -260,6 +278,15 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                     continue;
                 }
                 Some(RecorderLine::Resumes(_)) => continue,
+                Some(RecorderLine::Host(h)) => {
+                    report.host = Some(h);
+                    continue;
+                }
+                // The close the daemon saw: the crash is dated by it, not by the last sample.
+                Some(RecorderLine::Closed(ts)) => {
+                    clock = ts;
+                    continue;
+                }
                 Some(RecorderLine::Nvml(used, ts)) => {
                     let figure = used.zip(ts).map(|(used, ts)| NvmlFigure { used, ts });
                     core.note(conn.link(), Note::Nvml(figure));
@@ -324,6 +351,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
         report.samples = s.samples;
     }
     collect(&mut core, &mut seen, &mut report.findings);
+    report.member = jobs::facts(&core, &report);
     // An answer that could not attribute stays on the session, not on the finding: it is
     // reported under the finding it answered when that has nothing better.
     if let Some(a) = core
@@ -394,6 +422,7 @@ fn found(f: Finding) -> FoundFinding {
         evidence: f.evidence,
         attribution: f.attribution,
         peak: f.peak,
+        consequence_of: f.consequence_of,
     }
 }
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::core::trace::{self, RecorderLine, MAX_LINE};
 
-/// Lines looked at for the link: the hello, `trace_gpu`, `trace_resumes`.
-const HEAD_LINES: usize = 4;
+/// Lines looked at for the link: the hello, `trace_gpu`, `trace_host`, `trace_resumes`.
+const HEAD_LINES: usize = 5;
 
 struct Head {
     instance: Option<String>,

@@ -85,6 +85,7 @@ pub fn text(report: &Report) -> String {
             }
         }
     }
+    super::job_text::jobs(&mut out, &report.jobs);
     // A second guard, should a string have escaped the copy: no escape sequence reaches the
     // terminal raw.
     words::printable_lines(&out).into_owned()

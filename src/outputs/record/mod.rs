@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::core::tap::{SessionTap, Tap};
+use crate::core::trace;
 pub use stats::{Reason, RecordStats};
 pub use writer::{Caps, InvalidRecord, RecordConfig};
 use writer::{Msg, Writer};
@@ -42,6 +43,8 @@ const MAX_QUEUED: u64 = 32 << 20;
 
 pub struct Recorder {
     dir: PathBuf,
+    /// This host's name, in every trace's header (`trace_host`).
+    host: String,
     tx: Sender<Msg>,
     next_id: AtomicU64,
     stats: Arc<RecordStats>,
@@ -74,6 +77,16 @@ impl Recorder {
     /// into `stats` (the daemon's, which /metrics reads). An error means the daemon runs
     /// without recording.
     pub fn new(dir: &Path, caps: Caps, stats: Arc<RecordStats>) -> std::io::Result<Arc<Self>> {
+        Self::on_host(dir, caps, stats, crate::core::snapshot::hostname())
+    }
+
+    /// `new`, naming the host its traces say they were recorded on (`node_name`).
+    pub fn on_host(
+        dir: &Path,
+        caps: Caps,
+        stats: Arc<RecordStats>,
+        host: String,
+    ) -> std::io::Result<Arc<Self>> {
         if dir.as_os_str().is_empty() || !dir.is_absolute() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -94,6 +107,7 @@ impl Recorder {
         stats.enabled.store(true, Ordering::Relaxed);
         Ok(Arc::new(Self {
             dir: dir.to_path_buf(),
+            host,
             tx,
             next_id: AtomicU64::new(1),
             stats,
@@ -118,7 +132,7 @@ impl Recorder {
         let _ = self.tx.send(Msg::Open {
             id,
             base,
-            hello: hello.to_vec(),
+            hello: [hello, b"\n", &trace::host_line(&self.host, started)].concat(),
             stopped: stopped.clone(),
             durable: durable.clone(),
         });

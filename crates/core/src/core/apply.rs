@@ -176,7 +176,7 @@ impl Core {
         let note = match c.how {
             Closing::Crash => {
                 sessions.close(key, Ending::Crash, now);
-                None
+                Some(trace::closed_line(now))
             }
             // The daemon is going away, not the trainer: its trace says so, and analyze reads
             // no crash into the end either.

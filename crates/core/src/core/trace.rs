@@ -37,6 +37,13 @@ pub fn ended_line(reason: &str, ts: f64) -> Vec<u8> {
     format!("{{\"type\":\"trace_end\",\"reason\":\"{reason}\",\"ts\":{ts:.3}}}").into_bytes()
 }
 
+/// The daemon's last line on the trace of a session whose connection closed without bye: when
+/// it closed, which no trainer line says (its last sample may be minutes older). `gpumon
+/// analyze` dates the crash by it, so a job's ranks are ordered as the daemon saw them end.
+pub fn closed_line(ts: f64) -> Vec<u8> {
+    format!("{{\"type\":\"trace_closed\",\"ts\":{ts:.3}}}").into_bytes()
+}
+
 /// Why the daemon ended a trace it wrote `trace_end` on.
 pub const DAEMON_STOPPED: &str = "daemon_stopped";
 
@@ -48,6 +55,14 @@ pub fn gpu_line(gpu: u32, uuid: &str, ts: f64) -> Vec<u8> {
     let uuid = serde_json::Value::from(uuid);
     format!("{{\"type\":\"trace_gpu\",\"gpu\":\"{gpu}\",\"gpu_uuid\":{uuid},\"ts\":{ts:.3}}}")
         .into_bytes()
+}
+
+/// The recorder's note of the host it records on, in the header every part of a trace begins
+/// with: `gpumon analyze` over several nodes' record directories names where a job's first
+/// failure happened. No newline, as `gpu_line`.
+pub fn host_line(host: &str, ts: f64) -> Vec<u8> {
+    let host = serde_json::Value::from(host);
+    format!("{{\"type\":\"trace_host\",\"host\":{host},\"ts\":{ts:.3}}}").into_bytes()
 }
 
 /// The recorder's note, after the hello of a session's first part, of the trace the same client
@@ -92,6 +107,10 @@ pub enum RecorderLine {
     Ended(String),
     /// `trace_resumes`: the file this trace continues.
     Resumes(String),
+    /// `trace_host`: the host the daemon recorded on.
+    Host(String),
+    /// `trace_closed`: when the connection closed without bye.
+    Closed(f64),
     /// `trace_nvml`: NVML's figure for the process and when it was polled; none when the
     /// daemon had none of the process's own.
     Nvml(Option<u64>, Option<f64>),
@@ -106,6 +125,7 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         reason: Option<String>,
         gpu: Option<String>,
         file: Option<String>,
+        host: Option<String>,
         used_bytes: Option<u64>,
         ts: Option<f64>,
     }
@@ -121,6 +141,8 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
             m.reason.unwrap_or_else(|| "no reason given".into()),
         )),
         "trace_resumes" => Some(RecorderLine::Resumes(m.file?)),
+        "trace_host" => Some(RecorderLine::Host(m.host?)),
+        "trace_closed" => Some(RecorderLine::Closed(m.ts.filter(|t| t.is_finite())?)),
         "trace_nvml" => Some(match (m.used_bytes, m.ts) {
             (Some(used), Some(ts)) if ts.is_finite() => RecorderLine::Nvml(Some(used), Some(ts)),
             _ => RecorderLine::Nvml(None, None),

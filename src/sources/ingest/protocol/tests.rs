@@ -593,3 +593,29 @@ fn stats_keys_match_however_written_and_odd_values_are_named() {
 }
 
 mod explanation;
+
+#[test]
+fn hello_run_id_is_kept_as_sent_and_bounded() {
+    let Message::Hello(h) =
+        parse(br#"{"type":"hello","v":1,"job":"llama","run_id":"torchelastic-4f2a","restart":2}"#)
+            .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(h.run_id.as_deref(), Some("torchelastic-4f2a"));
+    assert_eq!(h.restart, Some(2));
+    // Control characters are a label's bytes like any other: kept, and escaped wherever a
+    // person reads them (the TUI, status, alerts), never sent raw to a terminal.
+    let Message::Hello(h) =
+        parse(br#"{"type":"hello","v":1,"run_id":"r\u001b[2J\u0007"}"#).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(h.run_id.as_deref(), Some("r\u{1b}[2J\u{7}"));
+    let long = format!(r#"{{"type":"hello","v":1,"run_id":"{}"}}"#, "r".repeat(129));
+    let err = parse(long.as_bytes()).unwrap_err();
+    assert_eq!(err.code, Code::BadField);
+    assert!(err.message.contains("run_id"), "{}", err.message);
+    let err = parse(br#"{"type":"hello","v":1,"restart":-1}"#).unwrap_err();
+    assert_eq!(err.code, Code::BadField);
+}

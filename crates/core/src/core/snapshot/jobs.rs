@@ -41,7 +41,8 @@ pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
     out
 }
 
-type ByPid<'a> = HashMap<u32, Vec<(&'a str, Option<u32>, u64)>>;
+/// Memory each pid holds on each GPU, from NVML: (device UUID, index, bytes).
+pub type ByPid<'a> = HashMap<u32, Vec<(&'a str, Option<u32>, u64)>>;
 
 fn by_pid(r: &NodeReading) -> ByPid<'_> {
     let mut m: ByPid = HashMap::new();
@@ -54,7 +55,9 @@ fn by_pid(r: &NodeReading) -> ByPid<'_> {
     m
 }
 
-fn facts(m: &mut Member, s: &Session, r: &Record, by_pid: &ByPid) {
+/// Fills in what `s` says of member `m` now: its step peak and headroom, and while it is live
+/// its forecast, firing findings and memory on GPUs not its own.
+pub fn facts(m: &mut Member, s: &Session, r: &Record, by_pid: &ByPid) {
     let last = s.last_sample.as_ref().map(|(_, x)| x);
     let st = last.map(|x| x.stats);
     m.peak_bytes = st.and_then(|st| st.allocated_peak.or(st.allocated));

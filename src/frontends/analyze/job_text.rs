@@ -1,0 +1,93 @@
+//! The jobs part of `gpumon analyze`'s text report: each job of more than one trace, or that
+//! failed, with its first failure (rank, kind, host, step, file) and the ranks that followed.
+
+use std::fmt::Write;
+
+use crate::core::jobs::verdict::ranks_text;
+use crate::core::jobs::view::who;
+use crate::core::jobs::JobView;
+use crate::units::bytes;
+
+pub fn jobs(out: &mut String, jobs: &[JobView]) {
+    for j in jobs
+        .iter()
+        .filter(|j| j.members.len() > 1 || j.first_failure.is_some())
+    {
+        let hosts = if j.hosts.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", j.hosts.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "job {}: {} traces, ranks {}{hosts}: {}",
+            j.name(),
+            j.members.len(),
+            ranks_text(&j.ranks),
+            j.state.as_str()
+        );
+        if let Some(f) = &j.first_failure {
+            let host = f
+                .host
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default();
+            let step = f.step.map(|s| format!(" at step {s}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  first failure: {} {}{host}{step}",
+                who(f.rank, &f.session),
+                f.kind
+            );
+            if let Some(file) = &f.file {
+                let _ = writeln!(out, "    {file}");
+            }
+            let _ = writeln!(out, "    {}", f.message);
+            if !f.order_unknown.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "    order unknown against ranks {} (other hosts, within the clocks' tolerance)",
+                    ranks_text(&f.order_unknown)
+                );
+            }
+        }
+        for c in &j.consequences {
+            let host = c
+                .host
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  followed: {} {} +{:.1} s{host}  {}",
+                who(c.rank, &c.session),
+                c.kind,
+                c.after_seconds,
+                c.file.as_deref().unwrap_or("")
+            );
+        }
+        for c in &j.other_failures {
+            let _ = writeln!(
+                out,
+                "  also failed (past the cascade window): {} {} +{:.0} s",
+                who(c.rank, &c.session),
+                c.kind,
+                c.after_seconds
+            );
+        }
+        for f in &j.findings {
+            let _ = writeln!(out, "  {}", f.message);
+        }
+        let m = &j.memory;
+        if let (Some(lo), Some(hi)) = (m.peak_min_bytes, m.peak_max_bytes) {
+            let top = m
+                .peak_max_rank
+                .map(|r| format!(" (rank {r})"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  step peaks {} to {}{top}", bytes(lo), bytes(hi));
+        }
+        for c in &j.conflicts {
+            let _ = writeln!(out, "  conflict: {c}");
+        }
+    }
+}
