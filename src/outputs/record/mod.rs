@@ -43,8 +43,8 @@ const MAX_QUEUED: u64 = 32 << 20;
 
 pub struct Recorder {
     dir: PathBuf,
-    /// This host's name, in every trace's header (`trace_host`).
-    host: String,
+    /// The node's name, in every trace's header (`trace_host`); none: no such line.
+    host: Option<String>,
     tx: Sender<Msg>,
     next_id: AtomicU64,
     stats: Arc<RecordStats>,
@@ -77,15 +77,24 @@ impl Recorder {
     /// into `stats` (the daemon's, which /metrics reads). An error means the daemon runs
     /// without recording.
     pub fn new(dir: &Path, caps: Caps, stats: Arc<RecordStats>) -> std::io::Result<Arc<Self>> {
-        Self::on_host(dir, caps, stats, crate::core::snapshot::hostname())
+        Self::make(dir, caps, stats, None)
     }
 
-    /// `new`, naming the host its traces say they were recorded on (`node_name`).
+    /// `new`, naming the host its traces say they were recorded on (`node_name`): the daemon's.
     pub fn on_host(
         dir: &Path,
         caps: Caps,
         stats: Arc<RecordStats>,
         host: String,
+    ) -> std::io::Result<Arc<Self>> {
+        Self::make(dir, caps, stats, Some(host))
+    }
+
+    fn make(
+        dir: &Path,
+        caps: Caps,
+        stats: Arc<RecordStats>,
+        host: Option<String>,
     ) -> std::io::Result<Arc<Self>> {
         if dir.as_os_str().is_empty() || !dir.is_absolute() {
             return Err(std::io::Error::new(
@@ -132,7 +141,10 @@ impl Recorder {
         let _ = self.tx.send(Msg::Open {
             id,
             base,
-            hello: [hello, b"\n", &trace::host_line(&self.host, started)].concat(),
+            hello: match &self.host {
+                Some(h) => [hello, b"\n", &trace::host_line(h, started)].concat(),
+                None => hello.to_vec(),
+            },
             stopped: stopped.clone(),
             durable: durable.clone(),
         });

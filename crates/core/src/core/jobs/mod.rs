@@ -6,8 +6,8 @@
 //!
 //! The registry keeps what the verdict needs of each member (rank, when it ended, how it
 //! failed) after the session store forgot the session, and it is bounded: `MAX_PER_UID` jobs a
-//! uid, `ENDED_KEPT` ended jobs, `MAX_MEMBERS` sessions a job; past those a session is not
-//! grouped (counted), and its own view stays whole.
+//! uid, `ENDED_KEPT` ended jobs, `MAX_MEMBERS` sessions a job, `MAX_RECORDS` in all; past those
+//! a session is not grouped (counted), and its own view stays whole.
 
 pub mod merge;
 pub mod verdict;
@@ -26,9 +26,13 @@ pub use view::{Failure, FirstFailure, JobState, JobView, Member};
 /// gets its first 64 grouped, and each ended one makes room.
 pub const MAX_PER_UID: usize = 64;
 /// Ended jobs kept for the API and the failure metrics, all uids together.
-pub const ENDED_KEPT: usize = 64;
-/// Sessions one job keeps (ranks over its restarts); enough for 1,024 ranks on one node.
-pub const MAX_MEMBERS: usize = 1024;
+pub const ENDED_KEPT: usize = 32;
+/// Sessions one job keeps on this node (its ranks here, and those that ended this attempt): a
+/// node runs 8 ranks, 56 on MIG slices; a crash flood in one job stops here.
+pub const MAX_MEMBERS: usize = 256;
+/// Sessions all jobs keep together: what the API's `jobs` and the verdicts read stays bounded
+/// (each member is a few hundred bytes of JSON) however many jobs clients make.
+pub const MAX_RECORDS: usize = 1024;
 /// What did not add up, kept per job.
 const CONFLICTS_KEPT: usize = 16;
 
@@ -157,6 +161,11 @@ impl Jobs {
             None => self.create(name, h, uid, now)?,
         };
         let rules = self.rules;
+        let records: usize = self.jobs.iter().map(|j| j.members.len()).sum();
+        if records >= MAX_RECORDS && !self.evict(|j| j.id != id) {
+            self.ungrouped += 1;
+            return None;
+        }
         let job = self.get_mut(id)?;
         if job.members.len() >= MAX_MEMBERS {
             // A long run whose ranks reconnect: members that ended cleanly make room first.

@@ -225,3 +225,20 @@ fn a_long_run_whose_ranks_reconnect_keeps_its_members_bounded() {
     assert!(j.get(id).unwrap().members.len() <= MAX_MEMBERS);
     assert_eq!(j.ungrouped, 0);
 }
+
+#[test]
+fn all_jobs_together_keep_at_most_max_records_sessions() {
+    let mut j = Jobs::default();
+    for uid in 0..20u32 {
+        for r in 0..MAX_MEMBERS as u64 {
+            let s = format!("s-{uid}-{r}");
+            let h = hello("flood", Some("r"), r, MAX_MEMBERS as u64);
+            if let Some(id) = j.join(&s, 1 + r as u32, 1000 + uid, &h, 1.0) {
+                j.left(id, &s, 2.0, crash(2.0));
+            }
+        }
+    }
+    let records: usize = j.iter().map(|x| x.members.len()).sum();
+    assert!(records <= MAX_RECORDS, "{records}");
+    assert!(j.ungrouped == 0, "ended jobs made room: {}", j.ungrouped);
+}
