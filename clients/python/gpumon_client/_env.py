@@ -23,6 +23,43 @@ def flag(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[bool]:
     return None
 
 
+# The daemon refuses a longer run_id (protocol.md); a longer one is cut, never raised on.
+RUN_ID_MAX_BYTES = 128
+
+
+def run_id(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The run this rank belongs to, the same on every rank of one run (the daemon groups ranks
+    into a job by it): $GPUMON_RUN_ID, $TORCHELASTIC_RUN_ID (torchrun), $SLURM_JOB_ID with
+    .$SLURM_STEP_ID when set (srun), MASTER_ADDR:MASTER_PORT when both are set; else None.
+    Empty values count as unset."""
+    env = os.environ if env is None else env
+
+    def get(name: str) -> str:
+        return env.get(name, "").strip()
+
+    value = get("GPUMON_RUN_ID") or get("TORCHELASTIC_RUN_ID")
+    if not value and get("SLURM_JOB_ID"):
+        step = get("SLURM_STEP_ID")
+        value = get("SLURM_JOB_ID") + ("." + step if step else "")
+    if not value and get("MASTER_ADDR") and get("MASTER_PORT"):
+        value = get("MASTER_ADDR") + ":" + get("MASTER_PORT")
+    return clip_run_id(value) or None
+
+
+def clip_run_id(value: str) -> str:
+    """`value` cut to RUN_ID_MAX_BYTES of UTF-8, on a character boundary."""
+    raw = value.encode("utf-8")
+    if len(raw) <= RUN_ID_MAX_BYTES:
+        return value
+    return raw[:RUN_ID_MAX_BYTES].decode("utf-8", "ignore")
+
+
+def restart_count(env: Optional[Mapping[str, str]] = None) -> Optional[int]:
+    """torchelastic's restart count ($TORCHELASTIC_RESTART_COUNT), when a whole number >= 0."""
+    n = int_env("TORCHELASTIC_RESTART_COUNT", env)
+    return n if n is not None and n >= 0 else None
+
+
 def int_env(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[int]:
     env = os.environ if env is None else env
     try:

@@ -30,6 +30,9 @@ class Client:
 
     job, rank, world_size: labels for the hello (rank/world_size default to $RANK/$WORLD_SIZE,
     job to $GPUMON_JOB; the daemon names an unlabelled job after the process).
+    run_id: the run this rank belongs to, the same on every rank (the daemon sees the ranks of
+    one run as one job); defaults to $GPUMON_RUN_ID, $TORCHELASTIC_RUN_ID, $SLURM_JOB_ID(.STEP),
+    then MASTER_ADDR:MASTER_PORT (_env.run_id). Cut to 128 bytes.
     source: a StatsSource; defaults to torch.cuda on the current device.
     socket: a socket path; defaults to $GPUMON_SOCKET, /run/gpumon/ingest.sock, then
     $XDG_RUNTIME_DIR/gpumon/ingest.sock.
@@ -69,8 +72,11 @@ class Client:
         attribution: Union[None, bool, SnapshotSource] = None,
         instance: Optional[str] = None,
         write_every: float = 0.5,
+        run_id: Optional[str] = None,
     ) -> None:
         self.disabled = _env.disabled()
+        self.run_id = _env.clip_run_id(run_id) if run_id else _env.run_id()
+        self.restart = _env.restart_count()
         self.job = job or os.environ.get("GPUMON_JOB") or None
         self.rank = rank if rank is not None else _env.int_env("RANK")
         self.world_size = world_size if world_size is not None else _env.int_env("WORLD_SIZE")
@@ -289,6 +295,8 @@ class Client:
                 job=self.job,
                 rank=self.rank,
                 world_size=self.world_size,
+                run_id=self.run_id,
+                restart=self.restart,
                 caps=self._caps(),
                 cuda_device=info.get("cuda_device"),
                 gpu_uuid=info.get("gpu_uuid"),

@@ -195,6 +195,7 @@ def attach(
     max_buffer: int = 1024,
     attribution: Union[None, bool, SnapshotSource] = None,
     write_every: float = 0.5,
+    run_id: Optional[str] = None,
 ) -> Attachment:
     """Instruments the process: samples at optimizer steps and an `oom` event on CUDA OOM.
 
@@ -206,6 +207,8 @@ def attach(
     attribution: whether the daemon may ask this trainer where a leak's memory is allocated
     (Client's `attribution`; by default offered with torch.cuda's allocation history).
     write_every: seconds samples may wait to be written together (Client's `write_every`).
+    run_id: the run this rank belongs to (Client's `run_id`; by default from the launcher's
+    environment: torchrun, Slurm, MASTER_ADDR:MASTER_PORT).
     """
     global _state, _atexit_registered
     if _env.disabled():
@@ -241,6 +244,7 @@ def attach(
                 max_buffer=max_buffer,
                 attribution=attribution,
                 write_every=write_every,
+                run_id=run_id,
             )
             state = Attachment(client, cadence)
             state._torch = torch

@@ -32,6 +32,8 @@ class Hello(_HelloRequired, total=False):
     expandable_segments: bool
     alloc_limit: int
     caps: List[str]
+    run_id: str
+    restart: int
     instance: str  # added by the transport with capability `ack`
 
 

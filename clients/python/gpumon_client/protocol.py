@@ -74,6 +74,8 @@ def hello(
     client: Optional[str] = CLIENT,
     alloc_limit: Optional[int] = None,
     caps: Optional[Sequence[str]] = None,
+    run_id: Optional[str] = None,
+    restart: Optional[int] = None,
 ) -> Hello:
     msg: Hello = {"type": "hello", "v": VERSION, "pid": pid}
     if job is not None:
@@ -98,6 +100,10 @@ def hello(
         msg["alloc_limit"] = alloc_limit
     if caps:
         msg["caps"] = list(caps)
+    if run_id is not None:
+        msg["run_id"] = run_id
+    if restart is not None:
+        msg["restart"] = restart
     return msg
 
 
