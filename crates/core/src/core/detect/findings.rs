@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use super::attribution::Attribution;
 use super::peak::Peak;
 use super::{Evidence, Kind};
-use crate::core::jobs::ConsequenceOf;
 use crate::core::model::Timestamp;
 use crate::util::bounded::Bounded;
 use held::{Group, Held, HELD_MAX, PER_JOB};
@@ -377,9 +376,25 @@ impl Findings {
     }
 }
 
+/// A finding that is the consequence of another rank's failure (jobs.md: `consequence_of`): the
+/// failure of the job's rank that came first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsequenceOf {
+    pub session: String,
+    pub rank: Option<u64>,
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// `rank 5` or `session s-17` where the member sent no rank.
+pub fn who(rank: Option<u64>, session: &str) -> String {
+    rank.map_or_else(|| format!("session {session}"), |r| format!("rank {r}"))
+}
+
 /// A finding's message with what it followed: `...; after rank 5's oom (s-17)`.
 pub fn consequence_message(message: &str, of: &ConsequenceOf) -> String {
-    let who = crate::core::jobs::view::who(of.rank, &of.session);
+    let who = who(of.rank, &of.session);
     let host = of
         .host
         .as_deref()

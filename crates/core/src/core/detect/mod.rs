@@ -283,6 +283,10 @@ pub trait Detector: Send + Sync {
     }
 }
 
+/// The cascade window when the config does not set one: torchrun tears the other ranks of a job
+/// down within seconds of the first failure; the NCCL watchdog only after its timeout.
+pub const DEFAULT_JOB_CASCADE_SECONDS: f64 = 60.0;
+
 /// Settings from the `[detect]` config section.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DetectConfig {
@@ -305,7 +309,7 @@ impl Default for DetectConfig {
             headroom_margin_bytes: 512 << 20,
             leak_materiality_ratio: 0.005,
             crash_hold_seconds: 600.0,
-            job_cascade_seconds: crate::core::jobs::verdict::DEFAULT_CASCADE_SECONDS,
+            job_cascade_seconds: DEFAULT_JOB_CASCADE_SECONDS,
         }
     }
 }

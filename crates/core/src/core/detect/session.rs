@@ -3,7 +3,9 @@
 
 use super::attribution::Attribution;
 use super::explanation::Explanation;
-use super::findings::{consequence_message, Finding, FindingState, Findings, Severity, Subject};
+use super::findings::{
+    consequence_message, ConsequenceOf, Finding, FindingState, Findings, Severity, Subject,
+};
 use super::lifecycle::{Change, Lifecycle, Span};
 use super::peak::Peak;
 use super::window::StepAxis;
@@ -11,7 +13,6 @@ use super::{
     crash, fragmentation, leak, message, near_limit, oom, DetectConfig, Detector, Evidence, Kind,
     Obs, Pos, Signal,
 };
-use crate::core::jobs::ConsequenceOf;
 use crate::core::model::Timestamp;
 use crate::core::trainer::Sample;
 use crate::core::trainer::{Ending, EventRecord};

@@ -13,9 +13,7 @@ pub mod merge;
 pub mod verdict;
 pub mod view;
 
-use serde::{Deserialize, Serialize};
-
-use crate::core::detect::Kind;
+pub use crate::core::detect::findings::ConsequenceOf;
 use crate::core::model::Timestamp;
 use crate::core::trainer::Hello;
 pub use merge::merge;
@@ -35,16 +33,6 @@ pub const MAX_MEMBERS: usize = 256;
 pub const MAX_RECORDS: usize = 1024;
 /// What did not add up, kept per job.
 const CONFLICTS_KEPT: usize = 16;
-
-/// A finding that is the consequence of another rank's failure (jobs.md: `consequence_of`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConsequenceOf {
-    pub session: String,
-    pub rank: Option<u64>,
-    pub kind: Kind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-}
 
 /// What the registry keeps of one member.
 #[derive(Debug, Clone)]

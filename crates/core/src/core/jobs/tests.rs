@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::detect::Kind;
 
 fn hello(job: &str, run: Option<&str>, rank: u64, world: u64) -> Hello {
     Hello {

@@ -23,9 +23,8 @@ pub struct Rules {
 
 /// Clocks on different hosts are trusted to order failures this far apart, and no closer.
 pub const CLOCK_TOLERANCE_SECONDS: f64 = 0.5;
-/// The cascade window when the config does not set one: torchrun tears the other ranks down
-/// within seconds of the first failure; the NCCL watchdog only after its timeout.
-pub const DEFAULT_CASCADE_SECONDS: f64 = 60.0;
+/// The cascade window when the config does not set one (`detect.job_cascade`).
+pub const DEFAULT_CASCADE_SECONDS: f64 = crate::core::detect::DEFAULT_JOB_CASCADE_SECONDS;
 
 impl Default for Rules {
     fn default() -> Self {

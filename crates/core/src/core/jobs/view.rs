@@ -208,7 +208,4 @@ impl JobView {
     }
 }
 
-/// `rank 5` or `session s-17` where the member sent no rank.
-pub fn who(rank: Option<u64>, session: &str) -> String {
-    rank.map_or_else(|| format!("session {session}"), |r| format!("rank {r}"))
-}
+pub use crate::core::detect::findings::who;
