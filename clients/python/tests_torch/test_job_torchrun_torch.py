@@ -12,16 +12,14 @@ fires GpumonJobFailed once, naming rank 1, oom, node-a."""
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
 import support
-from support import run_child
 from test_daemon_e2e_torch import built, get, run_daemon, wait_until
+from test_torchrun_torch import free_port, torchrun
 
 support.require("torch")
 
@@ -60,17 +58,6 @@ for step in range(int(sys.argv[1])):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 dist.destroy_process_group()
 """
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun():
-    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "torch.distributed.run"]
 
 
 def snapshot(base):
