@@ -1,4 +1,4 @@
-"""python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]
+"""python -m gpumon_client run [--job NAME] [--run-id ID] [--socket PATH] [--every N] [--max-rate R] [--budget F]
     [--write-every S] (SCRIPT | -m MODULE) [ARGS...]
 python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]
 python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]
@@ -15,12 +15,15 @@ import sys
 from typing import Dict, List, Optional
 
 USAGE = (
-    "usage: python -m gpumon_client run [--job NAME] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
+    "usage: python -m gpumon_client run [--job NAME] [--run-id ID] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
     " [--write-every S] (SCRIPT | -m MODULE) [ARGS...]\n"
     "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]\n"
     "       python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]\n"
     "  --job NAME     the job name gpumon shows and labels the trainer's series with\n"
     "                 (default $GPUMON_JOB, else the daemon names it after the process)\n"
+    "  --run-id ID    the run this rank belongs to, the same on every rank: gpumon groups the ranks\n"
+    "                 of a run into a job (default $GPUMON_RUN_ID, $TORCHELASTIC_RUN_ID,\n"
+    "                 $SLURM_JOB_ID[.$SLURM_STEP_ID], then $MASTER_ADDR:$MASTER_PORT)\n"
     "  --socket PATH  the daemon's ingest socket (default $GPUMON_SOCKET, /run/gpumon/ingest.sock,\n"
     "                 then $XDG_RUNTIME_DIR/gpumon/ingest.sock)\n"
     "  --every N      at least N training steps between samples (default 1)\n"
@@ -30,7 +33,7 @@ USAGE = (
     "diff and explain: python -m gpumon_client diff --help, python -m gpumon_client explain --help\n"
 )
 COMMANDS = ("run", "diff", "explain")
-_CONVERT = {"--job": str, "--socket": str, "--every": int, "--max-rate": float, "--budget": float, "--write-every": float}
+_CONVERT = {"--job": str, "--run-id": str, "--socket": str, "--every": int, "--max-rate": float, "--budget": float, "--write-every": float}
 
 
 def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
@@ -40,6 +43,7 @@ def _parse(argv: List[str]) -> Optional[Dict[str, object]]:
         return None
     opts: Dict[str, object] = {
         "job": None,
+        "run_id": None,
         "socket": None,
         "every": 1,
         "max_rate": 10.0,
@@ -107,6 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         state = attach(
             job=opts["job"],  # type: ignore[arg-type]
+            run_id=opts["run_id"],  # type: ignore[arg-type]
             socket=opts["socket"],  # type: ignore[arg-type]
             every=opts["every"],  # type: ignore[arg-type]
             max_rate=opts["max_rate"],  # type: ignore[arg-type]

@@ -26,6 +26,14 @@ def flag(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[bool]:
 # The daemon refuses a longer run_id (protocol.md); a longer one is cut, never raised on.
 RUN_ID_MAX_BYTES = 128
 
+# Every variable a launcher sets that ends up in the hello (run_id, restart, rank, world_size, job).
+# Tests and the fixture generator clear them, so output under srun or torchrun is what it is elsewhere.
+HELLO_VARS = (
+    "GPUMON_JOB", "RANK", "WORLD_SIZE",
+    "GPUMON_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+)
+
 
 def run_id(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The run this rank belongs to, the same on every rank of one run (the daemon groups ranks
@@ -47,10 +55,12 @@ def run_id(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
 
 
 def clip_run_id(value: str) -> str:
-    """`value` cut to RUN_ID_MAX_BYTES of UTF-8, on a character boundary."""
-    raw = value.encode("utf-8")
-    if len(raw) <= RUN_ID_MAX_BYTES:
-        return value
+    """`value` cut to RUN_ID_MAX_BYTES of UTF-8, on a character boundary (never raises: a longer
+    run_id is cut rather than refused, since the trainer must not fail over a label)."""
+    # "ignore" both ways: a str from os.environ may hold lone surrogates (bytes that were not
+    # UTF-8), which cannot be encoded; they are dropped. Cutting the bytes may split the last
+    # character; decoding drops that partial character, so the result is whole characters only.
+    raw = value.encode("utf-8", "ignore")
     return raw[:RUN_ID_MAX_BYTES].decode("utf-8", "ignore")
 
 

@@ -9,17 +9,18 @@ The Rust daemon's tests parse these files; the client's tests fail if its output
     python3 clients/python/scripts/gen_protocol_fixtures.py --check  # exit 1 if they differ
 """
 
+import contextlib
 import os
 import select
 import shutil
 import sys
 import tempfile
-from typing import Callable, Dict
+from typing import Callable, Dict, Iterator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from gpumon_client import Client, StaticStatsSource, oomreport, phase, snapload  # noqa: E402
+from gpumon_client import Client, StaticStatsSource, _env, oomreport, phase, snapload  # noqa: E402
 from gpumon_client.snapsource import ReplaySnapshotSource  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
 
@@ -207,8 +208,27 @@ def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# What the client reads from the environment into its output: unset while generating, so the
+# fixtures are the same bytes under srun or torchrun (SLURM_JOB_ID, MASTER_ADDR, RANK...) as anywhere.
+PINNED_ENV = _env.HELLO_VARS + ("GPUMON_DISABLE", "GPUMON_ATTRIBUTION", "GPUMON_OOM_HISTORY")
+
+
+@contextlib.contextmanager
+def _pinned_env() -> Iterator[None]:
+    saved = {name: os.environ.pop(name) for name in PINNED_ENV if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def generate() -> Dict[str, bytes]:
     """File name -> exact content."""
+    with _pinned_env():
+        return _generate()
+
+
+def _generate() -> Dict[str, bytes]:
     return {
         "client_session.jsonl": _capture(_session),
         "client_minimal.jsonl": _capture(_minimal),

@@ -11,13 +11,16 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import gpumon_client  # noqa: E402
+from gpumon_client import _env  # noqa: E402
 from gpumon_client import hooks as attach_mod  # noqa: E402
 from gpumon_client import phases as phase_mod  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for name in ("GPUMON_DISABLE", "GPUMON_SOCKET", "GPUMON_JOB", "RANK", "WORLD_SIZE", "PYTORCH_CUDA_ALLOC_CONF"):
+    # The launcher's variables too (_env.HELLO_VARS: run_id, restart, rank...), so the tests pass
+    # the same under srun or torchrun as on a laptop.
+    for name in ("GPUMON_DISABLE", "GPUMON_SOCKET", "PYTORCH_CUDA_ALLOC_CONF") + _env.HELLO_VARS:
         monkeypatch.delenv(name, raising=False)
     yield
     gpumon_client.detach(timeout=0.2)
