@@ -14,7 +14,7 @@ from . import _env, protocol
 from . import phases as _phase
 from .arming import Armer
 from .attribution import Attributor
-from .messages import ExplanationJson, Hello
+from .messages import Categories, ExplanationJson, Hello
 from .snapsource import SnapshotSource, TorchSnapshotSource, default_snapshots
 from .stats import StatsSource, TorchStatsSource, default_source
 from .transport import Transport
@@ -123,12 +123,14 @@ class Client:
 
     # --- messages --------------------------------------------------------------------------------
 
-    def sample(self, step: Optional[int] = None, phase: Optional[str] = None) -> None:
-        """Reads the allocator and sends one sample. `phase` defaults to the current phase()."""
+    def sample(self, step: Optional[int] = None, phase: Optional[str] = None, categories: Optional[Categories] = None) -> None:
+        """Reads the allocator and sends one sample. `phase` defaults to the current phase().
+        `categories`: the split measured at this step (categories.py); such a sample is rare
+        (minutes apart) and goes whatever the daemon's line limit."""
         if self.disabled or self.closed:
             return
         try:
-            if not self.transport.throttle.allow():
+            if categories is None and not self.transport.throttle.allow():
                 return  # over the daemon's line limit: it would drop this sample (stats: rate_skipped)
             source = self.source
             stats = source.memory_stats()
@@ -149,6 +151,7 @@ class Client:
                 device_free=mem[0],
                 device_total=mem[1],
                 alloc_limit=limit,
+                categories=categories,
             )
             transport = self.transport
             transport.send(msg, True)

@@ -13,6 +13,7 @@ from time import perf_counter
 from typing import Any, Callable, Iterable, Optional, Set, Tuple, Union
 
 from . import _env, dynamo, oomreport, protocol
+from . import categories as _categories
 from .cadence import Cadence
 from .client import Client
 from .snapsource import SnapshotSource
@@ -108,6 +109,8 @@ class Attachment:
         self._hook_handle: Any = None
         self._torch: Any = None
         self._oom_pending = False
+        # The memory split (categories.py), measured on one step now and then; None: not measured.
+        self.categories: Optional[_categories.CategoryProbe] = None
         # Whether the OOM observer reads the allocator (a snapshot) to explain the OOM.
         self.explain_ooms = True
         if client is not None:
@@ -141,6 +144,9 @@ class Attachment:
         elif stepped:
             stepped.add(key)
             self._step = step
+            cats = self.categories
+            if cats is not None:
+                cats.others.add(optimizer)  # its state counts in the split
             return
         else:
             stepped.add(key)
@@ -157,11 +163,18 @@ class Attachment:
         client.at_step(step)  # before the sample: a request it brings starts after it
         cadence = self.cadence
         steps, self._checked = step - self._checked, step
-        if cadence.due(steps):
+        cats = self.categories
+        split = None if cats is None else cats.at_step(step, optimizer)
+        if cadence.due(steps) or split is not None:
+            # The measured step is sampled whatever the cadence; only the sample is charged to it.
             t0 = perf_counter()
-            client.sample(step=step)
+            client.sample(step=step, categories=split)
             cadence.spent(perf_counter() - t0)
-        self._count_down(single, 0 if self._oom_pending or client.stepwise() else cadence.wait)
+        wait = 0 if self._oom_pending or client.stepwise() else cadence.wait
+        if cats is not None and wait:
+            limit = cats.skip_limit(step)
+            wait = limit if limit < wait else wait
+        self._count_down(single, wait)
 
     def detach(self, timeout: float = 0.5) -> None:
         """Removes the hook and ends the session with bye."""
@@ -175,6 +188,9 @@ class Attachment:
                 handle.remove()
             except Exception:
                 pass
+        cats = self.categories
+        if cats is not None:
+            cats.close()
         if self.client is not None:
             self.client.close(timeout=timeout)
 
@@ -196,6 +212,7 @@ def attach(
     attribution: Union[None, bool, SnapshotSource] = None,
     write_every: float = 0.5,
     run_id: Optional[str] = None,
+    categories: bool = True,
 ) -> Attachment:
     """Instruments the process: samples at optimizer steps and an `oom` event on CUDA OOM.
 
@@ -209,6 +226,9 @@ def attach(
     write_every: seconds samples may wait to be written together (Client's `write_every`).
     run_id: the run this rank belongs to (Client's `run_id`; by default from the launcher's
     environment: torchrun, Slurm, MASTER_ADDR:MASTER_PORT).
+    categories: whether to measure where the memory goes (parameters, gradients, optimizer
+    state, buffers, activations) on one step now and then (categories.py);
+    GPUMON_CATEGORIES=0 turns it off, =1 on, whatever is passed here.
     """
     global _state, _atexit_registered
     if _env.disabled():
@@ -248,6 +268,10 @@ def attach(
             )
             state = Attachment(client, cadence)
             state._torch = torch
+            forced = _env.flag("GPUMON_CATEGORIES")
+            if forced is True or (forced is None and categories):
+                chosen = source
+                state.categories = _categories.CategoryProbe(lambda: _categories.start(torch, chosen))
             state._hook_handle = register(state.hook)
             dynamo.keep_step_hooks(torch)
             if oom:

@@ -6,7 +6,7 @@ fields in a base class and its optional ones in a `total=False` subclass (typing
 `NotRequired` before Python 3.11). The builders in protocol.py insert the keys in wire order.
 """
 
-from typing import Any, Dict, List, Literal, Mapping, TypedDict, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, TypedDict, Union
 
 # A site of an `attribution`, a `peak` or an OOM explanation (snapdiff.Site.as_json), and an
 # OOM explanation (explain.for_wire): built and trimmed by snapdiff and explain, typed loosely here.
@@ -45,11 +45,30 @@ class _SampleRequired(TypedDict):
     stats: Mapping[str, Any]
 
 
+class _CategoriesRequired(TypedDict):
+    # Where the step's memory goes (design/categories.md), measured on one step now and then:
+    # bytes of this device's tensors, each storage counted once (categories.py).
+    step: int
+    parameters_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    buffers_bytes: int
+    activations_bytes: int
+    batch_size: Optional[int]  # null when the outermost module got no tensor
+
+
+class Categories(_CategoriesRequired, total=False):
+    # Why some figure is known to be off ("code: explanation", categories.PARTIAL_*); absent
+    # when the split is whole.
+    partial: List[str]
+
+
 class Sample(_SampleRequired, total=False):
     step: int
     device_free: int
     device_total: int
     alloc_limit: int
+    categories: Categories  # only on a step the split was measured on
 
 
 class _EventRequired(TypedDict):

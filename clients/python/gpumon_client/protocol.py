@@ -10,7 +10,7 @@ import math
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, cast
 
 from ._version import __version__
-from .messages import Armed, Attribution, Bye, Event, Hello, Peak, Sample, SiteJson
+from .messages import Armed, Attribution, Bye, Categories, Event, Hello, Peak, Sample, SiteJson
 
 VERSION = 1
 CLIENT = "gpumon-py/" + __version__
@@ -122,8 +122,10 @@ def sample(
     device_free: Optional[int] = None,
     device_total: Optional[int] = None,
     alloc_limit: Optional[int] = None,
+    categories: Optional[Categories] = None,
 ) -> Sample:
-    """A `sample`: the one place a sample message is built (every caller goes through here)."""
+    """A `sample`: the one place a sample message is built (every caller goes through here).
+    `categories`: the split measured at this step (`categories()`), on the rare measured step."""
     # `step` goes between `ts` and `phase` on the wire: the two literals keep that key order.
     if step is None:
         msg: Sample = {"type": "sample", "ts": ts, "phase": phase, "stats": stats}
@@ -135,6 +137,38 @@ def sample(
         msg["device_total"] = device_total
     if alloc_limit is not None:
         msg["alloc_limit"] = alloc_limit
+    if categories is not None:
+        msg["categories"] = categories
+    return msg
+
+
+MAX_PARTIAL = 8  # reasons a split may carry
+
+
+def categories(
+    step: int,
+    parameters_bytes: int,
+    gradients_bytes: int,
+    optimizer_state_bytes: int,
+    buffers_bytes: int,
+    activations_bytes: int,
+    batch_size: Optional[int],
+    partial: Optional[Sequence[str]] = None,
+) -> Categories:
+    """A sample's `categories` (design/categories.md): bytes as integers, `batch_size` an integer
+    or null (always present), `partial` (reasons, each at most MAX_STR bytes) only when known
+    partial."""
+    msg: Categories = {
+        "step": int(step),
+        "parameters_bytes": int(parameters_bytes),
+        "gradients_bytes": int(gradients_bytes),
+        "optimizer_state_bytes": int(optimizer_state_bytes),
+        "buffers_bytes": int(buffers_bytes),
+        "activations_bytes": int(activations_bytes),
+        "batch_size": None if batch_size is None else int(batch_size),
+    }
+    if partial:
+        msg["partial"] = [clip(str(reason)) for reason in list(partial)[:MAX_PARTIAL]]
     return msg
 
 

@@ -31,6 +31,17 @@ class StatsSource:
         """(free, total) bytes on the device, or None."""
         return None
 
+    def tensor_device(self) -> str:
+        """The device whose tensors count in the memory split (categories.py): a torch device
+        string, by default the CUDA device of `device_info()` ("cuda:0")."""
+        return cuda_device_name(self.device_info())
+
+
+def cuda_device_name(info: Optional[Mapping[str, Any]]) -> str:
+    """"cuda:N" for the `cuda_device` of hello fields; "cuda" (any CUDA device) without one."""
+    index = (info or {}).get("cuda_device")
+    return "cuda:%d" % index if isinstance(index, int) and not isinstance(index, bool) else "cuda"
+
 
 INFO_KEYS = ("cuda_device", "gpu_uuid", "torch", "allocator", "expandable_segments", "alloc_limit")
 
@@ -51,6 +62,8 @@ class StaticStatsSource(StatsSource):
     """Returns fixed (or caller-updated) values: for tests, benches and fixture generation.
 
     info: hello fields (INFO_KEYS); `alloc_limit` there is also what alloc_limit() returns.
+    tensor_device: the device whose tensors count in the memory split (categories.py), e.g. "cpu"
+    in tests on CPU; by default the CUDA device of `info` ("cuda:0").
     """
 
     def __init__(
@@ -58,6 +71,7 @@ class StaticStatsSource(StatsSource):
         stats: Optional[Mapping[str, Any]] = None,
         mem_info: Optional[Tuple[int, int]] = None,
         info: Optional[Dict[str, Any]] = None,
+        tensor_device: Optional[str] = None,
     ) -> None:
         unknown = sorted(set(info or {}) - set(INFO_KEYS))
         if unknown:
@@ -68,6 +82,7 @@ class StaticStatsSource(StatsSource):
         self.stats: Mapping[str, Any] = dict(stats or {})
         self.mem_info = mem_info
         self.info = dict(info or {})
+        self._tensor_device = str(tensor_device) if tensor_device is not None else None
 
     def device_info(self) -> Dict[str, Any]:
         return dict(self.info)
@@ -80,6 +95,9 @@ class StaticStatsSource(StatsSource):
 
     def alloc_limit(self) -> Optional[int]:
         return self.info.get("alloc_limit")
+
+    def tensor_device(self) -> str:
+        return self._tensor_device or cuda_device_name(self.info)
 
 
 def expandable_segments_from_env(env: Optional[Mapping[str, str]] = None) -> bool:
@@ -185,6 +203,9 @@ class TorchStatsSource(StatsSource):
     def mem_get_info(self) -> Optional[Tuple[int, int]]:
         free, total = self._mod().cuda.mem_get_info(self.device)
         return int(free), int(total)
+
+    def tensor_device(self) -> str:
+        return "cuda:%d" % self.device
 
     def alloc_limit(self) -> Optional[int]:
         """The caching allocator's cap on this device, from set_per_process_memory_fraction; None

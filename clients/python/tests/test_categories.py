@@ -1,0 +1,213 @@
+"""The memory split without torch: when it is measured (CategoryProbe), how the step path carries
+it (attach()'s hook), and its place on the wire. tests_torch/test_categories_torch.py measures it
+on real torch."""
+
+import json
+
+import pytest
+
+from gpumon_client import protocol
+from gpumon_client.cadence import Cadence
+from gpumon_client.categories import FIRST_STEP, INTERVAL, CategoryProbe
+from gpumon_client.client import Client
+from gpumon_client.hooks import Attachment
+from gpumon_client.stats import StaticStatsSource, cuda_device_name
+from gpumon_client.testing import FakeDaemon
+
+SPLIT_KEYS = ["step", "parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "buffers_bytes",
+              "activations_bytes", "batch_size"]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeMeasurement:
+    """Stands in for categories.Measurement: finish() gives a split, or None (a failure)."""
+
+    def __init__(self, log, armed_at, fail=False, off=None):
+        self.log = log
+        self.armed_at = armed_at
+        self.fail = fail
+        self.off = off
+        self.stale = False
+        self.error = "boom" if fail else None
+        self.closed = False
+
+    def finish(self, step, optimizers):
+        self.log.append(("finish", self.armed_at, step, list(optimizers)))
+        if self.fail:
+            return None
+        return protocol.categories(step, 100, 100, 200, 8, 50, 32)
+
+    def close(self):
+        self.closed = True
+
+    def unstale(self):
+        return True
+
+
+class Starter:
+    def __init__(self):
+        self.log = []
+        self.step = 0  # set by the test: the step the probe is at
+        self.fail = False
+        self.off = None
+        self.made = []
+
+    def __call__(self):
+        self.log.append(("arm", self.step))
+        m = FakeMeasurement(self.log, self.step, self.fail, self.off)
+        self.made.append(m)
+        return m
+
+
+def drive(probe, starter, steps, optimizer="opt"):
+    out = {}
+    for step in steps:
+        starter.step = step
+        split = probe.at_step(step, optimizer)
+        if split is not None:
+            out[step] = split
+    return out
+
+
+def test_the_first_measured_step_is_the_third_then_one_every_five_minutes():
+    starter, clock = Starter(), Clock()
+    probe = CategoryProbe(starter, clock=clock)
+    assert (FIRST_STEP, INTERVAL) == (3, 300.0)
+    assert probe.skip_limit(1) == 0  # the hook must look at step 2, which arms step 3
+    assert drive(probe, starter, [1]) == {}
+    assert probe.measuring is None
+    assert drive(probe, starter, [2]) == {} and probe.measuring is not None
+    assert probe.skip_limit(2) == 0  # the measured step takes the whole path
+    splits = drive(probe, starter, [3])
+    assert list(splits) == [3] and list(splits[3]) == SPLIT_KEYS and splits[3]["step"] == 3
+    assert probe.measuring is None and probe.skip_limit(3) > 1000
+    clock.now += INTERVAL - 1
+    assert drive(probe, starter, range(4, 50)) == {}
+    clock.now += 1
+    assert list(drive(probe, starter, [50, 51, 52])) == [51]
+    assert starter.log == [("arm", 2), ("finish", 2, 3, ["opt"]), ("arm", 50), ("finish", 50, 51, ["opt"])]
+    assert probe.stats()["measured"] == 2 and probe.last["step"] == 51
+
+
+def test_a_late_first_look_arms_at_once():
+    # The hook's countdown may skip steps: the first whole-path step past step 2 arms.
+    starter = Starter()
+    probe = CategoryProbe(starter, clock=Clock())
+    assert list(drive(probe, starter, [1, 9, 10])) == [10]
+    assert starter.log[0] == ("arm", 9)
+
+
+def test_asked_measures_the_next_step_whatever_the_interval():
+    starter, clock = Starter(), Clock()
+    probe = CategoryProbe(starter, clock=clock)
+    drive(probe, starter, [1, 2, 3])
+    probe.ask()
+    assert probe.skip_limit(3) == 0
+    assert list(drive(probe, starter, [4, 5, 6])) == [5]
+
+
+def test_failures_are_retried_at_the_interval_and_three_in_a_row_stop_it():
+    starter, clock = Starter(), Clock()
+    starter.fail = True
+    probe = CategoryProbe(starter, clock=clock)
+    step = 1
+    for _ in range(3):
+        assert drive(probe, starter, [step, step + 1, step + 2]) == {}
+        step += 3
+        clock.now += INTERVAL
+    assert probe.stats()["failed"] == 3 and probe.off == "3 measurements in a row failed"
+    assert drive(probe, starter, range(step, step + 5)) == {}
+    assert [e[0] for e in starter.log].count("arm") == 3
+
+
+def test_a_measurement_that_cannot_run_turns_it_off_for_the_session():
+    starter = Starter()
+    starter.off = "torch.compile is in use"
+    probe = CategoryProbe(starter, clock=Clock())
+    assert drive(probe, starter, range(1, 10)) == {}
+    assert probe.off == "torch.compile is in use" and len(starter.made) == 1
+    assert probe.skip_limit(10) > 1000
+
+
+def test_close_disarms():
+    starter = Starter()
+    probe = CategoryProbe(starter, clock=Clock())
+    drive(probe, starter, [1, 2])
+    probe.close()
+    assert starter.made[0].closed and probe.measuring is None
+    assert drive(probe, starter, range(3, 9)) == {}
+
+
+def test_the_split_on_the_wire():
+    split = protocol.categories(7, 1 << 30, 1 << 30, 2 << 30, 4096, 5 << 30, None, partial=["x" * 600, "b"])
+    assert list(split) == SPLIT_KEYS + ["partial"]
+    assert split["batch_size"] is None and len(split["partial"][0].encode()) == protocol.MAX_STR
+    assert "partial" not in protocol.categories(1, 0, 0, 0, 0, 0, 4)
+    many = protocol.categories(1, 0, 0, 0, 0, 0, 4, partial=[str(i) for i in range(20)])
+    assert len(many["partial"]) == protocol.MAX_PARTIAL
+    msg = protocol.sample(1.5, {"allocated_bytes.all.current": 1}, step=7, device_free=1, device_total=2,
+                          categories=split)
+    assert list(msg)[-1] == "categories"
+    line = json.loads(protocol.encode(msg))
+    assert line["categories"]["parameters_bytes"] == 1 << 30 and line["categories"]["batch_size"] is None
+    assert "categories" not in protocol.sample(1.5, {}, step=7)
+
+
+def test_tensor_device_defaults_to_the_sources_cuda_device():
+    assert StaticStatsSource(info={"cuda_device": 3}).tensor_device() == "cuda:3"
+    assert StaticStatsSource().tensor_device() == "cuda"
+    assert StaticStatsSource(info={"cuda_device": 0}, tensor_device="cpu").tensor_device() == "cpu"
+    assert cuda_device_name({"cuda_device": True}) == "cuda"
+
+
+@pytest.fixture
+def daemon(sock_path):
+    with FakeDaemon(sock_path) as d:
+        yield d
+
+
+def attachment(daemon, starter, every):
+    client = Client("split", source=StaticStatsSource({"allocated_bytes.all.current": 1}), socket=daemon.path,
+                    write_every=0)
+    att = Attachment(client, Cadence(every=every, max_rate=None, budget=None))
+    att.categories = CategoryProbe(starter, clock=Clock())
+    return att, client
+
+
+class Optimizer:
+    pass
+
+
+def test_the_measured_steps_sample_carries_the_split_whatever_the_cadence(daemon):
+    starter = Starter()
+    att, client = attachment(daemon, starter, every=100)  # the cadence samples step 1 only
+    opt = Optimizer()
+    for _ in range(8):
+        starter.step = att.step + 1
+        att.hook(opt, (), {})
+    client.close()
+    samples = [m for m in daemon.wait_for(1, type="bye") if m["type"] == "sample"]
+    assert [m["step"] for m in samples] == [1, 3]
+    assert "categories" not in samples[0] and samples[1]["categories"]["step"] == 3
+    # Armed at step 2, which the countdown would otherwise have skipped.
+    assert starter.log[:2] == [("arm", 2), ("finish", 2, 3, [opt])]
+    assert att.step == 8
+
+
+def test_every_optimizer_of_a_training_step_is_handed_to_the_measurement(daemon):
+    starter = Starter()
+    att, client = attachment(daemon, starter, every=1)
+    gen, disc = Optimizer(), Optimizer()
+    for _ in range(4):
+        att.hook(gen, (), {})
+        att.hook(disc, (), {})
+    client.close()
+    finish = [e for e in starter.log if e[0] == "finish"]
+    assert finish == [("finish", 0, 3, [gen, disc])]
