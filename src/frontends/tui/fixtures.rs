@@ -4,12 +4,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod attribution;
+mod crowded;
 mod demo;
+mod jobs;
+mod nodes;
 mod oom;
 mod peak;
 
 pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
+pub use crowded::{crowded, hundred_processes, largest};
 pub use demo::demo_like;
+pub use jobs::{failed_job, leaking_job, two_node_job};
+pub use nodes::{disconnected, in_process, multi_node};
 pub use oom::{explained_fragmentation, explained_leak, survived_pressure};
 pub use peak::near_limit_peak;
 use serde_json::{json, Value};
@@ -385,135 +391,4 @@ fn firing_leak_snapshot() -> Snapshot {
             resolved_fragmentation(),
         ],
     )
-}
-
-const NAMES: [&str; 4] = ["python", "torchrun", "python3", "deepspeed"];
-const USERS: [&str; 5] = ["alice", "bob", "carol", "dmitri", "eve"];
-
-/// `per_gpu` processes on each of `gpus` GPUs; every `trainer_every`-th is an instrumented
-/// trainer, and every 8th trainer is leaking.
-pub fn crowded(host: &str, gpus: u32, per_gpu: u32, trainer_every: u32) -> Snapshot {
-    let mut procs = Vec::new();
-    let mut sessions = Vec::new();
-    let mut findings = Vec::new();
-    for g in 0..gpus {
-        for i in 0..per_gpu {
-            let pid = 100_000 + g * 1000 + i;
-            let used = 256 * MIB + u64::from(i) * 37 * MIB;
-            let name = NAMES[(i % 4) as usize];
-            procs.push(process(g, pid, name, USERS[((g + i) % 5) as usize], used));
-            if trainer_every > 0 && i % trainer_every == 0 {
-                let n = sessions.len() as u64;
-                let id = format!("s-{}", n + 1);
-                let leak = n % 8 == 3;
-                let base = 2 * GIB + n * 64 * MIB;
-                let t = trainer(
-                    &id,
-                    pid,
-                    g,
-                    (&format!("job-{}", n / 8), n % 8),
-                    1_701 + n..=2_000 + n,
-                    move |s| {
-                        if leak {
-                            base + s.saturating_sub(1_850) * MIB
-                        } else {
-                            base
-                        }
-                    },
-                );
-                if leak {
-                    findings.push(leak_finding(&id, pid, g));
-                }
-                sessions.push(t);
-            }
-        }
-    }
-    let used = |g: u32| 30 * GIB + u64::from(g) * 5 * GIB;
-    snapshot(
-        host,
-        (0..gpus).map(|g| gpu(g, used(g))).collect(),
-        procs,
-        sessions,
-        findings,
-    )
-}
-
-pub fn hundred_processes() -> App {
-    let s = crowded("gpu-node-1", 2, 50, 10);
-    app(vec![(daemon("http://127.0.0.1:9477"), vec![snap(s)])])
-}
-
-/// The render benchmark's load: 8 GPUs, 128 processes, 64 of them trainers.
-pub fn largest() -> App {
-    let s = crowded("gpu-node-1", 8, 16, 2);
-    app(vec![(daemon("http://127.0.0.1:9477"), vec![snap(s)])])
-}
-
-/// The daemon went away 42 s ago; the last snapshot is still shown.
-pub fn disconnected() -> App {
-    let s = snapshot(
-        "gpu-node-1",
-        vec![gpu(0, 51 * GIB), gpu(1, 40 * GIB + 272 * MIB)],
-        node_processes(),
-        vec![bert()],
-        vec![],
-    );
-    let down = |after: f64, attempt: u32, retry: u64| Update::Down {
-        error: "http://10.0.0.7:9477: io: Connection refused".into(),
-        ts: NOW + after,
-        retry_in_s: retry,
-        attempt,
-    };
-    app(vec![(
-        daemon("http://10.0.0.7:9477"),
-        vec![snap(s), down(1.0, 1, 1), down(42.0, 4, 8)],
-    )])
-}
-
-/// No daemon: NVML read in-process, no ingest, no findings.
-pub fn in_process() -> App {
-    let mut s = snapshot(
-        "gpu-node-1",
-        vec![gpu(0, 21 * GIB), gpu(1, 40 * GIB + 272 * MIB)],
-        node_processes(),
-        vec![],
-        vec![],
-    );
-    s.ingest = None;
-    app(vec![(
-        Origin::InProcess {
-            reason: "no daemon at 127.0.0.1:9477".into(),
-        },
-        vec![snap(s)],
-    )])
-}
-
-/// Three daemons: one with a leaking trainer, one quiet, one that never answered.
-pub fn multi_node() -> App {
-    let a = snapshot(
-        "gpu-a",
-        vec![gpu(0, 71 * GIB), gpu(1, 40 * GIB + 272 * MIB)],
-        node_processes(),
-        vec![leaking(), bert()],
-        vec![leak_finding("s-3", 4242, 0)],
-    );
-    let mut b = snapshot(
-        "gpu-b",
-        vec![gpu(0, 12 * GIB)],
-        vec![process(0, 777, "python", "frank", 11 * GIB)],
-        vec![],
-        vec![],
-    );
-    b.ingest = Some(IngestView::default());
-    let c = Update::Down {
-        error: "http://gpu-c:9477: io: Connection refused".into(),
-        ts: NOW,
-        retry_in_s: 4,
-        attempt: 3,
-    };
-    app(vec![
-        (daemon("http://gpu-a:9477"), vec![snap(a)]),
-        (daemon("http://gpu-b:9477"), vec![snap(b)]),
-        (daemon("http://gpu-c:9477"), vec![c]),
-    ])
 }

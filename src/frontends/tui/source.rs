@@ -85,14 +85,21 @@ pub fn spawn_daemon(
                 _ => HISTORY_SECS,
             };
             let started = Instant::now();
+            let sent = now();
             let (update, wait) = match fetch(&agent, &base, history, cursor.as_deref()) {
                 Ok(s) => {
+                    let received = now();
                     cursor = next_cursor(&s);
                     last_ok = Some(started);
                     attempt = 0;
                     backoff.reset();
                     let wait = refresh.saturating_sub(started.elapsed());
-                    (Update::Snapshot(Box::new(s)), wait)
+                    let update = Update::Answer {
+                        snap: Box::new(s),
+                        sent,
+                        received,
+                    };
+                    (update, wait)
                 }
                 Err(error) => {
                     attempt += 1;

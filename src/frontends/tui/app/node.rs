@@ -39,6 +39,13 @@ pub enum Link {
 #[derive(Debug, Clone)]
 pub enum Update {
     Snapshot(Box<Snapshot>),
+    /// A daemon's answer, with this machine's clock when the request went out and when the
+    /// answer was in: the daemon's clock is measured against the midpoint (`Clock`).
+    Answer {
+        snap: Box<Snapshot>,
+        sent: Timestamp,
+        received: Timestamp,
+    },
     Down {
         error: String,
         ts: Timestamp,
@@ -58,6 +65,43 @@ pub struct Node {
     pub findings: Vec<Finding>,
     /// Used memory per GPU UUID, oldest first; `None` marks a gap.
     pub history: BTreeMap<String, VecDeque<(Timestamp, Option<u64>)>>,
+    /// How far the daemon's clock is from this machine's, as its answers measure it.
+    pub clock: Clock,
+}
+
+/// Answers timed against this machine's clock kept for the offset: the newest few.
+const CLOCK_SAMPLES: usize = 8;
+
+/// A daemon's clock against this machine's, NTP's way: each answer's `ts` against the midpoint
+/// of its request, which is off by at most half the round trip; of the last few answers the one
+/// with the shortest round trip is the one believed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Clock {
+    /// (round trip, offset) of the newest answers, seconds.
+    samples: VecDeque<(f64, f64)>,
+}
+
+impl Clock {
+    pub fn sample(&mut self, daemon_ts: Timestamp, sent: Timestamp, received: Timestamp) {
+        let rtt = (received - sent).max(0.0);
+        if !(rtt.is_finite() && daemon_ts.is_finite()) {
+            return;
+        }
+        if self.samples.len() == CLOCK_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples
+            .push_back((rtt, daemon_ts - (sent + received) / 2.0));
+    }
+
+    /// Seconds the daemon's clock is ahead of this one (negative: behind); None before an
+    /// answer was timed.
+    pub fn offset(&self) -> Option<f64> {
+        self.samples
+            .iter()
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|s| s.1)
+    }
 }
 
 impl Node {
@@ -73,6 +117,7 @@ impl Node {
             snap: None,
             findings: Vec::new(),
             history: BTreeMap::new(),
+            clock: Clock::default(),
         }
     }
 

@@ -8,123 +8,12 @@ use super::node::Node;
 use crate::core::snapshot::SessionView;
 use crate::frontends::tui::finding::{Finding, FindingView};
 use crate::units::bytes;
+use crate::util::printable::printable;
 
+mod column;
 mod reuse;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Column {
-    Node,
-    Gpu,
-    Pid,
-    User,
-    Container,
-    Name,
-    Used,
-    Floor,
-    Peak,
-    Reserved,
-    Frag,
-    Outside,
-    Retries,
-    Step,
-    Findings,
-}
-
-impl Column {
-    /// Display order, left to right.
-    pub const ALL: [Column; 15] = [
-        Column::Node,
-        Column::Gpu,
-        Column::Pid,
-        Column::User,
-        Column::Container,
-        Column::Name,
-        Column::Used,
-        Column::Floor,
-        Column::Peak,
-        Column::Reserved,
-        Column::Frag,
-        Column::Outside,
-        Column::Retries,
-        Column::Step,
-        Column::Findings,
-    ];
-
-    /// Which columns survive a narrow terminal, first to last.
-    pub const BY_PRIORITY: [Column; 15] = [
-        Column::Node,
-        Column::Gpu,
-        Column::Pid,
-        Column::Name,
-        Column::Used,
-        Column::Findings,
-        Column::Floor,
-        Column::Step,
-        Column::Peak,
-        Column::Reserved,
-        Column::Frag,
-        Column::Retries,
-        Column::Outside,
-        Column::User,
-        Column::Container,
-    ];
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Column::Node => "NODE",
-            Column::Gpu => "GPU",
-            Column::Pid => "PID (NS)",
-            Column::User => "USER",
-            Column::Container => "CONTAINER",
-            Column::Name => "PROCESS / JOB",
-            Column::Used => "NVML USED",
-            Column::Floor => "FLOOR",
-            Column::Peak => "PEAK",
-            Column::Reserved => "RESERVED",
-            Column::Frag => "FRAG",
-            Column::Outside => "OUTSIDE",
-            Column::Retries => "RETRY",
-            Column::Step => "STEP",
-            Column::Findings => "FINDINGS",
-        }
-    }
-
-    /// Width in cells; `Name` takes what is left over, at least this.
-    pub fn width(self) -> u16 {
-        match self {
-            Column::Node => 12,
-            Column::Gpu => 4,
-            Column::Pid => 12,
-            Column::User => 10,
-            Column::Container => 12,
-            Column::Name => 14,
-            Column::Used | Column::Floor | Column::Peak | Column::Reserved | Column::Outside => 10,
-            Column::Frag | Column::Retries => 5,
-            Column::Step => 7,
-            Column::Findings => 10,
-        }
-    }
-
-    pub fn numeric(self) -> bool {
-        !matches!(
-            self,
-            Column::Node
-                | Column::User
-                | Column::Container
-                | Column::Name
-                | Column::Findings
-                | Column::Pid
-        )
-    }
-
-    fn index(self) -> usize {
-        Column::ALL.iter().position(|c| *c == self).unwrap_or(0)
-    }
-
-    pub fn next(self) -> Column {
-        Column::ALL[(self.index() + 1) % Column::ALL.len()]
-    }
-}
+pub use column::Column;
 
 /// Identifies a row across refreshes, so the selection follows it when rows move.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -153,6 +42,8 @@ pub struct ProcRow {
     pub outside: Option<u64>,
     pub retries: Option<u64>,
     pub step: Option<u64>,
+    /// The trainer's rank in its job.
+    pub rank: Option<u64>,
     pub badges: Vec<Badge>,
     /// Display text of every column in `Column::ALL` order, one space between: one allocation a
     /// row instead of fifteen (a row was 600 bytes, moved at every refresh for 1,000 processes).
@@ -334,6 +225,7 @@ impl Draft<'_> {
             outside,
             retries,
             step,
+            rank: s.and_then(|s| s.rank),
             badges,
             text,
             ends,
@@ -343,8 +235,9 @@ impl Draft<'_> {
 }
 
 /// "llama-ft r0/8", with the process name after it when NVML has one: "llama-ft r0/8 · python".
+/// The job is the trainer's word: its control characters are shown escaped, not obeyed.
 fn trainer_label(s: &SessionView, process: Option<&str>) -> String {
-    let job = s.job.as_deref().unwrap_or("trainer");
+    let job = printable(s.job.as_deref().unwrap_or("trainer"));
     let rank = match (s.rank, s.world_size) {
         (Some(r), Some(w)) => format!(" r{r}/{w}"),
         (Some(r), None) => format!(" r{r}"),

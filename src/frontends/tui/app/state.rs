@@ -1,135 +1,16 @@
 //! The TUI's whole state and the one place it changes: `App::update(Action)`. Input events and
 //! data from the sources both arrive as actions; widgets only read `&App`.
 
-use super::rows::{self, Column, ProcRow, RowKey};
+use super::jobs::Jobs;
+use super::lists::window;
+use super::rows::{self, RowKey};
 use crate::core::model::Timestamp;
 use crate::frontends::tui::finding::{Finding, FindingView};
 use crate::frontends::tui::geometry;
 
+pub use super::action::{Action, Screen};
+pub use super::lists::{FindingList, ProcTable};
 pub use super::node::{authority, Link, Node, Origin, Update, HISTORY_SECS};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Screen {
-    Overview,
-    Processes,
-    Findings,
-}
-
-impl Screen {
-    pub const ALL: [Screen; 3] = [Screen::Overview, Screen::Processes, Screen::Findings];
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Screen::Overview => "Overview",
-            Screen::Processes => "Processes",
-            Screen::Findings => "Findings",
-        }
-    }
-
-    fn step(self, by: isize) -> Screen {
-        let i = Screen::ALL.iter().position(|s| *s == self).unwrap_or(0) as isize;
-        let n = Screen::ALL.len() as isize;
-        Screen::ALL[(i + by).rem_euclid(n) as usize]
-    }
-}
-
-#[derive(Debug, Clone)]
-pub enum Action {
-    Data {
-        node: usize,
-        update: Update,
-    },
-    Resize {
-        width: u16,
-        height: u16,
-    },
-    Quit,
-    NextScreen,
-    PrevScreen,
-    Show(Screen),
-    Up,
-    Down,
-    PageUp,
-    PageDown,
-    Top,
-    Bottom,
-    /// Selects the n-th visible row of the current list (mouse).
-    Select(usize),
-    Open,
-    Back,
-    ToggleHelp,
-    /// Trainer chart: floor only, or floor, peak and reserved.
-    ToggleZoom,
-    SortNext,
-    SortReverse,
-    SortBy(Column),
-    FilterStart,
-    FilterInput(char),
-    FilterBackspace,
-    FilterApply,
-    FilterCancel,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct ProcTable {
-    pub rows: Vec<ProcRow>,
-    /// Indices into `rows` after filtering and sorting.
-    pub view: Vec<usize>,
-    pub sort: Option<Column>,
-    pub desc: bool,
-    pub filter: String,
-    pub editing: bool,
-    pub selected: usize,
-    pub offset: usize,
-    selected_key: Option<RowKey>,
-}
-
-impl ProcTable {
-    pub fn selected_row(&self) -> Option<&ProcRow> {
-        self.view.get(self.selected).and_then(|i| self.rows.get(*i))
-    }
-
-    pub fn sort_column(&self) -> Column {
-        self.sort.unwrap_or(Column::Gpu)
-    }
-
-    fn refresh(&mut self) {
-        let needle = self.filter.to_lowercase();
-        let mut view: Vec<usize> = (0..self.rows.len())
-            .filter(|i| self.rows[*i].matches(&needle))
-            .collect();
-        let (col, desc) = (self.sort_column(), self.desc);
-        view.sort_by(|a, b| rows::compare(&self.rows[*a], &self.rows[*b], col, desc));
-        self.view = view;
-        let found = self
-            .selected_key
-            .as_ref()
-            .and_then(|k| self.view.iter().position(|i| &self.rows[*i].key == k));
-        self.selected = found
-            .unwrap_or(self.selected)
-            .min(self.view.len().saturating_sub(1));
-        self.remember();
-    }
-
-    fn remember(&mut self) {
-        self.selected_key = self.selected_row().map(|r| r.key.clone());
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct FindingList {
-    /// (node index, finding): firing, then pending, then resolved; newest first in each.
-    pub items: Vec<(usize, Finding)>,
-    pub selected: usize,
-    pub offset: usize,
-    selected_id: Option<(usize, String)>,
-}
-
-impl FindingList {
-    pub fn selected_item(&self) -> Option<&(usize, Finding)> {
-        self.items.get(self.selected)
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct App {
@@ -146,6 +27,8 @@ pub struct App {
     /// False under NO_COLOR.
     pub color: bool,
     pub procs: ProcTable,
+    /// The trainers' jobs, one per run across every node.
+    pub jobs: Jobs,
     pub findings: FindingList,
     pub overview_offset: usize,
     pub quit: bool,
@@ -166,6 +49,7 @@ impl App {
             height: 24,
             color,
             procs: ProcTable::default(),
+            jobs: Jobs::default(),
             findings: FindingList::default(),
             overview_offset: 0,
             quit: false,
@@ -288,6 +172,15 @@ impl App {
                 self.now = self.now.max(snap.ts);
                 node.absorb(*snap);
             }
+            Update::Answer {
+                snap,
+                sent,
+                received,
+            } => {
+                self.now = self.now.max(snap.ts);
+                node.clock.sample(snap.ts, sent, received);
+                node.absorb(*snap);
+            }
             Update::Down {
                 error,
                 ts,
@@ -316,6 +209,7 @@ impl App {
         let old = std::mem::take(&mut self.procs.rows);
         self.procs.rows = rows::build_reusing(&self.nodes, old);
         self.procs.refresh();
+        self.jobs = Jobs::build(&self.nodes);
         let mut items: Vec<(usize, Finding)> = self
             .nodes
             .iter()
@@ -487,15 +381,4 @@ impl App {
         let f = &mut self.findings;
         f.offset = window(f.selected, f.offset, rows, f.items.len());
     }
-}
-
-fn window(selected: usize, offset: usize, rows: usize, len: usize) -> usize {
-    let offset = if selected < offset {
-        selected
-    } else if selected >= offset + rows {
-        selected + 1 - rows
-    } else {
-        offset
-    };
-    offset.min(len.saturating_sub(rows))
 }

@@ -49,6 +49,19 @@ pub(super) fn listing(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     }
 }
 
+/// Lines `listing` draws when it has the room: a heading a node, a line a GPU (or why none).
+pub(super) fn listed_lines(app: &App) -> usize {
+    app.nodes
+        .iter()
+        .map(|n| {
+            let gpus = n.snap.as_ref().map_or(0, |s| {
+                usize::from(!s.nvml.up || s.gpus.is_empty()) + s.gpus.len()
+            });
+            usize::from(app.multi_node()) + gpus
+        })
+        .sum()
+}
+
 fn heading(app: &App, node: &Node, t: Theme) -> Line<'static> {
     let where_ = match &node.origin {
         Origin::Daemon { url } => authority(url).to_string(),

@@ -6,6 +6,7 @@ mod gauge;
 mod gpu_list;
 mod header;
 mod help;
+mod job_lines;
 pub mod layout;
 mod ledger;
 mod oom;

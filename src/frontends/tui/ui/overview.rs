@@ -10,7 +10,7 @@ use ratatui::Frame;
 
 use super::fmt::{ago, plural};
 use super::gauge::gauge;
-use super::gpu_list::listing;
+use super::gpu_list::{listed_lines, listing};
 use super::notice;
 use super::spark::{buckets, short, spark_range};
 use super::theme::{Theme, FREE, RESERVED, USED};
@@ -25,7 +25,7 @@ const BLOCK_MIN: u16 = 6;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     if app.multi_node() {
-        return listing(f, area, app, t);
+        return nodes(f, area, app, t);
     }
     let Some(node) = app.nodes.first() else {
         return;
@@ -79,7 +79,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     // rows (header and border included) are kept for it; the GPUs take the rest.
     let (live, firing) = live(app);
     let table = if live > 0 {
-        (live as u16).saturating_add(3)
+        (live as u16).saturating_add(2)
     } else {
         0
     };
@@ -114,6 +114,29 @@ pub fn render(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     let rest = Rect {
         y: area.y + gpus_h,
         height: area.height.saturating_sub(gpus_h),
+        ..area
+    };
+    trainers(f, rest, app, t);
+}
+
+/// Several nodes: their GPUs one a line under a heading each, then the trainer table across
+/// them (one job over several nodes is one job there). As for one node with many GPUs, a
+/// problem's lines come before the GPU lines, which come before the quiet trainers.
+fn nodes(f: &mut Frame, area: Rect, app: &App, t: Theme) {
+    let (live, firing) = live(app);
+    if live == 0 {
+        return listing(f, area, app, t);
+    }
+    let gpus = listed_lines(app) as u16;
+    let must = (firing.max(1) as u16).saturating_add(3);
+    let h = gpus
+        .min(area.height.saturating_sub(must))
+        .max(gpus.min(2))
+        .min(area.height);
+    listing(f, Rect { height: h, ..area }, app, t);
+    let rest = Rect {
+        y: area.y + h,
+        height: area.height.saturating_sub(h),
         ..area
     };
     trainers(f, rest, app, t);

@@ -1,13 +1,18 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
+use crate::frontends::tui::app::state::App;
 use crate::frontends::tui::fixtures;
 
-/// The table drawn alone into `w`x`h`.
+/// The demo's table drawn alone into `w`x`h`.
 fn drawn(w: u16, h: u16) -> String {
-    let app = fixtures::demo_like();
+    drawn_of(&fixtures::demo_like(), w, h)
+}
+
+/// `app`'s table drawn alone into `w`x`h`.
+fn drawn_of(app: &App, w: u16, h: u16) -> String {
     let backend = ratatui::backend::TestBackend::new(w, h);
     let mut term = ratatui::Terminal::new(backend).unwrap();
-    term.draw(|f| trainers(f, f.area(), &app, Theme::new(false)))
+    term.draw(|f| trainers(f, f.area(), app, Theme::new(false)))
         .unwrap();
     term.backend().to_string()
 }
@@ -31,7 +36,7 @@ fn total(cols: &[(Column, usize)]) -> usize {
 #[test]
 fn the_name_and_the_findings_come_first_and_share_what_is_left() {
     // 80 columns, the demo's longest name: whole, beside its badges and the memory.
-    let cols = columns(78, 29, 4);
+    let cols = columns(78, 29, 4, false);
     let shown: Vec<Column> = cols.iter().map(|(c, _)| *c).collect();
     assert_eq!(
         shown,
@@ -48,19 +53,45 @@ fn the_name_and_the_findings_come_first_and_share_what_is_left() {
     assert_eq!(total(&cols), 78);
     // 120 and 160: every column, the name whole, the rest to the findings.
     for room in [118, 158] {
-        let cols = columns(room, 29, 9);
-        assert_eq!(cols.len(), SHOWN.len());
+        let cols = columns(room, 29, 9, false);
+        assert_eq!(cols.len(), SHOWN.len() - 1);
         assert_eq!(cols[0], (Column::Name, 29));
         assert_eq!(total(&cols), room);
     }
     // A very long name is cut near half the room, not the findings.
-    let cols = columns(78, 200, 9);
+    let cols = columns(78, 200, 9, false);
     assert_eq!(cols[0], (Column::Name, 41));
     assert_eq!(cols.last(), Some(&(Column::Findings, 9)));
     assert!(total(&cols) <= 78);
     // Narrowest terminal: still both.
-    let cols = columns(38, 29, 4);
+    let cols = columns(38, 29, 4, false);
     assert_eq!(cols[0].0, Column::Name);
     assert_eq!(cols.last().map(|c| c.0), Some(Column::Findings));
     assert!(total(&cols) <= 38, "{cols:?}");
+}
+
+#[test]
+fn a_job_s_lines_come_before_its_ranks_and_a_cut_says_what_is_below() {
+    let app = fixtures::leaking_job();
+    let (lines, hot) = live(&app);
+    // Titles, the job's 3 lines, its 8 ranks: all of them about the leak.
+    assert_eq!((lines, hot), (12, 11));
+    let eight = drawn_of(&app, 80, 8);
+    assert!(
+        eight.contains("│■ llama-70b (run run-4128) · 8/8 ranks · running"),
+        "{eight}"
+    );
+    assert!(eight.contains("│  llama-70b r0/8 · python"), "{eight}");
+    assert!(
+        eight.contains(" 6 more: 2 Processes lists them "),
+        "{eight}"
+    );
+    let failed = fixtures::failed_job();
+    // No trainer is left to list: no column titles, only the job's lines.
+    assert_eq!(live(&failed), (5, 5));
+    let three = drawn_of(&failed, 80, 3);
+    assert!(
+        three.contains(" 0 trainers (0 with findings), 1 job failed: 2 Processes lists them"),
+        "{three}"
+    );
 }
