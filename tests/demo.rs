@@ -1,8 +1,9 @@
 //! `gpumon demo --headless` as a newcomer runs it: URL and socket on the first lines, the leak
 //! flagged within about a minute and named down to the line, near_limit on the near-limit
 //! trainer, the simulated NVML listing the trainer children with the memory they report, the
-//! leak's OOM and restart telling one story, and no child left behind. tests/demo/trainer.rs runs
-//! one demo trainer alone against a socket the test serves.
+//! leak's OOM and restart telling one story, the job's rank 2 failing first and taking the other
+//! three ranks down, and no child left behind. tests/demo/trainer.rs runs one demo trainer alone
+//! against a socket the test serves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -15,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::get;
+use gpumon::frontends::demo::job;
 use gpumon::frontends::demo::profile::Profile;
 use serde_json::Value;
 
@@ -191,11 +193,14 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
     );
 
     // Each trainer is a real child whose pid the simulated NVML lists, with the memory it reports
-    // (reserved + a 512 MiB CUDA context), joined to its session.
-    let sessions = s["sessions"].as_array().unwrap();
+    // (reserved + a 512 MiB CUDA context), joined to its session. The job's four ranks live
+    // until 75 s in, and may have died by now.
+    let all = s["sessions"].as_array().unwrap();
+    let sessions: Vec<&Value> = all.iter().filter(|x| x["job"] != job::JOB).collect();
     assert_eq!(sessions.len(), 4);
+    assert_eq!(all.len(), 8, "the job's four ranks");
     let mut pids = Vec::new();
-    for sess in sessions {
+    for sess in &sessions {
         let pid = sess["pid"].as_u64().unwrap();
         pids.push(pid);
         assert!(alive(pid));
@@ -364,9 +369,9 @@ fn the_demo_records_traces_for_gpumon_analyze() {
     let d = Demo::start(&["--record-dir", traces.to_str().unwrap()]);
     // With samples, and NVML's figure joined to each (a poll can lag on a busy machine): the
     // trace notes the figure before the next sample.
-    d.until(30, "four trainers with samples and NVML's figure", |s| {
+    d.until(30, "eight trainers with samples and NVML's figure", |s| {
         s["sessions"].as_array().is_some_and(|v| {
-            v.len() == 4
+            v.len() == 8
                 && v.iter().all(|t| {
                     t["samples"].as_u64() > Some(5)
                         && t["ledger"]["outside_allocator_bytes"].is_u64()
@@ -374,7 +379,7 @@ fn the_demo_records_traces_for_gpumon_analyze() {
         })
     });
     std::thread::sleep(Duration::from_secs(1));
-    // `gpumon status` lists the trainers by job.
+    // `gpumon status` lists the job, then the trainers by job.
     let out = Command::new(BIN)
         .args(["status", "--connect", &d.url])
         .output()
@@ -388,11 +393,21 @@ fn the_demo_records_traces_for_gpumon_analyze() {
     assert_eq!(
         jobs,
         [
+            "demo-ddp",
+            "demo-ddp",
+            "demo-ddp",
+            "demo-ddp",
+            "demo-ddp",
             "demo-healthy",
             "demo-leak",
             "demo-near-limit",
             "demo-untracked"
         ],
+        "{table}"
+    );
+    let row = table.lines().find(|l| l.starts_with("demo-ddp (run ddp-"));
+    assert!(
+        row.is_some_and(|r| r.contains(" running ") && r.contains(" 4/4 ")),
         "{table}"
     );
     // SAFETY: kill(2) on our own child; the demo ends its sessions and writes out the traces.
@@ -412,7 +427,7 @@ fn the_demo_records_traces_for_gpumon_analyze() {
         assert!(Instant::now() < deadline, "empty traces: {files:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.len(), 8, "{files:?}");
     // Each trace notes NVML's figure for its process, which analyze pairs its samples with.
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
@@ -430,7 +445,122 @@ fn the_demo_records_traces_for_gpumon_analyze() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         report["traces"].as_array().map(Vec::len),
-        Some(4),
+        Some(8),
         "{report}"
     );
+    // The ranks' traces make one job again, stopped with the demo: no failure.
+    let ddp = report["jobs"]
+        .as_array()
+        .and_then(|v| v.iter().find(|j| j["job"] == job::JOB))
+        .unwrap_or_else(|| panic!("no {} job in {}", job::JOB, report["jobs"]));
+    assert_eq!(ddp["ranks"], serde_json::json!([0, 1, 2, 3]), "{ddp}");
+    assert!(ddp["first_failure"].is_null(), "{ddp}");
+}
+
+/// The API's entry of the demo's job.
+fn ddp(s: &Value) -> Option<&Value> {
+    s["jobs"].as_array()?.iter().find(|j| j["job"] == job::JOB)
+}
+
+#[test]
+fn the_demo_s_job_fails_at_rank_2_s_oom_and_takes_the_other_three_down() {
+    // Rank 2 runs out of memory 15 s after the start.
+    let skip = job::FAIL_AT - 15.0;
+    let demo = Demo::start(&["--skip", &format!("{skip:.3}")]);
+    let s = demo.until(60, "the job failed, three ranks after rank 2", |s| {
+        ddp(s).is_some_and(|j| {
+            j["state"] == "failed" && j["consequences"].as_array().map(Vec::len) == Some(3)
+        })
+    });
+    let j = ddp(&s).unwrap();
+    assert_eq!(j["world_size"], 4, "{j}");
+    assert_eq!(j["ranks"], serde_json::json!([0, 1, 2, 3]), "{j}");
+    assert!(j["run_id"].as_str().unwrap().starts_with("ddp-"), "{j}");
+    let first = &j["first_failure"];
+    assert_eq!(
+        (&first["rank"], &first["kind"]),
+        (&2.into(), &"oom".into()),
+        "{j}"
+    );
+    // At the step the OOM cut short (5 steps a second).
+    let step = first["step"].as_u64().unwrap();
+    let at = (job::FAIL_AT * 5.0) as u64;
+    assert!((at - 5..=at).contains(&step), "{step}");
+    let mut followed: Vec<u64> = Vec::new();
+    for c in j["consequences"].as_array().unwrap() {
+        assert_eq!(c["kind"], "crash", "{c}");
+        let after = c["after_seconds"].as_f64().unwrap();
+        // 1.2 to 1.8 s, and what a busy machine adds to a process's exit.
+        assert!((0.9..6.0).contains(&after), "{c}");
+        followed.push(c["rank"].as_u64().unwrap());
+    }
+    followed.sort_unstable();
+    assert_eq!(followed, [0, 1, 3]);
+
+    // One page: rank 2's OOM is the only critical finding of the job still firing; the
+    // others' crashes are warnings that name it.
+    let ours: Vec<&Value> = s["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["job"] == job::JOB && f["state"] == "firing")
+        .collect();
+    let critical: Vec<&&Value> = ours
+        .iter()
+        .filter(|f| f["severity"] == "critical")
+        .collect();
+    assert_eq!(critical.len(), 1, "{ours:#?}");
+    assert_eq!(critical[0]["kind"], "oom");
+    assert_eq!(critical[0]["session"], first["session"]);
+    let crashes: Vec<&&Value> = ours
+        .iter()
+        .filter(|f| f["kind"] == "crash" && f["session"] != first["session"])
+        .collect();
+    assert_eq!(crashes.len(), 3, "{ours:#?}");
+    for c in crashes {
+        assert_eq!(c["severity"], "warning", "{c}");
+        assert_eq!(c["consequence_of"]["rank"], 2, "{c}");
+    }
+
+    // `gpumon status` gives the verdict in one line.
+    let out = Command::new(BIN)
+        .args(["status", "--connect", &demo.url])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("demo-ddp (run ddp-"))
+        .unwrap_or_else(|| panic!("no job row: {table}"));
+    assert!(
+        row.contains(" failed ")
+            && row.contains("failed: rank 2 oom")
+            && row.contains(", then 3 ranks within "),
+        "{table}"
+    );
+    println!("{table}");
+
+    // The ranks' processes are gone, and the simulated NVML lists them no more.
+    let ranks: Vec<u64> = s["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["job"] == job::JOB)
+        .filter_map(|x| x["pid"].as_u64())
+        .collect();
+    assert_eq!(ranks.len(), 4);
+    assert!(ranks.iter().all(|p| !alive(*p)), "{ranks:?}");
+    let s = demo.until(90, "NVML without the ranks", |s| {
+        s["processes"].as_array().is_some_and(|v| {
+            !v.iter()
+                .any(|p| p["pid"].as_u64().is_some_and(|p| ranks.contains(&p)))
+        })
+    });
+    let pids: Vec<u64> = s["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["pid"].as_u64())
+        .collect();
+    demo.stop(&pids);
 }

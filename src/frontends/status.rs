@@ -11,6 +11,8 @@ use crate::daemon_client::{normalize_url, ClientArgs, DaemonClient};
 use crate::frontends::local::{LocalNode, Machine};
 use crate::units::{bytes, opt};
 
+mod jobs;
+
 /// The flags that choose where `gpumon status` looks (flattened into its command line).
 #[derive(Debug, clap::Args)]
 pub struct SourceArgs {
@@ -136,6 +138,7 @@ fn layout(snap: &Snapshot, origin: &Origin) -> String {
             opt(r.power_watts, |w| format!("{w:.0}W")),
         );
     }
+    jobs::section(snap, &mut out);
     trainers(snap, &mut out);
     if snap.processes.is_empty() {
         let _ = writeln!(out, "\nno GPU processes");

@@ -3,11 +3,14 @@
 //! trainers, real child processes, push over the real socket: one healthy, one leaking (flagged
 //! after about 70 s, then named down to its line when the daemon asks it, and out of memory about
 //! 16 minutes in, the OOM explained as the client explains it: oom.rs), one near the limit with
-//! rising retries. The simulated NVML lists those
-//! children's pids with the memory they report.
+//! rising retries, and one watching its memory outside the allocator grow. Beside them a job,
+//! `demo-ddp`, of four ranks whose rank 2 runs out of memory 75 s in and takes the other three
+//! down with it (job.rs). The simulated NVML lists those children's pids with the memory they
+//! report.
 
 pub mod attribution;
 pub mod bundled;
+pub mod job;
 pub mod oom;
 pub mod profile;
 pub mod scenario;
@@ -41,7 +44,8 @@ pub struct DemoArgs {
     pub nvml_lib: Option<PathBuf>,
     /// Start the simulation this many seconds in. The leaking trainer runs out of memory every
     /// 758 s; its leak is flagged about 70 s into a session, so `--skip 670` shows the leak, its
-    /// attribution and then the OOM and the restart within 90 s.
+    /// attribution and then the OOM and the restart within 90 s. The job's rank 2 runs out of
+    /// memory 75 s in (`--skip 60`: 15 s after the start); skipped past that, there is no job.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
     pub skip: f64,
     /// Record each simulated trainer's session as a trace file here, for `gpumon analyze`
@@ -52,8 +56,14 @@ pub struct DemoArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct TrainerArgs {
-    #[arg(long, value_enum)]
-    pub profile: Profile,
+    /// A single trainer (or --rank).
+    #[arg(long, value_enum, required_unless_present = "rank")]
+    pub profile: Option<Profile>,
+    /// A rank of the demo's job instead (with --run-id).
+    #[arg(long, conflicts_with = "profile", requires = "run_id")]
+    pub rank: Option<u64>,
+    #[arg(long)]
+    pub run_id: Option<String>,
     #[arg(long)]
     pub socket: PathBuf,
     #[arg(long)]
@@ -143,23 +153,37 @@ pub fn run(
     // Trainers and the simulated NVML share this clock; skipping moves its start back.
     let t0 = crate::core::model::now() - args.skip;
     let exe = std::env::current_exe()?;
-    let mut pids = Vec::new();
-    for p in profile::ALL {
-        let child = Command::new(&exe)
+    let trainer = |what: &[&str], gpu: usize| {
+        Command::new(&exe)
             .arg("demo-trainer")
-            .args(["--profile", profile_name(p), "--gpu-uuid"])
-            .arg(scenario::UUIDS[p.gpu()])
+            .args(what)
+            .arg("--gpu-uuid")
+            .arg(scenario::UUIDS[gpu])
             .arg("--socket")
             .arg(&socket)
             .arg("--t0")
             .arg(t0.to_string())
             .stdin(Stdio::null())
-            .spawn()?;
+            .spawn()
+    };
+    let mut pids = Vec::new();
+    for p in profile::ALL {
+        let child = trainer(&["--profile", profile_name(p)], p.gpu())?;
         pids.push((p, child.id()));
         node.children.push(child);
     }
+    let mut ranks = Vec::new();
+    if job::launched(args.skip) {
+        let run_id = job::run_id(t0);
+        for rank in 0..job::WORLD_SIZE {
+            let r = rank.to_string();
+            let child = trainer(&["--rank", &r, "--run-id", &run_id], job::GPU)?;
+            ranks.push((rank, child.id()));
+            node.children.push(child);
+        }
+    }
     let scen = dir.join("node.toml");
-    std::fs::write(&scen, scenario::toml(&pids))?;
+    std::fs::write(&scen, scenario::toml(&pids, &ranks))?;
     // Read by the fake library at NVML init, which happens after this on the poller thread.
     std::env::set_var("FAKE_NVML_SCENARIO", &scen);
     std::env::set_var("FAKE_NVML_T0", t0.to_string());
@@ -185,6 +209,15 @@ pub fn run(
              simulated node: 2 x H100 80GB; trainers: healthy (GPU 0), leak (GPU 0), untracked (GPU 0), near-limit (GPU 1)\n",
             socket.display()
         );
+        if !ranks.is_empty() {
+            banner += &format!(
+                "job: {} of {} ranks (GPU 0); rank {} runs out of memory {:.0} s in\n",
+                job::JOB,
+                job::WORLD_SIZE,
+                job::FAILING_RANK,
+                job::FAIL_AT
+            );
+        }
         if let Some(d) = &record_dir {
             banner += &format!(
                 "traces: {} (replay with `gpumon analyze {}/gpumon-*.trace.jsonl`)\n",
@@ -252,5 +285,10 @@ fn profile_name(p: Profile) -> &'static str {
 }
 
 pub fn run_trainer(a: &TrainerArgs) -> anyhow::Result<()> {
-    trainer::run(a.profile, Path::new(&a.socket), &a.gpu_uuid, a.t0)
+    let socket = Path::new(&a.socket);
+    match (a.profile, a.rank, &a.run_id) {
+        (Some(p), _, _) => trainer::run(p, socket, &a.gpu_uuid, a.t0),
+        (None, Some(rank), Some(run_id)) => job::rank::run(rank, run_id, socket, &a.gpu_uuid, a.t0),
+        _ => anyhow::bail!("--profile, or --rank with --run-id"),
+    }
 }

@@ -184,13 +184,15 @@ pub const ALL: [Profile; 4] = [
     Profile::Untracked,
 ];
 
-/// Free memory a trainer on `gpu` sees at `t` (what `mem_get_info` would say).
+/// Free memory a trainer on `gpu` sees at `t` (what `mem_get_info` would say), the job's ranks
+/// counted while they live.
 pub fn device_free(gpu: usize, t: f64) -> u64 {
     let used: u64 = ALL
         .iter()
         .filter(|p| p.gpu() == gpu)
         .map(|p| p.nvml_used(t))
-        .sum();
+        .sum::<u64>()
+        + super::job::used_on(gpu, t);
     TOTAL.saturating_sub(DRIVER_RESERVED + used)
 }
 

@@ -1,8 +1,10 @@
 //! The simulated node's NVML scenario (for the fake NVML library): two H100s whose process lists
-//! are the demo's trainer processes, with the memory they report, on the same clock.
+//! are the demo's trainer processes, with the memory they report, on the same clock. The job's
+//! ranks leave the list when they die.
 
 use std::fmt::Write;
 
+use super::job;
 use super::profile::{Profile, DRIVER_RESERVED, TOTAL};
 
 pub const UUIDS: [&str; 2] = [
@@ -37,7 +39,8 @@ fn timeline(p: Profile) -> String {
     }
 }
 
-pub fn toml(children: &[(Profile, u32)]) -> String {
+/// The node with the single trainers' `children` and the job's `ranks`, each with its pid.
+pub fn toml(children: &[(Profile, u32)], ranks: &[(u64, u32)]) -> String {
     let mut s = String::from(
         "# Written by `gpumon demo`: a simulated node.\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\ncuda_driver_version = 12040\n",
     );
@@ -59,6 +62,14 @@ pub fn toml(children: &[(Profile, u32)]) -> String {
                 s,
                 "\n[[gpu.process]]\npid = {pid}\nname = \"gpumon\"\nused = {}\n",
                 timeline(*p)
+            );
+        }
+        for (rank, pid) in ranks.iter().filter(|_| gpu == job::GPU) {
+            let _ = write!(
+                s,
+                "\n[[gpu.process]]\npid = {pid}\nname = \"gpumon\"\nused = {}\nend = {:.3}\n",
+                job::nvml_used(*rank),
+                job::end(*rank)
             );
         }
     }

@@ -52,7 +52,7 @@ pub fn run(profile: Profile, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::
 /// A trainer stopped on purpose ends its session with `bye`, as the real client does at exit,
 /// so stopping the demo does not read as three crashes. Signals are taken on a thread of their
 /// own (blocked everywhere else, before any thread starts); the loop says bye at its next turn.
-fn stop_on_signals() {
+pub(super) fn stop_on_signals() {
     let Ok(set) = crate::frontends::tui::terminal::block_signals() else {
         return;
     };
@@ -79,7 +79,7 @@ fn stop_on_signals() {
 }
 
 /// Exits if a stop signal came, with a `bye` first when there is a connection to say it on.
-fn stop_if_asked(s: Option<&mut UnixStream>) {
+pub(super) fn stop_if_asked(s: Option<&mut UnixStream>) {
     if !STOP.load(Ordering::SeqCst) {
         return;
     }
@@ -91,7 +91,7 @@ fn stop_if_asked(s: Option<&mut UnixStream>) {
     std::process::exit(0);
 }
 
-fn connect(socket: &Path) -> UnixStream {
+pub(super) fn connect(socket: &Path) -> UnixStream {
     loop {
         stop_if_asked(None);
         if let Ok(s) = UnixStream::connect(socket) {

@@ -2,6 +2,8 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::frontends::tui::fixtures;
+
+mod jobs;
 use crate::units::{bytes, opt};
 
 /// The table as `layout` wrote it with `format!` and a String per cell: what the hand-written
@@ -52,6 +54,8 @@ fn old_layout(snap: &Snapshot, origin: &Origin) -> String {
             opt(r.power_watts, |w| format!("{w:.0}W")),
         );
     }
+    // New with jobs, not part of what `format!` wrote.
+    super::jobs::section(snap, &mut out);
     old_trainers(snap, &mut out);
     if snap.processes.is_empty() {
         let _ = writeln!(out, "\nno GPU processes");
