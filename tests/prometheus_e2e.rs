@@ -35,6 +35,9 @@ const EXPECTED: &[(&str, &str)] = &[
 const MAY_FIRE: &[(&str, &str)] = &[
     ("GpumonUntrackedGrowth", "demo-untracked"),
     ("GpumonOOMForecast", "demo-untracked"),
+    // The demo's job: its rank 2 runs out of memory 75 s in and takes the other ranks down.
+    ("GpumonJobFailed", "demo-ddp"),
+    ("GpumonTrainerOOM", "demo-ddp"),
 ];
 
 /// Dashboard queries allowed to return nothing from the demo, as (panel title, refId), each with
@@ -44,7 +47,8 @@ const MAY_FIRE: &[(&str, &str)] = &[
 /// exists once the leak is flagged, which this test waits for. A panel that needs an OOM or a
 /// lost GPU to have data would go here.
 const MAY_BE_EMPTY: &[(&str, &str)] = &[
-    // No rank of the demo fails within the test: the first-failure table is empty.
+    // The demo's job fails 75 s in, near the end of this test's window: the first-failure
+    // table may still be empty when it is read.
     ("First failure per run", "A"),
     ("First failure per run", "B"),
     ("First failure per run", "C"),
@@ -55,7 +59,7 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
 const EMPTY_IN_DEMO: &[&str] = &[
     // No trainer of the demo runs in a container.
     "container",
-    // The demo's trainers send no run_id.
+    // The demo's single trainers send no run_id (only demo-ddp's ranks do).
     "run_id",
 ];
 
@@ -249,7 +253,7 @@ fn two_demo_nodes_alert_through_prometheus_and_alertmanager_and_fill_the_dashboa
     check_alerts(&run, &nodes);
     check_webhook(&run, &received);
     let dashboard = Dashboard::load();
-    check_variables(&run, &dashboard);
+    check_variables(&run, &dashboard, &nodes);
     check_queries(&run, &dashboard);
     check_stats(&run, &dashboard);
 
@@ -398,8 +402,22 @@ fn check_webhook(run: &Run, received: &Arc<Mutex<Vec<Value>>>) {
 }
 
 /// The drop-downs list what the two nodes have, as Grafana asks for them (`label_values`).
-fn check_variables(run: &Run, dashboard: &Dashboard) {
+fn check_variables(run: &Run, dashboard: &Dashboard, nodes: &[DemoNode]) {
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    // The demo's job has a run_id of its own on each node.
+    let run_ids: BTreeSet<String> = nodes
+        .iter()
+        .map(|n| {
+            let (_, body) = stack::get(&format!("{}/api/v1/snapshot", n.url), &[]);
+            let snap: Value = serde_json::from_str(&body).unwrap();
+            snap["jobs"]
+                .as_array()
+                .and_then(|v| v.iter().find(|j| j["job"] == "demo-ddp"))
+                .and_then(|j| j["run_id"].as_str())
+                .unwrap_or_else(|| panic!("{}: no demo-ddp run_id: {}", n.target, snap["jobs"]))
+                .to_string()
+        })
+        .collect();
     let expected: BTreeMap<&str, BTreeSet<String>> = [
         ("instance", run.targets.clone()),
         ("gpu", set(&["0", "1"])),
@@ -407,14 +425,14 @@ fn check_variables(run: &Run, dashboard: &Dashboard) {
         (
             "job",
             set(&[
+                "demo-ddp",
                 "demo-healthy",
                 "demo-leak",
                 "demo-near-limit",
                 "demo-untracked",
             ]),
         ),
-        // The demo's trainers send no run_id.
-        ("run_id", set(&[])),
+        ("run_id", run_ids),
     ]
     .into();
     for (name, def) in &dashboard.variables {
