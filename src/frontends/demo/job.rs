@@ -10,11 +10,16 @@ pub mod rank;
 
 use serde_json::{json, Value};
 
-use super::oom::human;
-use super::profile::{device_free, CONTEXT, GIB, MIB, STEPS_PER_SECOND, TOTAL};
+use super::profile::{human, singles_free, CONTEXT, GIB, MIB, STEPS_PER_SECOND, TOTAL};
 use crate::core::trainer::Stats;
 
 pub const JOB: &str = "demo-ddp";
+
+/// Free memory a trainer on `gpu` sees at `t` (what `mem_get_info` would say), the job's ranks
+/// counted while they live.
+pub fn device_free(gpu: usize, t: f64) -> u64 {
+    singles_free(gpu, t).saturating_sub(used_on(gpu, t))
+}
 pub const WORLD_SIZE: u64 = 4;
 /// The rank that runs out of memory.
 pub const FAILING_RANK: u64 = 2;

@@ -8,7 +8,9 @@
 use serde_json::{json, Value};
 
 use super::attribution::{leak_site, TRAIN};
-use super::profile::{device_free, Profile, TOTAL};
+use super::job::device_free;
+pub use super::profile::human;
+use super::profile::{Profile, TOTAL};
 use crate::core::detect::attribution::Frame;
 use crate::core::detect::explanation::{Explanation, FailingSite, Pattern};
 use crate::units::{bytes, thousands};
@@ -145,22 +147,6 @@ pub fn exception(profile: Profile, end: f64) -> String {
 /// The client's last line before the connection closes without bye.
 pub fn died(why: &str, ts: f64) -> Value {
     json!({"type": "event", "ts": ts, "kind": "mark", "detail": format!("trainer died: {why}")})
-}
-
-/// Bytes the way torch's messages (and the client) write them: "2.00 GiB".
-pub fn human(n: u64) -> String {
-    let mut value = n as f64;
-    for unit in ["bytes", "KiB", "MiB"] {
-        if value < 1024.0 {
-            return if unit == "bytes" {
-                format!("{n} bytes")
-            } else {
-                format!("{value:.2} {unit}")
-            };
-        }
-        value /= 1024.0;
-    }
-    format!("{value:.2} GiB")
 }
 
 #[cfg(test)]

@@ -184,16 +184,31 @@ pub const ALL: [Profile; 4] = [
     Profile::Untracked,
 ];
 
-/// Free memory a trainer on `gpu` sees at `t` (what `mem_get_info` would say), the job's ranks
-/// counted while they live.
-pub fn device_free(gpu: usize, t: f64) -> u64 {
+/// Free memory on `gpu` at `t` with only the single trainers counted (`job::device_free` takes
+/// the job's ranks off it too: the job sits above the profiles, not beside them).
+pub fn singles_free(gpu: usize, t: f64) -> u64 {
     let used: u64 = ALL
         .iter()
         .filter(|p| p.gpu() == gpu)
         .map(|p| p.nvml_used(t))
-        .sum::<u64>()
-        + super::job::used_on(gpu, t);
+        .sum::<u64>();
     TOTAL.saturating_sub(DRIVER_RESERVED + used)
+}
+
+/// Bytes the way torch's messages (and the client) write them: "2.00 GiB".
+pub fn human(n: u64) -> String {
+    let mut value = n as f64;
+    for unit in ["bytes", "KiB", "MiB"] {
+        if value < 1024.0 {
+            return if unit == "bytes" {
+                format!("{n} bytes")
+            } else {
+                format!("{value:.2} {unit}")
+            };
+        }
+        value /= 1024.0;
+    }
+    format!("{value:.2} GiB")
 }
 
 #[cfg(test)]

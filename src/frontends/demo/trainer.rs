@@ -13,8 +13,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::attribution::{self, Mark, Request, Window};
+use super::job::device_free;
 use super::oom;
-use super::profile::{device_free, Profile, STEPS_PER_SECOND, TOTAL};
+use super::profile::{Profile, STEPS_PER_SECOND, TOTAL};
 
 /// Set by SIGTERM, SIGINT, SIGHUP or SIGQUIT: the demo stopping, Ctrl-C on its terminal (which
 /// reaches the whole process group, the daemon included), or the parent's death signal.

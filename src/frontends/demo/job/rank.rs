@@ -12,8 +12,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{at, end, exception, oom_event, FAILING_RANK, GPU, JOB, WORLD_SIZE};
+use crate::frontends::demo::job::device_free;
 use crate::frontends::demo::oom::died;
-use crate::frontends::demo::profile::{device_free, STEPS_PER_SECOND, TOTAL};
+use crate::frontends::demo::profile::{STEPS_PER_SECOND, TOTAL};
 use crate::frontends::demo::trainer::{connect, stop_if_asked, stop_on_signals};
 
 pub fn run(rank: u64, run_id: &str, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::Result<()> {

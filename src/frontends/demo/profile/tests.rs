@@ -7,7 +7,7 @@ fn gpus_never_overcommit_and_the_leak_restarts_before_the_limit() {
     for i in 0..4000 {
         let t = i as f64 * 0.5;
         for gpu in 0..2 {
-            assert!(device_free(gpu, t) > 0, "gpu {gpu} full at {t}");
+            assert!(singles_free(gpu, t) > 0, "gpu {gpu} full at {t}");
         }
         let (_, s) = Profile::Leak.at(t);
         assert!(s.allocated_peak.unwrap() < s.reserved.unwrap());
