@@ -128,6 +128,11 @@ class Attachment:
     def _wake(self) -> None:
         # A window or an arming opened: it moves on at every step, so every step takes the path.
         self._step += self._fold_pending()
+        # An arming means an OOM is coming: the split, measured now, says what would shrink it.
+        cats, client = self.categories, self.client
+        armer = client.armer if client is not None else None
+        if cats is not None and armer is not None and armer.armed is not None:
+            cats.ask()
 
     def on_optimizer_step(self, optimizer: Any) -> None:
         """The whole step path: what `hook` runs at the steps it does not only count."""

@@ -211,3 +211,22 @@ def test_every_optimizer_of_a_training_step_is_handed_to_the_measurement(daemon)
     client.close()
     finish = [e for e in starter.log if e[0] == "finish"]
     assert finish == [("finish", 0, 3, [gen, disc])]
+
+
+def test_an_arming_asks_for_a_split_at_the_next_step(daemon):
+    from types import SimpleNamespace
+
+    starter = Starter()
+    att, client = attachment(daemon, starter, every=1)
+    opt = Optimizer()
+    for _ in range(4):
+        att.hook(opt, (), {})
+    assert [e[0] for e in starter.log] == ["arm", "finish"]
+    client.armer = SimpleNamespace(armed=object(), at_step=lambda step: None, stop=lambda final=False: None,
+                                   stats=lambda: {})
+    att._wake()  # what the client does when the daemon's arm request opens an arming
+    for _ in range(2):
+        att.hook(opt, (), {})
+    client.armer = None
+    client.close()
+    assert [e[:3] for e in starter.log] == [("arm", 0), ("finish", 0, 3), ("arm", 0), ("finish", 0, 6)]
