@@ -3,7 +3,9 @@
 //! hour of polls (GPU history full: 3,600 points) and 400 samples per trainer. Built as a delta
 //! since the cursor of the refresh before (one poll and one sample per trainer later), and
 //! whole; then written as JSON, as the daemon sends it. Then the TUI's side: the delta parsed
-//! and applied.
+//! and applied. Then jobs (`jobs_*`): the same node with its 64 trainers as 8 jobs of 8 ranks
+//! (one `run_id` each, rank = GPU), after 300 polls: the delta again, the trainer families of
+//! /metrics as a scrape encodes them, and the snapshot's `jobs` alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -57,6 +59,23 @@ fn poll(store: &mut Store, ts: f64, i: u32) {
     store.apply(reading, 0.001);
 }
 
+/// A poll at `ts` through the aggregator, as the daemon's poller hands it over.
+fn collect(core: &mut Core, ts: f64) {
+    let mut reading = common::node(GPUS, 128);
+    reading.ts = ts;
+    let status = NvmlStatus {
+        up: true,
+        last_poll_ts: Some(ts),
+        ..NvmlStatus::default()
+    };
+    core.apply(Input::Collection(Box::new(Collection {
+        ts,
+        reading: Ok(Arc::new(reading)),
+        status,
+        text: "".into(),
+    })));
+}
+
 fn bench(c: &mut Criterion) {
     let t0 = now() - f64::from(POLLS);
     let mut store = Store::new(HistoryLimits { gpu_points: 3600 }, 1.0, "lib".into());
@@ -90,19 +109,7 @@ fn bench(c: &mut Criterion) {
     let first = Snapshot::build_since(core.store(), "node", 300.0, Some(""));
     let cursor = first.cursor.clone().unwrap();
     // The refresh after that cursor's: a poll, and a sample from each trainer.
-    let mut reading = common::node(GPUS, 128);
-    reading.ts = last;
-    let status = NvmlStatus {
-        up: true,
-        last_poll_ts: Some(last),
-        ..NvmlStatus::default()
-    };
-    core.apply(Input::Collection(Box::new(Collection {
-        ts: last,
-        reading: Ok(Arc::new(reading)),
-        status,
-        text: "".into(),
-    })));
+    collect(&mut core, last);
     for conn in &mut conns {
         conn.handle(sample(last, SAMPLES).as_bytes(), &mut core, last);
     }
@@ -171,5 +178,67 @@ fn tui(c: &mut Criterion, first: Snapshot, delta: &Snapshot) {
     });
 }
 
-criterion_group!(benches, bench);
+/// The trainers of `jobs`: session (g, k) is rank g of the run `llama-ft-{k}`, 8 ranks each.
+fn job_hello(g: u32, k: u32, pid: u32) -> String {
+    format!(
+        r#"{{"type":"hello","v":1,"pid":{pid},"job":"llama-ft","run_id":"llama-ft-{k}","rank":{g},"world_size":8,"cuda_device":{g},"gpu_uuid":"GPU-{g:08x}-1111-2222-3333-444444444444","client":"gpumon-py/0.1.0","torch":"2.5.1"}}"#
+    )
+}
+
+/// What jobs cost per snapshot and per /metrics encode, at 8x128 with 8 jobs of 8 ranks. A
+/// daemon without jobs reads the same hellos (it ignores `run_id`), so the first two compare
+/// across builds; `jobs_views` is the verdict alone.
+fn jobs(c: &mut Criterion) {
+    const POLLS_J: u32 = 300;
+    let t0 = now() - f64::from(POLLS_J);
+    let mut store = Store::new(HistoryLimits { gpu_points: 3600 }, 1.0, "lib".into());
+    for i in 0..POLLS_J {
+        poll(&mut store, t0 + f64::from(i), i);
+    }
+    let mut core = Core::new(store);
+    let mut conns: Vec<Conn> = Vec::new();
+    for g in 0..GPUS {
+        for k in 0..TRAINERS_PER_GPU {
+            let pid = 100_000 + g * 1000 + k;
+            let mut conn = Conn::new(Peer {
+                pid,
+                uid: 1000,
+                gid: 1000,
+            });
+            conn.handle(job_hello(g, k, pid).as_bytes(), &mut core, t0);
+            conns.push(conn);
+        }
+    }
+    let last = t0 + f64::from(POLLS_J);
+    for s in 0..SAMPLES {
+        let ts = last - f64::from(SAMPLES - s);
+        for conn in &mut conns {
+            conn.handle(sample(ts, s).as_bytes(), &mut core, ts);
+        }
+    }
+    let first = Snapshot::build_since(core.store(), "node", 300.0, Some(""));
+    let cursor = first.cursor.clone().unwrap();
+    collect(&mut core, last);
+    for conn in &mut conns {
+        conn.handle(sample(last, SAMPLES).as_bytes(), &mut core, last);
+    }
+    let delta = Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor));
+    assert!(delta.delta);
+    assert_eq!(delta.sessions.len(), 64);
+    c.bench_function("jobs_snapshot_delta_build_8gpu_128proc_8jobs_of_8", |b| {
+        b.iter(|| Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor)))
+    });
+    c.bench_function("jobs_metrics_trainer_text_8gpu_128proc_8jobs_of_8", |b| {
+        b.iter(|| gpumon::outputs::prometheus::trainer_text(core.store()))
+    });
+    // The verdict alone (a build without jobs has none to measure).
+    let views = gpumon::core::snapshot::jobs::views(core.store(), "node");
+    assert_eq!(views.len(), 8);
+    assert!(views.iter().all(|v| v.members.len() == 8));
+    c.bench_function("jobs_views_8gpu_128proc_8jobs_of_8", |b| {
+        b.iter(|| gpumon::core::snapshot::jobs::views(core.store(), "node"))
+    });
+}
+
+criterion_group!(benches, bench, jobs);
 criterion_main!(benches);

@@ -7,11 +7,49 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::stats::Sample;
 
-pub fn hello(job: &str, rank: usize) -> String {
+/// Who one session of the load says it is, beyond its job name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub rank: usize,
+    pub world_size: usize,
+    /// The run the session belongs to (the hello's `run_id`): ranks of one job share it.
+    pub run_id: Option<String>,
+}
+
+impl Identity {
+    /// Session `index` of the load. With `ranks_per_job` 0 (the default) it is what the load
+    /// generator always said: rank `index` of a world of 64, no run_id. With `ranks_per_job` n,
+    /// the sessions make jobs of n ranks, as torchrun's would: rank `index % n` of a world of
+    /// n, in the run `{run_id}-{index / n}`.
+    pub fn of(index: usize, ranks_per_job: usize, run_id: &str) -> Self {
+        match ranks_per_job {
+            0 => Self {
+                rank: index,
+                world_size: 64,
+                run_id: None,
+            },
+            n => Self {
+                rank: index % n,
+                world_size: n,
+                run_id: Some(format!("{run_id}-{}", index / n)),
+            },
+        }
+    }
+}
+
+/// The hello of session `index` (its pid, device and GPU come from the index, whatever its rank).
+pub fn hello(job: &str, index: usize, id: &Identity) -> String {
+    let run_id = id
+        .run_id
+        .as_deref()
+        .map(|r| format!(",\"run_id\":{}", serde_json::Value::from(r)))
+        .unwrap_or_default();
     format!(
-        "{{\"type\":\"hello\",\"v\":1,\"pid\":{pid},\"job\":\"{job}\",\"rank\":{rank},\"world_size\":64,\"cuda_device\":{dev},\"gpu_uuid\":\"GPU-8f0c3e1a-5b2d-4c6e-9a7f-{rank:012}\",\"client\":\"gpumon-loadgen/{ver}\",\"torch\":\"2.5.1\",\"allocator\":\"native\",\"expandable_segments\":false}}\n",
-        pid = 1000 + rank,
-        dev = rank % 8,
+        "{{\"type\":\"hello\",\"v\":1,\"pid\":{pid},\"job\":\"{job}\",\"rank\":{rank},\"world_size\":{world}{run_id},\"cuda_device\":{dev},\"gpu_uuid\":\"GPU-8f0c3e1a-5b2d-4c6e-9a7f-{index:012}\",\"client\":\"gpumon-loadgen/{ver}\",\"torch\":\"2.5.1\",\"allocator\":\"native\",\"expandable_segments\":false}}\n",
+        pid = 1000 + index,
+        rank = id.rank,
+        world = id.world_size,
+        dev = index % 8,
         ver = env!("CARGO_PKG_VERSION"),
     )
 }
@@ -125,8 +163,50 @@ mod tests {
 
     #[test]
     fn hello_is_valid_json() {
-        let v: serde_json::Value = serde_json::from_str(&hello("j", 3)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&hello("j", 3, &Identity::of(3, 0, "r"))).unwrap();
         assert_eq!(v["type"], "hello");
         assert_eq!(v["rank"], 3);
+    }
+
+    /// Without --ranks-per-job the hello is the one the load generator always sent.
+    #[test]
+    fn the_default_hello_is_the_one_it_always_was() {
+        let h = hello("gpumon-loadgen", 5, &Identity::of(5, 0, "ignored"));
+        let want = format!(
+            concat!(
+                r#"{{"type":"hello","v":1,"pid":1005,"job":"gpumon-loadgen","rank":5,"world_size":64,"#,
+                r#""cuda_device":5,"gpu_uuid":"GPU-8f0c3e1a-5b2d-4c6e-9a7f-000000000005","#,
+                r#""client":"gpumon-loadgen/{}","torch":"2.5.1","allocator":"native","expandable_segments":false}}"#,
+                "\n"
+            ),
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(h, want);
+    }
+
+    /// --ranks-per-job 8 makes 64 sessions into 8 jobs of ranks 0-7, one run_id each, while
+    /// every session keeps its own pid and GPU.
+    #[test]
+    fn ranks_per_job_makes_jobs_of_that_many_ranks() {
+        let hellos: Vec<serde_json::Value> = (0..64)
+            .map(|i| serde_json::from_str(&hello("j", i, &Identity::of(i, 8, "run"))).unwrap())
+            .collect();
+        let mut jobs = std::collections::BTreeMap::<String, Vec<u64>>::new();
+        for h in &hellos {
+            assert_eq!(h["world_size"], 8);
+            jobs.entry(h["run_id"].as_str().unwrap().to_string())
+                .or_default()
+                .push(h["rank"].as_u64().unwrap());
+        }
+        assert_eq!(jobs.len(), 8);
+        assert!(
+            jobs.values().all(|r| *r == (0..8).collect::<Vec<u64>>()),
+            "{jobs:?}"
+        );
+        assert_eq!(hellos[9]["run_id"], "run-1");
+        assert_eq!(hellos[9]["pid"], 1009);
+        let pids: std::collections::HashSet<_> = hellos.iter().map(|h| h["pid"].clone()).collect();
+        assert_eq!(pids.len(), 64);
     }
 }

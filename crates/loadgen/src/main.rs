@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 
 use daemon::Api;
+use lines::Identity;
 use report::Report;
 use stats::{Mode, Source};
 use trainer::Trainer;
@@ -58,6 +59,16 @@ pub struct Args {
     /// (varying batches, noise, segments, retries), for measuring the daemon's memory honestly.
     #[arg(long, value_enum, default_value_t = Mode::Simple)]
     stats: Mode,
+    /// Group the connections into jobs of this many ranks, as torchrun's ranks are: each job's
+    /// sessions say ranks 0 to N-1, `world_size` N and one `run_id` (`--run-id` with the job's
+    /// number after it), so 64 connections with 8 make 8 jobs of 8 ranks. 0 (the default): every
+    /// session says rank = its number, world_size 64 and no run_id, as before.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    ranks_per_job: usize,
+    /// The jobs' run_id, before `-<job number>` (with --ranks-per-job); by default
+    /// `gpumon-loadgen-<pid>`, a new run each time the load generator starts.
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
     /// Seed of the realistic figures: the same seed sends the same figures.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -107,6 +118,21 @@ fn run(args: &Args) -> anyhow::Result<Report> {
     if args.connections == 0 || args.batch == 0 || args.seconds == 0 {
         bail!("--connections, --batch and --seconds must be at least 1");
     }
+    if args.ranks_per_job > 0 && !args.connections.is_multiple_of(args.ranks_per_job) {
+        bail!(
+            "--connections {} is not a whole number of jobs of --ranks-per-job {}",
+            args.connections,
+            args.ranks_per_job
+        );
+    }
+    let run_id = args
+        .run_id
+        .clone()
+        .unwrap_or_else(|| format!("{JOB}-{}", std::process::id()));
+    // The daemon takes a run_id of up to 128 bytes; the job's number goes after it.
+    if run_id.len() > 100 {
+        bail!("--run-id is longer than 100 bytes");
+    }
     let api = Api::new(&args.api);
     let start_counters = api.counters()?;
     // The probe needs a new step in each sample, which simple figures always give.
@@ -114,6 +140,7 @@ fn run(args: &Args) -> anyhow::Result<Report> {
         &args.socket,
         &format!("{JOB}-probe"),
         0,
+        &Identity::of(0, 0, ""),
         Source::new(Mode::Simple, args.seed, 0),
     )?;
     let pid = match args.daemon_pid {
@@ -121,9 +148,10 @@ fn run(args: &Args) -> anyhow::Result<Report> {
         None => daemon::peer_pid(&probe.stream)?,
     };
     let mut trainers = (0..args.connections)
-        .map(|rank| {
-            let source = Source::new(args.stats, args.seed, rank as u64);
-            Trainer::connect(&args.socket, JOB, rank, source)
+        .map(|i| {
+            let source = Source::new(args.stats, args.seed, i as u64);
+            let id = Identity::of(i, args.ranks_per_job, &run_id);
+            Trainer::connect(&args.socket, JOB, i, &id, source)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut r = Report::new(args, pid);

@@ -11,6 +11,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 pub struct Report {
     connections: usize,
+    ranks_per_job: usize,
     batch: usize,
     rate: u64,
     history: u64,
@@ -41,6 +42,7 @@ impl Report {
     pub fn new(a: &Args, pid: u32) -> Self {
         Self {
             connections: a.connections,
+            ranks_per_job: a.ranks_per_job,
             batch: a.batch,
             rate: a.rate,
             history: a.history,
@@ -138,9 +140,13 @@ impl fmt::Display for Report {
             0 => "as fast as the daemon reads".to_string(),
             r => format!("{r} samples/s offered"),
         };
+        let jobs = match self.ranks_per_job {
+            0 => String::new(),
+            n => format!(" in {} jobs of {n} ranks", self.connections / n),
+        };
         writeln!(
             f,
-            "gpumon-loadgen: {} connections (+1 probe), {} lines per write, {offered}, daemon pid {}",
+            "gpumon-loadgen: {} connections{jobs} (+1 probe), {} lines per write, {offered}, daemon pid {}",
             self.connections, self.batch, self.pid
         )?;
         if let Some(rss) = self.history_rss {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::lines;
+use crate::lines::{self, Identity};
 use crate::stats::Source;
 
 pub struct Trainer {
@@ -21,9 +21,15 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// Connects and says hello; fails unless the daemon answers with a welcome. Samples' figures
-    /// come from `source`.
-    pub fn connect(socket: &Path, job: &str, rank: usize, source: Source) -> anyhow::Result<Self> {
+    /// Connects and says hello as session `index` of the load, `id` in job `job`; fails unless
+    /// the daemon answers with a welcome. Samples' figures come from `source`.
+    pub fn connect(
+        socket: &Path,
+        job: &str,
+        index: usize,
+        id: &Identity,
+        source: Source,
+    ) -> anyhow::Result<Self> {
         let stream = UnixStream::connect(socket).with_context(|| {
             format!(
                 "cannot connect to the ingest socket {}; is the daemon running with --socket {}?",
@@ -32,7 +38,7 @@ impl Trainer {
             )
         })?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        (&stream).write_all(lines::hello(job, rank).as_bytes())?;
+        (&stream).write_all(lines::hello(job, index, id).as_bytes())?;
         let mut reply = String::new();
         BufReader::new(&stream)
             .read_line(&mut reply)
