@@ -14,7 +14,21 @@ use crate::core::store::Store;
 /// Every job the registry keeps, newest first: live ones, then ended ones.
 pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
     let sessions = &store.sessions;
-    let by_pid = store.latest().map(by_pid).unwrap_or_default();
+    // Only the live members' pids: a node lists a thousand processes, a job's ranks a handful,
+    // and this runs for every API answer.
+    let mut pids: Vec<u32> = sessions
+        .jobs
+        .iter()
+        .flat_map(|j| &j.members)
+        .filter(|m| m.ended.is_none())
+        .map(|m| m.pid)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let by_pid = match store.latest() {
+        Some(r) if !pids.is_empty() => by_pid(r, &pids),
+        _ => ByPid::default(),
+    };
     let rules = *sessions.jobs.rules();
     let mut out: Vec<JobView> = sessions
         .jobs
@@ -44,9 +58,13 @@ pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
 /// Memory each pid holds on each GPU, from NVML: (device UUID, index, bytes).
 pub type ByPid<'a> = HashMap<u32, Vec<(&'a str, Option<u32>, u64)>>;
 
-fn by_pid(r: &NodeReading) -> ByPid<'_> {
-    let mut m: ByPid = HashMap::new();
+/// NVML's rows of `pids` (sorted), by pid.
+fn by_pid<'a>(r: &'a NodeReading, pids: &[u32]) -> ByPid<'a> {
+    let mut m: ByPid = HashMap::with_capacity(pids.len());
     for p in &r.processes {
+        if pids.binary_search(&p.pid).is_err() {
+            continue;
+        }
         if let Some(used) = p.used_memory_bytes.filter(|u| *u > 0) {
             let uuid = p.mig_uuid.as_deref().unwrap_or(&p.uuid);
             m.entry(p.pid).or_default().push((uuid, Some(p.gpu), used));

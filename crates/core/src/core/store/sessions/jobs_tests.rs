@@ -207,3 +207,38 @@ fn another_users_session_cannot_join_the_job() {
     assert_eq!(ours.first_failure.as_ref().unwrap().rank, Some(5));
     assert_eq!(snap.jobs.len(), 2, "mallory's session is a job of its own");
 }
+
+#[test]
+fn a_rank_whose_process_also_holds_memory_on_another_gpu_is_named() {
+    use crate::core::model::NodeReading;
+    let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
+    let keys = job_of_8(&mut store.sessions);
+    // Rank 3's process made a CUDA context on GPU-0 as well as on its own GPU-3; a process
+    // outside the job uses GPU-0 too and is not counted.
+    let mut stray = super::nvml::tests::process(peer(3).pid, "GPU-0", 500 << 20);
+    stray.gpu = 0;
+    let mut own = super::nvml::tests::process(peer(3).pid, "GPU-3", 30 * GIB);
+    own.gpu = 3;
+    let other = super::nvml::tests::process(99_999, "GPU-0", GIB);
+    store.apply(
+        NodeReading {
+            ts: 30.0,
+            driver_version: None,
+            gpus: vec![],
+            processes: vec![stray, own, other],
+        },
+        0.001,
+    );
+    let snap = Snapshot::build(&store, "h", 0.0);
+    let m = &snap.jobs[0].memory;
+    assert_eq!(m.stray.len(), 1, "{:?}", m.stray);
+    assert_eq!(m.stray[0].rank, Some(3));
+    assert_eq!(
+        (m.stray[0].stray.gpu_uuid.as_str(), m.stray[0].stray.bytes),
+        ("GPU-0", 500 << 20)
+    );
+    // Once rank 3 ended, nothing is named.
+    store.sessions.close(keys[3], Ending::Clean, 40.0);
+    let snap = Snapshot::build(&store, "h", 0.0);
+    assert!(snap.jobs[0].memory.stray.is_empty());
+}
