@@ -82,8 +82,20 @@ fn record_dir_writes_each_session_as_a_replayable_trace() {
     let trace = std::fs::read_to_string(&files[0]).unwrap();
     let expected: Vec<&String> = lines[1..7].iter().chain(&lines[8..]).collect();
     let recorded: Vec<&str> = trace.lines().collect();
+    // The header: the hello, then the recorder's note of the node it records on.
+    assert!(
+        recorded[1].starts_with(r#"{"type":"trace_host","host":""#),
+        "{}",
+        recorded[1]
+    );
+    let trainer: Vec<&str> = recorded
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, l)| *l)
+        .collect();
     assert_eq!(
-        recorded, expected,
+        trainer, expected,
         "accepted lines only, as received, hello first"
     );
     assert_eq!(d.stop().code(), Some(0));
