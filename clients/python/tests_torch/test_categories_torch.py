@@ -15,6 +15,14 @@ from support import MEM_INFO, STATS, run_child
 
 torch = support.require("torch")
 
+# These tests compute what they expect with torch's own hook stack reader and FSDP2/DTensor, which
+# torch 2.1 lacks; the client's path for older torch (no reader) is tested here by emulation on
+# the newest torch. Not yet run against torch 2.1 itself: issue 40's next step.
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+pytestmark = pytest.mark.skipif(
+    _TORCH < (2, 8), reason="torch %s: the expected values need torch >= 2.8" % torch.__version__
+)
+
 import gpumon_client  # noqa: E402
 from gpumon_client import StaticStatsSource, categories  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
