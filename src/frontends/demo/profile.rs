@@ -211,5 +211,29 @@ pub fn human(n: u64) -> String {
     format!("{value:.2} GiB")
 }
 
+/// A demo trainer's `sample` line: what the real client sends from `memory_stats()` and
+/// `mem_get_info()` (the single trainers and the job's ranks alike).
+pub fn sample_line(
+    ts: f64,
+    step: u64,
+    stats: &crate::core::trainer::Stats,
+    device_free: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "type": "sample", "ts": ts, "step": step, "phase": "train",
+        "stats": {
+            "allocated_bytes.all.current": stats.allocated,
+            "allocated_bytes.all.peak": stats.allocated_peak,
+            "reserved_bytes.all.current": stats.reserved,
+            "active_bytes.all.current": stats.active,
+            "inactive_split_bytes.all.current": stats.inactive_split,
+            "requested_bytes.all.current": stats.requested,
+            "num_alloc_retries": stats.alloc_retries,
+            "num_ooms": stats.ooms,
+        },
+        "device_free": device_free, "device_total": TOTAL,
+    })
+}
+
 #[cfg(test)]
 mod tests;

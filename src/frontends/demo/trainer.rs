@@ -15,7 +15,7 @@ use serde_json::json;
 use super::attribution::{self, Mark, Request, Window};
 use super::job::device_free;
 use super::oom;
-use super::profile::{Profile, STEPS_PER_SECOND, TOTAL};
+use super::profile::{sample_line, Profile, STEPS_PER_SECOND};
 
 /// Set by SIGTERM, SIGINT, SIGHUP or SIGQUIT: the demo stopping, Ctrl-C on its terminal (which
 /// reaches the whole process group, the daemon included), or the parent's death signal.
@@ -156,20 +156,7 @@ fn pump(
             last_step = Some(step);
             let ts = crate::core::model::now();
             last_ts = ts;
-            let sample = json!({
-                "type": "sample", "ts": ts, "step": step, "phase": "train",
-                "stats": {
-                    "allocated_bytes.all.current": stats.allocated,
-                    "allocated_bytes.all.peak": stats.allocated_peak,
-                    "reserved_bytes.all.current": stats.reserved,
-                    "active_bytes.all.current": stats.active,
-                    "inactive_split_bytes.all.current": stats.inactive_split,
-                    "requested_bytes.all.current": stats.requested,
-                    "num_alloc_retries": stats.alloc_retries,
-                    "num_ooms": stats.ooms,
-                },
-                "device_free": device_free(gpu, t), "device_total": TOTAL,
-            });
+            let sample = sample_line(ts, step, &stats, device_free(gpu, t));
             if writeln!(s, "{sample}").is_err() {
                 return false;
             }

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::{at, end, exception, oom_event, FAILING_RANK, GPU, JOB, WORLD_SIZE};
 use crate::frontends::demo::job::device_free;
 use crate::frontends::demo::oom::died;
-use crate::frontends::demo::profile::{STEPS_PER_SECOND, TOTAL};
+use crate::frontends::demo::profile::{sample_line, STEPS_PER_SECOND};
 use crate::frontends::demo::trainer::{connect, stop_if_asked, stop_on_signals};
 
 pub fn run(rank: u64, run_id: &str, socket: &Path, gpu_uuid: &str, t0: f64) -> anyhow::Result<()> {
@@ -56,21 +56,8 @@ fn pump(s: &mut UnixStream, rank: u64, t0: f64) -> bool {
         let (step, stats) = at(rank, t);
         if last_step != Some(step) {
             last_step = Some(step);
-            let sample = json!({
-                "type": "sample", "ts": crate::core::model::now(), "step": step,
-                "phase": "train",
-                "stats": {
-                    "allocated_bytes.all.current": stats.allocated,
-                    "allocated_bytes.all.peak": stats.allocated_peak,
-                    "reserved_bytes.all.current": stats.reserved,
-                    "active_bytes.all.current": stats.active,
-                    "inactive_split_bytes.all.current": stats.inactive_split,
-                    "requested_bytes.all.current": stats.requested,
-                    "num_alloc_retries": stats.alloc_retries,
-                    "num_ooms": stats.ooms,
-                },
-                "device_free": device_free(GPU, t), "device_total": TOTAL,
-            });
+            let now = crate::core::model::now();
+            let sample = sample_line(now, step, &stats, device_free(GPU, t));
             if writeln!(s, "{sample}").is_err() {
                 return false;
             }
