@@ -25,6 +25,7 @@ fn sample(step: u64, leak: bool) -> Sample {
         device_free: Some(20 * GIB),
         device_total: Some(80 * GIB),
         alloc_limit: None,
+        categories: None,
     }
 }
 

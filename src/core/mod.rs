@@ -3,8 +3,8 @@
 //! stays in this crate because it runs on tokio, which the core crate must not depend on.
 
 pub use gpumon_core::core::{
-    apply, detect, input, jobs, ledger, message, model, query, snapshot, store, tap, trace,
-    trainer, view,
+    apply, categories, detect, input, jobs, ledger, message, model, query, snapshot, store, tap,
+    trace, trainer, view,
 };
 
 pub mod aggregator;

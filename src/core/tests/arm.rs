@@ -49,6 +49,7 @@ fn capped(step: u64, peak: u64) -> Sample {
         device_free: Some(70 * GIB),
         device_total: Some(80 * GIB),
         alloc_limit: None,
+        categories: None,
     }
 }
 
@@ -430,6 +431,7 @@ fn leaking(step: u64) -> Sample {
         device_free: Some(16 * GIB - floor - GIB),
         device_total: Some(16 * GIB),
         alloc_limit: None,
+        categories: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn sample(step: u64, slope: u64) -> Sample {
         device_free: Some(16 * GIB - floor - GIB),
         device_total: Some(16 * GIB),
         alloc_limit: None,
+        categories: None,
     }
 }
 

@@ -169,6 +169,9 @@ pub fn trainer(
         series,
         attribution: None,
         armed: None,
+        batch_fit: None,
+        categories: None,
+        largest_safe_batch: None,
     }
 }
 

@@ -138,6 +138,7 @@ fn two_live_sessions_with_one_label_set_export_the_newest_once() {
             device_free: None,
             device_total: None,
             alloc_limit: None,
+            categories: None,
         };
         store.sessions.sample(key, sample, 2.0);
     }

@@ -12,6 +12,7 @@ pub use crate::core::message::Message;
 use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 
 mod attribution;
+mod categories;
 mod explanation;
 mod peak;
 mod reply;
@@ -211,6 +212,8 @@ struct Raw<'a> {
     error: Option<Cow<'a, str>>,
     /// event (oom): what the trainer's allocator showed at the OOM, checked field by field.
     explanation: Option<serde_json::Value>,
+    /// sample: where the measured step's memory went (rare), checked field by field.
+    categories: Option<serde_json::Value>,
 }
 
 /// Parses one line (without its newline).
@@ -366,6 +369,7 @@ fn sample(r: Raw) -> Result<Sample, Rejection> {
         device_free: bytes("device_free", r.device_free)?,
         device_total: bytes("device_total", r.device_total)?,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
+        categories: categories::categories(r.categories)?,
     })
 }
 

@@ -4,6 +4,7 @@
 //! itself runs on tokio, so it lives in the gpumon crate (its `core::aggregator`).
 
 pub mod apply;
+pub mod categories;
 pub mod detect;
 pub mod input;
 pub mod jobs;

@@ -1,6 +1,7 @@
 //! The JSON API's document: everything the daemon knows right now. `gpumon status` and the TUI
 //! read it back, so it is one owned type that both serialises and deserialises.
 
+use crate::core::categories::{BatchFit, Split};
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize, Serializer};
@@ -391,6 +392,17 @@ pub struct SessionView {
     /// an OOM is likely (null when not armed).
     #[serde(default)]
     pub armed: Option<Armed>,
+    /// Where the memory went at the latest measured step (docs/categories.md), with
+    /// `other_bytes`, the step peak less everything named; null before a split arrived.
+    #[serde(default)]
+    pub categories: Option<Split>,
+    /// The largest batch whose step peak the split predicts under the limit; null when unknown.
+    #[serde(default)]
+    pub largest_safe_batch: Option<u64>,
+    /// How that batch was predicted: one batch size scaled in proportion, or a line fitted
+    /// through several, with its error; the limit and margin it was held under.
+    #[serde(default)]
+    pub batch_fit: Option<BatchFit>,
 }
 
 /// What NVML and /proc say about a trainer's process.
@@ -470,6 +482,7 @@ impl SessionView {
             namespace: info.namespace.clone(),
         });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
+        let batch_fit = batch_fit_of(s);
         Self {
             session: s.id.clone(),
             pid: s.peer.pid,
@@ -501,8 +514,27 @@ impl SessionView {
             series: s.series.newest(points).collect(),
             attribution: s.attribution.clone(),
             armed: s.arming.armed().cloned(),
+            categories: s.categories.latest().cloned(),
+            largest_safe_batch: batch_fit.as_ref().map(|f| f.largest_safe_batch),
+            batch_fit,
         }
     }
+}
+
+/// The batch fit against the latest sample's limit (what `near_limit` judges headroom by).
+fn batch_fit_of(s: &Session) -> Option<BatchFit> {
+    let (_, last) = s.last_sample.as_ref()?;
+    s.categories.latest()?;
+    let obs = crate::core::detect::Obs {
+        sample: last,
+        retries_total: 0,
+        ooms_total: 0,
+        alloc_limit: s.alloc_limit,
+        outside: None,
+        categories: None,
+        world_size: None,
+    };
+    s.categories.fit(obs.limit(), last.stats.inactive_split)
 }
 
 /// A live session's ledger: NVML's figure for its process on its GPU, accounted (ledger.rs).

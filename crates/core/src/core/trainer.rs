@@ -111,6 +111,9 @@ pub struct Sample {
     pub device_total: Option<u64>,
     /// Sent when the allocator's cap first becomes known or changes.
     pub alloc_limit: Option<u64>,
+    /// Where the step's memory went, on the rare step the client measured it. Boxed: most
+    /// samples carry none.
+    pub categories: Option<Box<crate::core::categories::Categories>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -5,6 +5,7 @@ mod explained;
 use super::attribution::Attribution;
 use super::peak::Peak;
 use super::{Evidence, Kind};
+use crate::core::categories::{remedies_text, split_text};
 use crate::units::{bytes, bytes_fine, duration_coarse, thousands};
 
 pub fn describe(kind: Kind, e: &Evidence) -> String {
@@ -69,6 +70,7 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                 parts.join("; ")
             };
             m.push_str(&outside(e, "is"));
+            m.push_str(&split(e));
             m
         }
         Kind::Fragmentation => format!(
@@ -86,6 +88,7 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                 None => plain_oom(e),
             };
             m.push_str(&outside(e, "was"));
+            m.push_str(&split(e));
             if e.survived == Some(true) {
                 m.push_str("; the run went on");
                 if let Some(s) = e.survived_step {
@@ -110,10 +113,17 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
 }
 
 pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
+    let sized = sized_remedies(kind, e);
     if let (Kind::Oom, Some(x)) = (kind, &e.explanation) {
         if let Some(h) = explained::hint(e, x) {
-            return Some(h);
+            return Some(match sized {
+                Some(r) => format!("{h}; {r}"),
+                None => h,
+            });
         }
+    }
+    if let Some(r) = sized {
+        return Some(r);
     }
     Some(String::from(match kind {
         Kind::Leak => "memory that survives each step keeps growing: look for tensors kept across steps, e.g. `losses.append(loss)` keeps each graph alive; store `loss.item()` or `loss.detach()` instead",
@@ -125,6 +135,33 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
         Kind::UntrackedGrowth => "memory_stats() and snapshots cannot see this memory, and empty_cache() does not return it: look for NCCL communicators or process groups made per step (new_group, a model wrapped again in DDP/FSDP), cuBLAS/cuDNN workspaces growing with new shapes (CUBLAS_WORKSPACE_CONFIG), CUDA graphs captured again and again, or a library allocating with raw cudaMalloc (CuPy, custom extensions)",
         Kind::Crash | Kind::Unknown => return None,
     }))
+}
+
+/// "; where the memory went at step 1,200: parameters 2.0 GiB, …": the latest measured split.
+fn split(e: &Evidence) -> String {
+    match &e.categories {
+        Some(c) => format!("; where the memory went: {}", split_text(&c.split)),
+        None => String::new(),
+    }
+}
+
+/// The remedies the split sizes (categories.rs), with what the split cannot size: the cap to
+/// raise, the allocator setting that stops flushing. None without a split that implies any.
+fn sized_remedies(kind: Kind, e: &Evidence) -> Option<String> {
+    if !matches!(kind, Kind::NearLimit | Kind::Oom) {
+        return None;
+    }
+    let r = remedies_text(e.categories.as_deref()?);
+    if r.is_empty() {
+        return None;
+    }
+    let mut m = r;
+    if e.alloc_limit.is_some() {
+        m.push_str("; or raise torch.cuda.set_per_process_memory_fraction if the device has room");
+    } else if kind == Kind::NearLimit && e.retries.is_some_and(|r| r > 0) {
+        m.push_str("; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True stops the flushing");
+    }
+    Some(m)
 }
 
 /// "; 4.3 GiB of the process's memory is outside PyTorch's allocator": the part no allocator

@@ -150,6 +150,10 @@ pub struct Evidence {
     /// allocator (NVML's figure minus reserved) at the time, when the ledger could say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside_allocator_bytes: Option<u64>,
+    /// near_limit, oom: where the memory went at the latest measured step (categories.rs), the
+    /// batch that fits and the remedies with their size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<Box<crate::core::categories::CategoryEvidence>>,
     /// oom: samples arrived after the OOM, so the trainer caught it and went on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survived: Option<bool>,
@@ -207,6 +211,10 @@ pub struct Obs<'a> {
     /// The process's memory outside the caching allocator at this sample (ledger.rs), when
     /// NVML's figure for it is this session's alone and recent enough.
     pub outside: Option<u64>,
+    /// The session's measured splits (categories.rs), when any arrived.
+    pub categories: Option<&'a crate::core::categories::Tracker>,
+    /// The job's ranks (hello's `world_size`): sharding the optimizer state spreads it so.
+    pub world_size: Option<u64>,
 }
 
 impl Obs<'_> {
@@ -231,6 +239,17 @@ impl Obs<'_> {
             _ => s.device_total,
         };
         min_known(device, self.alloc_limit)
+    }
+
+    /// The split, the batch that fits and the remedies, against this sample's limit.
+    pub fn categories(&self) -> Option<Box<crate::core::categories::CategoryEvidence>> {
+        self.categories?
+            .evidence(
+                self.limit(),
+                self.sample.stats.inactive_split,
+                self.world_size,
+            )
+            .map(Box::new)
     }
 
     /// The most this process can ever use: the device, or the cap when it is lower.

@@ -87,9 +87,12 @@ impl Detector for NearLimit {
         }
         let tight_count = self.tight.total() as usize;
         let tight = tight_count >= TIGHT_MIN && 2 * tight_count >= self.tight.len();
+        let active = recent >= RETRIES || tight;
         Some(Signal {
-            active: recent >= RETRIES || tight,
+            active,
             evidence: Evidence {
+                // Only while it holds: the split is cloned and the batch fitted per sample.
+                categories: if active { obs.categories() } else { None },
                 retries: Some(recent),
                 headroom_bytes: headroom,
                 alloc_limit: obs.cap(),

@@ -11,6 +11,7 @@
 
 use super::explanation::Explanation;
 use super::{cap, Detector, Evidence, Kind, Obs, Pos, Signal};
+use crate::core::categories::{CategoryEvidence, Tracker};
 use crate::core::trainer::EventKind;
 use crate::core::trainer::EventRecord;
 
@@ -28,6 +29,10 @@ pub struct Oom {
     device_total: Option<u64>,
     /// Outside the allocator at the latest sample that could say.
     outside: Option<u64>,
+    /// The session's splits as of the latest sample (copied only when a new one arrives), and
+    /// that sample's limit, split blocks and world size: an `oom` event comes without them.
+    split: Option<Tracker>,
+    limits: (Option<u64>, Option<u64>, Option<u64>),
     evidence: Evidence,
     /// Whether the finding was told this evidence, and the activity it was told last.
     told: bool,
@@ -43,6 +48,8 @@ impl Oom {
             reserved: None,
             device_total: None,
             outside: None,
+            split: None,
+            limits: (None, None, None),
             evidence: Evidence::default(),
             told: true,
             told_active: false,
@@ -73,6 +80,12 @@ impl Detector for Oom {
         self.reserved = s.stats.reserved.or(self.reserved);
         self.device_total = s.device_total.or(self.device_total);
         self.outside = obs.outside.or(self.outside);
+        if let Some(t) = obs.categories {
+            if self.split.as_ref().is_none_or(|k| k.measured != t.measured) {
+                self.split = Some(t.clone());
+            }
+        }
+        self.limits = (obs.limit(), s.stats.inactive_split, obs.world_size);
         if obs.ooms_total > self.last_total {
             self.last_total = obs.ooms_total;
             self.last_oom = Some(now);
@@ -83,6 +96,7 @@ impl Detector for Oom {
                 self.evidence.reserved_bytes = s.stats.reserved;
                 self.evidence.alloc_limit = obs.cap();
                 self.evidence.outside_allocator_bytes = self.outside;
+                self.evidence.categories = self.categories();
                 self.told = false;
             } else {
                 self.went_on(&now);
@@ -123,6 +137,7 @@ impl Detector for Oom {
             step: self.last_step,
             outside_allocator_bytes: self.outside,
             explanation: explanation.map(|x| Box::new(x.clone())),
+            categories: self.categories(),
             ..Evidence::default()
         };
         (self.told, self.told_active) = (true, true);
@@ -134,6 +149,15 @@ impl Detector for Oom {
 }
 
 impl Oom {
+    /// The split and its remedies against the latest sample's limit.
+    fn categories(&self) -> Option<Box<CategoryEvidence>> {
+        let (limit, inactive, world) = self.limits;
+        self.split
+            .as_ref()?
+            .evidence(limit, inactive, world)
+            .map(Box::new)
+    }
+
     /// A sample after the OOM: the trainer caught it and went on.
     fn went_on(&mut self, now: &Pos) {
         if self.evidence.survived.is_none() && self.active(now) {

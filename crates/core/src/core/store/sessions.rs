@@ -7,6 +7,7 @@ mod attribute;
 pub mod nvml;
 pub mod ooms;
 
+use crate::core::categories::Tracker;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -109,6 +110,8 @@ pub struct Session {
     pub nvml: Option<nvml::NvmlFigure>,
     /// The job it is a rank of (`Jobs`); None without a job name or past the jobs' bounds.
     pub job: Option<u64>,
+    /// Where its memory goes: the splits it measured (categories.rs).
+    pub categories: Tracker,
 }
 
 /// Limits that keep the session store bounded whatever clients send.
@@ -283,6 +286,7 @@ impl Sessions {
                 arming,
                 nvml: None,
                 job,
+                categories: Tracker::default(),
             },
         );
         (key, id)
@@ -326,12 +330,17 @@ impl Sessions {
         self.oom_counts.survived += sess.oom_log.went_on(s.step);
         sess.ooms_survived = sess.ooms.total;
         sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);
+        if let Some(c) = s.categories.take() {
+            sess.categories.take(*c, s.ts, &s.stats);
+        }
         let obs = Obs {
             sample: &s,
             retries_total: sess.retries.total,
             ooms_total: sess.ooms.total,
             alloc_limit: sess.alloc_limit,
             outside: nvml::outside_at(sess.nvml, &s),
+            categories: Some(&sess.categories).filter(|c| c.measured > 0),
+            world_size: sess.hello.world_size,
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase.is_train());
@@ -564,3 +573,6 @@ mod untracked_tests;
 
 #[cfg(test)]
 mod jobs_tests;
+
+#[cfg(test)]
+mod categories_tests;

@@ -86,6 +86,7 @@ impl Daemon {
                 device_free: None,
                 device_total: None,
                 alloc_limit: None,
+                categories: None,
             };
             self.store.sessions.sample(key, sample, self.t0 + 100.0);
         }

@@ -20,6 +20,7 @@ fn fragmented() -> Sample {
         device_free: Some(74 * GIB),
         device_total: Some(TOTAL),
         alloc_limit: None,
+        categories: None,
     }
 }
 
@@ -31,6 +32,8 @@ fn active(cap: Option<u64>) -> Option<Signal> {
         ooms_total: 0,
         alloc_limit: cap,
         outside: None,
+        categories: None,
+        world_size: None,
     };
     Fragmentation::new().sample(&obs)
 }

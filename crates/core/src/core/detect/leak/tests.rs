@@ -36,6 +36,7 @@ fn first_signal(
             device_free: Some(total - f as u64 - (12.0 * GIB) as u64),
             device_total: Some(total),
             alloc_limit: None,
+            categories: None,
         };
         let obs = Obs {
             sample: &s,
@@ -43,6 +44,8 @@ fn first_signal(
             ooms_total: 0,
             alloc_limit: None,
             outside: None,
+            categories: None,
+            world_size: None,
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             return Some((step, sig));
@@ -134,6 +137,7 @@ fn memory_is_bounded_over_a_very_long_run() {
             device_free: None,
             device_total: None,
             alloc_limit: None,
+            categories: None,
         };
         d.sample(&Obs {
             sample: &s,
@@ -141,6 +145,8 @@ fn memory_is_bounded_over_a_very_long_run() {
             ooms_total: 0,
             alloc_limit: None,
             outside: None,
+            categories: None,
+            world_size: None,
         });
     }
     assert!(d.levels.len() <= LEVELS);
@@ -169,6 +175,7 @@ fn under_a_cap_the_forecast_is_to_the_cap() {
             device_free: Some(TOTAL - (floor + 1.5 * GIB) as u64 - (GIB as u64)),
             device_total: Some(TOTAL),
             alloc_limit: None,
+            categories: None,
         };
         let obs = Obs {
             sample: &s,
@@ -176,6 +183,8 @@ fn under_a_cap_the_forecast_is_to_the_cap() {
             ooms_total: 0,
             alloc_limit: Some(cap),
             outside: None,
+            categories: None,
+            world_size: None,
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             last = Some((step, sig));
@@ -298,6 +307,7 @@ fn signals(
             device_free: Some(TOTAL - f as u64 - (12.0 * GIB) as u64),
             device_total: Some(TOTAL),
             alloc_limit: None,
+            categories: None,
         };
         let obs = Obs {
             sample: &s,
@@ -305,6 +315,8 @@ fn signals(
             ooms_total: 0,
             alloc_limit: None,
             outside: None,
+            categories: None,
+            world_size: None,
         };
         if let Some(sig) = d.sample(&obs) {
             out.push((step, sig));

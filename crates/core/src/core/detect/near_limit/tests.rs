@@ -44,6 +44,8 @@ impl Run {
             ooms_total: 0,
             alloc_limit: cap,
             outside: None,
+            categories: None,
+            world_size: None,
         };
         self.detect.sample(&self.who, &obs, &mut self.findings);
     }
@@ -74,6 +76,7 @@ fn sample(step: u64, ts: f64, reserved: u64, peak: u64) -> Sample {
         device_free: Some(TOTAL - reserved - 512 * MIB),
         device_total: Some(TOTAL),
         alloc_limit: None,
+        categories: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn sample(step: u64, ts: f64, ooms: u64) -> Sample {
         device_free: Some(74 * GIB),
         device_total: Some(TOTAL),
         alloc_limit: None,
+        categories: None,
     }
 }
 
@@ -32,6 +33,8 @@ fn feed(d: &mut Oom, s: &Sample, cap: Option<u64>) -> Option<Signal> {
         ooms_total: s.stats.ooms.unwrap_or(0),
         alloc_limit: cap,
         outside: None,
+        categories: None,
+        world_size: None,
     };
     d.sample(&obs)
 }

@@ -121,6 +121,7 @@ fn sessions_take_untrusted_times_at_their_arrival() {
         device_free: None,
         device_total: None,
         alloc_limit: None,
+        categories: None,
     };
     // (sent ts, arrival, where it lands)
     let cases = [

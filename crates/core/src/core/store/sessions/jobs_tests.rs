@@ -37,6 +37,7 @@ fn sample(step: u64, ts: f64, rank: u64) -> Sample {
         device_free: Some(40 * GIB),
         device_total: Some(80 * GIB),
         alloc_limit: None,
+        categories: None,
     }
 }
 

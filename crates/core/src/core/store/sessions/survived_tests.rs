@@ -33,6 +33,7 @@ fn sample(step: u64) -> Sample {
         device_free: Some(70 * GIB),
         device_total: Some(80 * GIB),
         alloc_limit: None,
+        categories: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn sample(ts: f64, retries: u64) -> Sample {
         device_free: None,
         device_total: None,
         alloc_limit: None,
+        categories: None,
     }
 }
 

@@ -71,6 +71,7 @@ fn run(
             device_free: Some(TOTAL - (reserved(i) + outside(i)) as u64),
             device_total: Some(TOTAL),
             alloc_limit: None,
+            categories: None,
         };
         s.sample(key, sample, ts + 0.1);
         fired.extend(

@@ -33,6 +33,7 @@ fn episodes(
             device_free: Some(TOTAL - f - 12 * (1 << 30)),
             device_total: Some(TOTAL),
             alloc_limit: None,
+            categories: None,
         };
         let obs = Obs {
             sample: &s,
@@ -40,6 +41,8 @@ fn episodes(
             ooms_total: 0,
             alloc_limit: None,
             outside: None,
+            categories: None,
+            world_size: None,
         };
         d.sample(&who, &obs, &mut findings);
     }

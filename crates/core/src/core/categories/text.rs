@@ -1,0 +1,94 @@
+//! The split and its remedies in words: one wording for findings' messages, `gpumon status`,
+//! the TUI and `gpumon analyze`.
+
+use super::{CategoryEvidence, FitBasis, Split};
+use crate::units::bytes;
+
+/// "parameters 2.0 GiB, gradients 2.0 GiB, optimizer state 4.0 GiB, activations 9.1 GiB,
+/// other 1.2 GiB (step 1200, batch 16)"; buffers only when they are there.
+pub fn split_text(s: &Split) -> String {
+    let c = &s.measured;
+    let mut parts = vec![
+        format!("parameters {}", bytes(c.parameters_bytes)),
+        format!("gradients {}", bytes(c.gradients_bytes)),
+        format!("optimizer state {}", bytes(c.optimizer_state_bytes)),
+    ];
+    if c.buffers_bytes > 0 {
+        parts.push(format!("buffers {}", bytes(c.buffers_bytes)));
+    }
+    if c.activations_known() {
+        parts.push(format!("activations {}", bytes(c.activations_bytes)));
+    } else {
+        parts.push("activations not measured".to_string());
+    }
+    if let Some(o) = s.other_bytes {
+        parts.push(format!("other {}", bytes(o)));
+    }
+    let mut at = format!("step {}", c.step);
+    if let Some(b) = c.batch_size {
+        at.push_str(&format!(", batch {b}"));
+    }
+    format!("{} ({at})", parts.join(", "))
+}
+
+/// The remedies, each with its size, joined by "; " (empty when the split implies none).
+pub fn remedies_text(e: &CategoryEvidence) -> String {
+    let r = &e.remedies;
+    let mut out = Vec::new();
+    if let (Some(b), Some(fit)) = (r.batch, e.fit.as_ref()) {
+        let how = match fit.basis {
+            FitBasis::Proportional => format!(
+                "activations and temporaries scaled from batch {} in proportion",
+                b.current
+            ),
+            FitBasis::Fitted => format!(
+                "fitted on batches {}{}",
+                list(&fit.batch_sizes),
+                fit.max_error_ratio
+                    .map(|e| format!(", within {:.0}%", (e * 100.0).ceil()))
+                    .unwrap_or_default()
+            ),
+        };
+        out.push(match b.fits {
+            0 => format!(
+                "no batch fits: what does not scale with it takes {} of the {} the allocator can hold",
+                bytes(fit.fixed_bytes),
+                bytes(fit.limit_bytes)
+            ),
+            n if n < b.current => format!("a batch of {n} fits (now {}; {how})", b.current),
+            n => format!("a batch of up to {n} fits (now {}; {how})", b.current),
+        });
+    }
+    if let Some(x) = r.checkpointing_bytes {
+        out.push(format!("activation checkpointing frees up to {}", bytes(x)));
+    }
+    if let Some(x) = r.bf16_bytes {
+        out.push(format!(
+            "bf16 parameters and gradients free {} (half their float32 bytes)",
+            bytes(x)
+        ));
+    }
+    if let Some(s) = r.sharding {
+        out.push(format!(
+            "sharding the optimizer state over the job's {} ranks (ZeRO-1, FSDP) frees {}",
+            s.ranks,
+            bytes(s.frees_bytes)
+        ));
+    }
+    out.join("; ")
+}
+
+/// "8, 12 and 16".
+fn list(xs: &[u64]) -> String {
+    match xs {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!(
+            "{} and {last}",
+            init.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
