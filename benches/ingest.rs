@@ -19,6 +19,19 @@ fn bench(c: &mut Criterion) {
         b.iter(|| parse(std::hint::black_box(sample.as_bytes())).unwrap())
     });
 
+    // The rare sample that carries the measured split (docs/categories.md).
+    let split = format!(
+        r#"{},"categories":{{"step":3,"parameters_bytes":4294967296,"gradients_bytes":4294967296,"optimizer_state_bytes":8589934592,"buffers_bytes":1048576,"activations_bytes":6442450944,"batch_size":16,"fp32_bytes":8589934592,"partial":["dtensor_local: 96 parameters are DTensor shards: local sizes counted"]}}}}"#,
+        &sample[..sample.len() - 1]
+    );
+    let Message::Sample(with) = parse(split.as_bytes()).unwrap() else {
+        panic!("a sample with categories")
+    };
+    assert!(with.categories.is_some());
+    c.bench_function("parse one sample line with categories", |b| {
+        b.iter(|| parse(std::hint::black_box(split.as_bytes())).unwrap())
+    });
+
     let mut sessions = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut conn = Conn::new(Peer {
         pid: 1,

@@ -5,7 +5,8 @@
 //! whole; then written as JSON, as the daemon sends it. Then the TUI's side: the delta parsed
 //! and applied. Then jobs (`jobs_*`): the same node with its 64 trainers as 8 jobs of 8 ranks
 //! (one `run_id` each, rank = GPU), after 300 polls: the delta again, the trainer families of
-//! /metrics as a scrape encodes them, and the snapshot's `jobs` alone.
+//! /metrics as a scrape encodes them, and the snapshot's `jobs` alone. Then the memory split
+//! (`categories_*`): the same node with and without a split from every trainer.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -185,10 +186,10 @@ fn job_hello(g: u32, k: u32, pid: u32) -> String {
     )
 }
 
-/// What jobs cost per snapshot and per /metrics encode, at 8x128 with 8 jobs of 8 ranks. A
-/// daemon without jobs reads the same hellos (it ignores `run_id`), so the first two compare
-/// across builds; `jobs_views` is the verdict alone.
-fn jobs(c: &mut Criterion) {
+/// A node at 8x128 after `POLLS_J` polls whose 64 trainers said `hello(g, k, pid)` and sent
+/// `SAMPLES` samples, the one at step 3 carrying `split` as its `categories` when given; with
+/// the cursor of a refresh one poll and one sample per trainer ago.
+fn node_of(hello: impl Fn(u32, u32, u32) -> String, split: Option<&str>) -> (Core, String) {
     const POLLS_J: u32 = 300;
     let t0 = now() - f64::from(POLLS_J);
     let mut store = Store::new(HistoryLimits { gpu_points: 3600 }, 1.0, "lib".into());
@@ -205,15 +206,20 @@ fn jobs(c: &mut Criterion) {
                 uid: 1000,
                 gid: 1000,
             });
-            conn.handle(job_hello(g, k, pid).as_bytes(), &mut core, t0);
+            conn.handle(hello(g, k, pid).as_bytes(), &mut core, t0);
             conns.push(conn);
         }
     }
     let last = t0 + f64::from(POLLS_J);
     for s in 0..SAMPLES {
         let ts = last - f64::from(SAMPLES - s);
+        let mut line = sample(ts, s);
+        if let (3, Some(split)) = (s, split) {
+            line.truncate(line.len() - 1);
+            line.push_str(&format!(r#","categories":{split}}}"#));
+        }
         for conn in &mut conns {
-            conn.handle(sample(ts, s).as_bytes(), &mut core, ts);
+            conn.handle(line.as_bytes(), &mut core, ts);
         }
     }
     let first = Snapshot::build_since(core.store(), "node", 300.0, Some(""));
@@ -225,6 +231,14 @@ fn jobs(c: &mut Criterion) {
     let delta = Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor));
     assert!(delta.delta);
     assert_eq!(delta.sessions.len(), 64);
+    (core, cursor)
+}
+
+/// What jobs cost per snapshot and per /metrics encode, at 8x128 with 8 jobs of 8 ranks. A
+/// daemon without jobs reads the same hellos (it ignores `run_id`), so the first two compare
+/// across builds; `jobs_views` is the verdict alone.
+fn jobs(c: &mut Criterion) {
+    let (core, cursor) = node_of(job_hello, None);
     c.bench_function("jobs_snapshot_delta_build_8gpu_128proc_8jobs_of_8", |b| {
         b.iter(|| Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor)))
     });
@@ -240,5 +254,32 @@ fn jobs(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, jobs);
+/// A split as a real client sends it: FSDP-style partial reason included.
+const SPLIT: &str = r#"{"step":3,"parameters_bytes":4294967296,"gradients_bytes":4294967296,"optimizer_state_bytes":8589934592,"buffers_bytes":1048576,"activations_bytes":6442450944,"batch_size":16,"fp32_bytes":8589934592,"partial":["dtensor_local: 96 parameters are DTensor shards: local sizes counted"]}"#;
+
+/// What the split costs: the same node with and without every trainer having sent one (each
+/// answer then carries 64 splits and fits 64 batches), the snapshot delta and the metrics.
+fn categories(c: &mut Criterion) {
+    for (name, split) in [("without", None), ("with", Some(SPLIT))] {
+        let (core, cursor) = node_of(job_hello, split);
+        let one = Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor));
+        assert_eq!(
+            one.sessions
+                .iter()
+                .filter(|s| s.categories.is_some())
+                .count(),
+            if split.is_some() { 64 } else { 0 }
+        );
+        c.bench_function(
+            &format!("categories_{name}_snapshot_delta_build_8gpu_128proc_64trainers"),
+            |b| b.iter(|| Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor))),
+        );
+        c.bench_function(
+            &format!("categories_{name}_metrics_trainer_text_8gpu_128proc_64trainers"),
+            |b| b.iter(|| gpumon::outputs::prometheus::trainer_text(core.store())),
+        );
+    }
+}
+
+criterion_group!(benches, bench, jobs, categories);
 criterion_main!(benches);
