@@ -111,22 +111,28 @@ const FIT_POINTS: usize = 16;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tracker {
     latest: Option<Split>,
-    /// (batch size, activations bytes), one per batch size, oldest first.
+    /// (batch size, most activations bytes seen at it), one per batch size, oldest first.
     points: Vec<(u64, u64)>,
     /// Splits taken (the metric's freshness, the TUI's "measured n times").
     pub measured: u64,
 }
 
 impl Tracker {
-    /// Takes a split measured in a sample with these stats.
+    /// Takes a split measured in a sample with these stats. Per batch size the most activations
+    /// seen are kept: with variable sequence lengths the batch that fits is the one that fits
+    /// the longest sequences seen, not the latest.
     pub fn take(&mut self, c: Categories, ts: Timestamp, stats: &Stats) {
         if let (Some(b), true) = (c.batch_size, c.activations_known()) {
             if b > 0 && c.activations_bytes > 0 {
-                self.points.retain(|(pb, _)| *pb != b);
-                if self.points.len() == FIT_POINTS {
-                    self.points.remove(0);
+                match self.points.iter_mut().find(|(pb, _)| *pb == b) {
+                    Some(p) => p.1 = p.1.max(c.activations_bytes),
+                    None => {
+                        if self.points.len() == FIT_POINTS {
+                            self.points.remove(0);
+                        }
+                        self.points.push((b, c.activations_bytes));
+                    }
                 }
-                self.points.push((b, c.activations_bytes));
             }
         }
         self.latest = Some(Split::new(c, ts, stats));

@@ -1,9 +1,10 @@
 //! What batch would fit. The assumption (docs/categories.md): parameters, gradients, optimizer
 //! state and buffers do not change with the batch; activations do, and the rest of the step
 //! peak (temporaries, workspaces) in proportion to them. With one batch size seen, activations
-//! are taken as proportional to it; with several (variable sequence lengths, a last short
-//! batch), a line is fitted through the activations measured at each and its error stated.
-//! The prediction is anchored at the measured step: at the batch measured it is that peak.
+//! are taken as proportional to it; with several (a last short batch, a batch-size ramp), a
+//! line is fitted through the activations measured at each and its error stated. Per batch size
+//! the most activations seen count (with variable sequence lengths, the longest seen), so at the
+//! batch measured the prediction is that step's peak or more, never less.
 
 use serde::{Deserialize, Serialize};
 
@@ -102,12 +103,22 @@ pub(super) fn fit(
     let act = c.activations_bytes as f64;
     // Temporaries scale as the activations do: each activation byte brings `k` bytes of peak.
     let k = 1.0 + split.other_bytes.unwrap_or(0) as f64 / act;
-    let (basis, slope, err) = match line(points) {
-        Some((_, slope, err)) => (FitBasis::Fitted, slope, Some(err)),
-        None => (FitBasis::Proportional, act / batch as f64, None),
+    // What does not scale, from the latest step: its peak less its activations and temporaries.
+    let unscaled = (peak as f64 - act * k).max(0.0);
+    // Activations at a batch of n: intercept + slope·n, through the most seen per batch size.
+    let (basis, intercept, slope, err) = match line(points) {
+        Some((a0, a1, err)) => (FitBasis::Fitted, a0.max(0.0), a1, Some(err)),
+        None => {
+            let most = points
+                .iter()
+                .find(|p| p.0 == batch)
+                .map_or(act, |p| p.1 as f64)
+                .max(act);
+            (FitBasis::Proportional, 0.0, most / batch as f64, None)
+        }
     };
     let per_sample = slope * k;
-    let fixed = (peak as f64 - per_sample * batch as f64).max(0.0);
+    let fixed = unscaled + intercept * k;
     let margin_bytes = margin(limit, inactive_split);
     let budget = limit.saturating_sub(margin_bytes) as f64;
     let largest = if budget <= fixed {

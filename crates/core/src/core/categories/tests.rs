@@ -196,3 +196,21 @@ fn remedies_are_sized_from_the_split() {
         remedies_text(&e)
     );
 }
+
+#[test]
+fn with_variable_sequence_lengths_the_longest_seen_decides() {
+    // Batch 16 each time; the sequences of the latest step were shorter than an earlier one's.
+    let mut t = Tracker::default();
+    for (act, ts) in [(2 * GIB, 1.0), (4 * GIB, 2.0), (3 * GIB, 3.0)] {
+        t.take(split(Some(16), act), ts, &peak(4 * GIB + act + act / 4));
+    }
+    assert_eq!(t.points, vec![(16, 4 * GIB)]);
+    let fit = t.fit(Some(10 * GIB), None).expect("fit");
+    assert_eq!(fit.basis, FitBasis::Proportional);
+    // 4 GiB of activations and 1 GiB of temporaries per 16 samples, not the latest 3 + 0.75.
+    assert_eq!(fit.bytes_per_sample, 320 * MIB);
+    assert_eq!(fit.fixed_bytes, 4 * GIB);
+    assert_eq!(fit.largest_safe_batch, 17);
+    // At the batch measured, never less than the latest step's own peak.
+    assert!(fit.predict(16) >= 4 * GIB + 3 * GIB + 3 * GIB / 4);
+}
