@@ -243,6 +243,7 @@ class Measurement:
         self._any_index = getattr(device, "index", None) is None
         self._tensor_types = (torch.Tensor, torch.nn.Parameter)
         self._parameter = torch.nn.Parameter
+        self._float32 = torch.float32
         self._handles: List[Any] = []
         self.roots: List[Any] = []  # the outermost modules called, in order
         self._root_ids: Set[int] = set()
@@ -677,25 +678,40 @@ class Measurement:
                     total += n
             return total
 
-        parameters = gradients = state = buffers_bytes = 0
+        # fp32: of the parameters and gradients, the bytes stored in float32 (what bf16 would
+        # halve), each storage counted with the tensor that counted it first.
+        parameters = gradients = state = buffers_bytes = fp32 = 0
         empty = zero3 = trainable = with_grad = main_grads = 0
+        float32 = self._float32
         for p in params.values():
-            parameters += add(p)
+            n = add(p)
+            parameters += n
+            if p.dtype == float32:
+                fp32 += n
             if p.numel() == 0:
                 empty += 1
                 ds = getattr(p, "ds_tensor", None)
                 if ds is not None:
                     zero3 += 1
-                    parameters += add(ds)
+                    n = add(ds)
+                    parameters += n
+                    if getattr(ds, "dtype", None) == float32:
+                        fp32 += n
         for p in params.values():
             g = p.grad
             if g is not None:
                 with_grad += 1
-                gradients += add(g)
+                n = add(g)
+                gradients += n
+                if g.dtype == float32:
+                    fp32 += n
             main = getattr(p, "main_grad", None)
             if main is not None and isinstance(main, self._tensor_types[0]):
                 main_grads += 1
-                gradients += add(main)
+                n = add(main)
+                gradients += n
+                if main.dtype == float32:
+                    fp32 += n
             if p.requires_grad:
                 trainable += 1
         for opt in optimizers:
@@ -745,6 +761,7 @@ class Measurement:
             buffers_bytes=buffers_bytes,
             activations_bytes=self.peak,
             batch_size=self.batch_size,
+            fp32_bytes=fp32,
             partial=list(partial.values()) or None,
         )
 

@@ -58,6 +58,9 @@ class _CategoriesRequired(TypedDict):
 
 
 class Categories(_CategoriesRequired, total=False):
+    # Of parameters_bytes + gradients_bytes, the bytes stored in float32: what bf16 would halve.
+    # Optional on the wire (a client before it sends none; the daemon then sizes no bf16 remedy).
+    fp32_bytes: int
     # Why some figure is known to be off ("code: explanation", categories.PARTIAL_*); absent
     # when the split is whole.
     partial: List[str]

@@ -154,10 +154,11 @@ def categories(
     activations_bytes: int,
     batch_size: Optional[int],
     partial: Optional[Sequence[str]] = None,
+    fp32_bytes: Optional[int] = None,
 ) -> Categories:
     """A sample's `categories` (design/categories.md): bytes as integers, `batch_size` an integer
-    or null (always present), `partial` (reasons, each at most MAX_STR bytes) only when known
-    partial."""
+    or null (always present), `fp32_bytes` (of the parameters and gradients, those in float32)
+    when given, `partial` (reasons, each at most MAX_STR bytes) only when known partial."""
     msg: Categories = {
         "step": int(step),
         "parameters_bytes": int(parameters_bytes),
@@ -167,6 +168,8 @@ def categories(
         "activations_bytes": int(activations_bytes),
         "batch_size": None if batch_size is None else int(batch_size),
     }
+    if fp32_bytes is not None:
+        msg["fp32_bytes"] = int(fp32_bytes)
     if partial:
         msg["partial"] = [clip(str(reason)) for reason in list(partial)[:MAX_PARTIAL]]
     return msg

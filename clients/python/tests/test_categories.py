@@ -8,7 +8,7 @@ import pytest
 
 from gpumon_client import protocol
 from gpumon_client.cadence import Cadence
-from gpumon_client.categories import FIRST_STEP, INTERVAL, CategoryProbe
+from gpumon_client.categories import FIRST_STEP, INTERVAL, CategoryProbe, Measurement
 from gpumon_client.client import Client
 from gpumon_client.hooks import Attachment
 from gpumon_client.stats import StaticStatsSource, cuda_device_name
@@ -158,6 +158,128 @@ def test_the_split_on_the_wire():
     line = json.loads(protocol.encode(msg))
     assert line["categories"]["parameters_bytes"] == 1 << 30 and line["categories"]["batch_size"] is None
     assert "categories" not in protocol.sample(1.5, {}, step=7)
+
+
+def test_fp32_bytes_on_the_wire_after_batch_size_and_only_when_given():
+    split = protocol.categories(7, 400, 400, 800, 0, 50, 32, partial=["main_grad: x"], fp32_bytes=600)
+    assert list(split) == SPLIT_KEYS + ["fp32_bytes", "partial"]
+    assert split["fp32_bytes"] == 600
+    assert protocol.categories(7, 400, 400, 800, 0, 50, 32, fp32_bytes=0)["fp32_bytes"] == 0
+    assert "fp32_bytes" not in protocol.categories(7, 400, 400, 800, 0, 50, 32)
+
+
+# --- Measurement._read on an emulated torch: the dtype and storage bookkeeping of fp32_bytes ----
+
+
+class FakeDevice:
+    def __init__(self, type, index=None):
+        self.type, self.index = type, index
+
+    def __eq__(self, other):
+        return isinstance(other, FakeDevice) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+class FakeStorage:
+    def __init__(self, ptr, nbytes):
+        self.ptr, self.n = ptr, nbytes
+
+    def data_ptr(self):
+        return self.ptr
+
+    def nbytes(self):
+        return self.n
+
+
+class FakeTensor:
+    def __init__(self, ptr, nbytes, dtype, device=None, numel=None):
+        self._storage = FakeStorage(ptr, nbytes)
+        self.dtype = dtype
+        self.device = device or FakeDevice("cuda", 0)
+        self._numel = nbytes if numel is None else numel
+        self.grad = None
+        self.requires_grad = True
+
+    def untyped_storage(self):
+        return self._storage
+
+    def numel(self):
+        return self._numel
+
+
+class FakeParameter(FakeTensor):
+    pass
+
+
+class FakeModule:
+    def __init__(self, params=(), buffers=()):
+        self._parameters = {str(i): p for i, p in enumerate(params)}
+        self._buffers = {str(i): b for i, b in enumerate(buffers)}
+
+    def modules(self):
+        return [self]
+
+
+FLOAT32, BFLOAT16 = "float32", "bfloat16"
+
+
+def fake_torch():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(Tensor=FakeTensor, nn=SimpleNamespace(Parameter=FakeParameter), float32=FLOAT32)
+
+
+def read(module, optimizers=()):
+    m = Measurement(fake_torch(), FakeDevice("cuda", 0))
+    m.roots = [module]
+    m._grad_root = True  # as if the step's forward ran with grad: no no_grad_forward reason
+    return m.finish(3, list(optimizers))
+
+
+def param(ptr, nbytes, dtype, grad_dtype=None, grad_ptr=None):
+    p = FakeParameter(ptr, nbytes, dtype)
+    if grad_dtype is not None:
+        p.grad = FakeTensor(grad_ptr or ptr + 1, nbytes, grad_dtype)
+    return p
+
+
+def test_fp32_bytes_counts_the_float32_parameters_and_gradients_each_storage_once():
+    fp32 = param(0x1000, 4000, FLOAT32, FLOAT32)
+    bf16 = param(0x2000, 2000, BFLOAT16, BFLOAT16)
+    # A bf16 parameter whose gradient the trainer keeps in float32 (an fp32 grad accumulator).
+    mixed = param(0x3000, 1000, BFLOAT16, FLOAT32)
+    tied = FakeParameter(0x1000, 4000, FLOAT32)  # the first parameter's storage again
+    tied.grad = fp32.grad
+    elsewhere = param(0x4000, 8000, FLOAT32, FLOAT32)
+    elsewhere.device = FakeDevice("cpu")  # offloaded: not this device's memory
+    elsewhere.grad.device = FakeDevice("cpu")
+    buffer = FakeTensor(0x5000, 64, FLOAT32)  # buffers are not parameters: bf16 is not their remedy
+    split = read(FakeModule([fp32, bf16, mixed, tied, elsewhere], [buffer]))
+    assert split["parameters_bytes"] == 4000 + 2000 + 1000
+    assert split["gradients_bytes"] == 4000 + 2000 + 1000
+    assert split["buffers_bytes"] == 64
+    assert split["fp32_bytes"] == 4000 + 4000 + 1000
+    assert list(split) == SPLIT_KEYS + ["fp32_bytes"]
+
+
+def test_fp32_bytes_is_zero_for_a_bf16_model_and_counts_megatrons_fp32_main_grad():
+    plain = read(FakeModule([param(0x1000, 2000, BFLOAT16, BFLOAT16)]))
+    assert plain["fp32_bytes"] == 0 and plain["parameters_bytes"] == 2000
+    p = param(0x1000, 2000, BFLOAT16)
+    p.main_grad = FakeTensor(0x9000, 4000, FLOAT32)  # Megatron: bf16 weights, fp32 main_grad
+    split = read(FakeModule([p]))
+    assert split["gradients_bytes"] == 4000 and split["fp32_bytes"] == 4000
+    assert split["partial"][0].startswith("main_grad: ")
+
+
+def test_fp32_bytes_counts_a_zero3_partition_by_its_own_dtype():
+    p = FakeParameter(0x1000, 0, BFLOAT16, numel=0)  # ZeRO-3: the parameter is gathered only in use
+    p.ds_tensor = FakeTensor(0x2000, 500, FLOAT32)
+    split = read(FakeModule([p]))
+    assert split["parameters_bytes"] == 500 and split["fp32_bytes"] == 500
+    assert split["partial"][0].startswith("zero3_partitions: ")
 
 
 def test_tensor_device_defaults_to_the_sources_cuda_device():

@@ -181,6 +181,7 @@ def test_mlp_with_adamw_each_category_against_the_tensors(daemon):
     assert split["buffers_bytes"] == 0
     close(split["activations_bytes"], walked[3])
     assert split["batch_size"] == 32
+    assert split["fp32_bytes"] == split["parameters_bytes"] + split["gradients_bytes"]
     assert "partial" not in split
     # Armed at the end of step 2 (for step 3), gone at the end of step 3; no other step has any.
     assert hooks_at == {1: True, 2: False, 3: True, 4: True, 5: True, 6: True}
@@ -388,6 +389,66 @@ def test_two_optimizers_both_states_count(daemon):
     split = split_of(samples)
     assert split["parameters_bytes"] == params_bytes(gen, disc)
     assert split["optimizer_state_bytes"] == state_bytes(opt_g, opt_d)
+
+
+def fp32_of(*models):
+    """Of the models' parameters and gradients, the bytes in float32, each storage once."""
+    tensors = unique(t for m in models for p in m.parameters() for t in (p, p.grad))
+    return sum(nbytes(t) for t in tensors if t.dtype == torch.float32)
+
+
+def train_split(daemon, model, opt):
+    grads = {}
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        x = batch(i).to(next(model.parameters()).dtype)
+        model(x).float().pow(2).mean().backward()
+        if i + 1 == 3:
+            grads["fp32"] = fp32_of(model)
+        opt.step()
+
+    samples, _ = run(daemon, step)
+    return split_of(samples), grads["fp32"]
+
+
+def test_fp32_bytes_an_fp32_model_is_all_of_its_parameters_and_gradients(daemon):
+    model = mlp()
+    split, walked = train_split(daemon, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    assert split["parameters_bytes"] == split["gradients_bytes"] == params_bytes(model)
+    assert split["fp32_bytes"] == walked == 2 * params_bytes(model)
+
+
+def test_fp32_bytes_a_bf16_model_has_none(daemon):
+    model = mlp().to(torch.bfloat16)
+    split, walked = train_split(daemon, model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    assert split["parameters_bytes"] == params_bytes(model) > 0
+    assert split["gradients_bytes"] == params_bytes(model)
+    # AdamW keeps its state in the parameters' dtype: no float32 there either, and state is not
+    # what fp32_bytes counts anyway.
+    assert split["fp32_bytes"] == walked == 0
+
+
+def test_fp32_bytes_a_mixed_model_counts_its_fp32_part(daemon):
+    # A bf16 body and an fp32 head (as trainers keep norms or the output layer in fp32).
+    torch.manual_seed(0)
+    body = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)).to(torch.bfloat16)
+    head = torch.nn.Linear(256, 10)
+
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head = body, head
+
+        def forward(self, x):
+            return self.head(self.body(x.to(torch.bfloat16)).float())
+
+    model = Mixed()
+    split, walked = train_split(daemon, model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert split["parameters_bytes"] == params_bytes(model) == params_bytes(body) + params_bytes(head)
+    assert split["gradients_bytes"] == params_bytes(model)
+    assert split["fp32_bytes"] == walked == 2 * params_bytes(head)
+    assert 0 < split["fp32_bytes"] < split["parameters_bytes"] + split["gradients_bytes"]
 
 
 def test_batch_size_from_keyword_arguments(daemon):
