@@ -64,6 +64,32 @@ fn every_client_fixture_line_is_accepted() {
 }
 
 #[test]
+fn the_categories_fixture_is_the_split_the_client_measured() {
+    let text = std::fs::read_to_string(fixtures().join("client_categories.jsonl")).unwrap();
+    let splits: Vec<_> = text
+        .lines()
+        .filter_map(|line| match protocol::parse(line.as_bytes()).unwrap() {
+            protocol::Message::Sample(s) => s.categories,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(splits.len(), 1, "one measured step");
+    let c = &splits[0];
+    const GIB: u64 = 1 << 30;
+    assert_eq!(
+        (c.step, c.parameters_bytes, c.gradients_bytes),
+        (3, 2 * GIB, 4 * GIB)
+    );
+    assert_eq!(c.optimizer_state_bytes, 12 * GIB);
+    assert_eq!(c.buffers_bytes + c.activations_bytes, 6 * GIB);
+    assert_eq!(c.batch_size, Some(16));
+    // Of the parameters and gradients, the float32 part: the fp32 main_grad.
+    assert_eq!(c.fp32_bytes, Some(4 * GIB));
+    assert_eq!(c.partial.len(), 1);
+    assert!(c.partial[0].starts_with("main_grad: "), "{:?}", c.partial);
+}
+
+#[test]
 fn the_reply_fixtures_match_what_the_daemon_sends() {
     let text = std::fs::read_to_string(fixtures().join("replies/daemon.jsonl")).unwrap();
     let mut codes = Vec::new();

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from gpumon_client import Client, StaticStatsSource, _env, oomreport, phase, snapload  # noqa: E402
+from gpumon_client import Client, StaticStatsSource, _env, categories, oomreport, phase, protocol, snapload  # noqa: E402
 from gpumon_client.snapsource import ReplaySnapshotSource  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
 
@@ -111,6 +111,35 @@ def _capped(path: str) -> None:
     c.sample(step=3)
     c.sample(step=4)
     c.oom(402653184, device_free=75000000000, device=0, limit=6000000000)
+    c.close(timeout=2.0)
+
+
+GiB = 1 << 30
+
+
+def _categories(path: str) -> None:
+    # A Megatron-style trainer (bf16 weights, fp32 main_grad, fp32 master weights and Adam state
+    # in the optimizer): step 3 carries the memory split, the rare measured step. Its figures add
+    # up under the stats' allocated peak (28 GiB): 2 + 4 + 12 + 6 GiB named, 4 GiB other. Of the
+    # parameters and gradients only main_grad is float32: fp32_bytes is its 4 GiB. The reason is
+    # the one categories.py writes for main_grad, with its code.
+    split = protocol.categories(
+        3,
+        parameters_bytes=2 * GiB,
+        gradients_bytes=4 * GiB,
+        optimizer_state_bytes=12 * GiB,
+        buffers_bytes=1048576,
+        activations_bytes=6 * GiB - 1048576,
+        batch_size=16,
+        fp32_bytes=4 * GiB,
+        partial=["%s: 291 parameters keep their gradient in main_grad (Megatron): counted from it, the whole "
+                 "gradient buffer once" % categories.PARTIAL_MAIN_GRAD],
+    )
+    c = Client("megatron-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
+               world_size=8, clock=_clock(1763700500.0), pid=4545, jitter=False, instance=FIXED_INSTANCE)
+    c.sample(step=2)
+    c.sample(step=3, categories=split)
+    c.sample(step=4)
     c.close(timeout=2.0)
 
 
@@ -236,6 +265,7 @@ def _generate() -> Dict[str, bytes]:
         "client_reconnect.jsonl": _capture(_reconnect, late_daemon=True),
         "client_attribution.jsonl": _capture(_attribution, pass_daemon=True),
         "client_oom_explained.jsonl": _capture(_oom_explained, pass_daemon=True),
+        "client_categories.jsonl": _capture(_categories),
     }
 
 

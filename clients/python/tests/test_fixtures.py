@@ -6,6 +6,7 @@ import json
 import os
 
 from gpumon_client import protocol
+from gpumon_client.messages import Categories
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tests", "fixtures", "protocol"))
@@ -35,7 +36,7 @@ def test_client_output_matches_the_fixtures():
 
 
 def test_fixtures_cover_the_protocol():
-    kinds, types, keys = set(), set(), set()
+    kinds, types, keys, split_keys = set(), set(), set(), set()
     for path in glob.glob(os.path.join(FIXTURES, "client_*.jsonl")):
         raw = open(path, "rb").read()
         assert raw.endswith(b"\n")
@@ -48,6 +49,9 @@ def test_fixtures_cover_the_protocol():
         kinds.update(m["kind"] for m in msgs if m["type"] == "event")
         for m in msgs:
             keys.update(m.get("stats", {}))
+            split_keys.update(m.get("categories", {}))
     assert types == {"hello", "sample", "event", "attribution", "armed", "peak", "bye"}
     assert kinds == set(protocol.EVENT_KINDS)
     assert set(protocol.KNOWN_STATS_KEYS) <= keys
+    # A sample's split with every field, the optional ones (fp32_bytes, partial) included.
+    assert split_keys == Categories.__required_keys__ | Categories.__optional_keys__
