@@ -38,7 +38,7 @@ from daemon import Daemon, clean_env  # noqa: E402
 from monitor import Monitor  # noqa: E402
 from procs import Procs, wait_all  # noqa: E402
 
-NAMES = ("healthy", "leak", "near_limit", "oom", "oom_patterns", "outside", "lightning", "hf", "ddp", "bench")
+NAMES = ("healthy", "leak", "near_limit", "oom", "oom_patterns", "outside", "lightning", "hf", "ddp", "batch_fit", "bench")
 # Seconds the leak trainer keeps leaking after its finding fired, at most, for its attribution.
 ATTRIBUTION_WAIT_S = 30.0
 
@@ -47,12 +47,14 @@ PLAN = {
     "full": {
         "healthy": 90, "leak": 120, "leak_flat": 10, "near_limit": 60, "oom": 30, "oom_patterns": 60, "outside": 60,
         "lightning_steps": 300, "hf_steps": 200, "ddp": 25, "bench_repeats": 30, "bench_seconds": 0.3,
-        "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 870,
+        "batch_fit": 15, "batch_fit_search": 90, "batch_fit_timeout": 120,
+        "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 1110,
     },
     "quick": {
         "healthy": 20, "leak": 60, "leak_flat": 6, "near_limit": 20, "oom": 20, "oom_patterns": 40, "outside": 45,
         "lightning_steps": 120, "hf_steps": 80, "ddp": 10, "bench_repeats": 8, "bench_seconds": 0.2,
-        "phase_a": 120, "phase_b": 180, "bench_timeout": 150, "total": 420,
+        "batch_fit": 8, "batch_fit_search": 60, "batch_fit_timeout": 90,
+        "phase_a": 120, "phase_b": 180, "bench_timeout": 150, "total": 600,
     },
 }
 
@@ -339,6 +341,28 @@ class Run:
         finally:
             self.monitor.compare = False
 
+    def phase_batch_fit(self) -> None:
+        """The batch that fits, alone on the GPU: a trainer attached to gpumon at one batch (the
+        daemon predicts the largest safe batch from its split), then a fresh process without
+        gpumon that finds the largest batch that really runs under the same cap, trying the
+        prediction on its own at the end."""
+        if "batch_fit" not in self.args.selected:
+            return
+        p, name = self.plan, "batch_fit"
+        # On CPU a smaller model under a smaller (simulated) cap: the search runs real steps.
+        extra = ["--cap", "0.01", "--width", "32", "--seq", "16", "--layers", "2", "--heads", "2",
+                 "--vocab", "128", "--batch", "8"] if self.args.device == "cpu" else []
+        script = [self.args.python, self.script("train_batch_fit.py")]
+        self.launch(name, script + ["--mode", "predict", "--job", evaluate.JOBS[name]] + self.common(name, p["batch_fit"]) + extra)
+        self.wait([self.trainers[name]["proc"]], p["batch_fit_timeout"], self.monitor.tick)
+        view = evaluate.prediction_view(self.monitor.history, evaluate.JOBS[name]) or {}
+        predicted = view.get("largest_safe_batch")
+        also = ["--also-try", str(predicted)] if isinstance(predicted, int) and predicted > 0 else []
+        truth = name + "_truth"
+        self.launch(truth, script + ["--mode", "search"] + self.common(truth, p["batch_fit_search"]) + extra + also,
+                    env={"GPUMON_DISABLE": "1"})
+        self.wait([self.trainers[truth]["proc"]], p["batch_fit_search"] + 30, self.monitor.tick)
+
     def phase_bench(self) -> None:
         """The cost benchmark, alone on the GPU."""
         if "bench" not in self.args.selected:
@@ -453,6 +477,7 @@ class Run:
         if self.daemon is not None and "error" not in self.obs["daemon"]:
             self.phase_a()
             self.phase_b()
+            self.phase_batch_fit()
             self.phase_bench()
             self.timings()
         shutdown = self.stop_daemon()
@@ -487,6 +512,11 @@ class Run:
             f.write(md)
         measurements = {k: self.obs.get(k) for k in ("metric_polls", "bare_polls", "smi_times", "pynvml_polls", "comparisons")}
         measurements["trainers"] = {k: v.get("result") for k, v in (self.obs.get("trainers") or {}).items()}
+        try:  # predicted and real batch, their error, the split against the allocator's peak
+            facts = evaluate.batch_fit_facts(self.obs) if self.obs.get("trainers") else None
+            measurements["batch_fit"] = dict(facts["figures"], fails=facts["fails"]) if facts else None
+        except Exception as exc:  # a partial run may lack anything
+            measurements["batch_fit"] = {"error": repr(exc)}
         with open(os.path.join(self.out, "gpu-check.json"), "w") as f:
             f.write(report.as_json(checks, self.context, measurements))
         print("\nwritten: %s (markdown), %s, logs/, traces/" % (os.path.join(self.out, "gpu-check.md"), os.path.join(self.out, "gpu-check.json")))

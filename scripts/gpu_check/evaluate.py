@@ -4,7 +4,7 @@ No I/O here, so every verdict is tested on synthetic bundles."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import analysis as a
 from report import FAIL, INFO, PASS, SKIP, Check
@@ -19,6 +19,7 @@ JOBS = {
     "lightning": "gpu-check-lightning",
     "hf": "gpu-check-hf",
     "ddp": "gpu-check-ddp",
+    "batch_fit": "gpu-check-batch-fit",
 }
 
 
@@ -326,6 +327,189 @@ def check_ddp(obs: Dict[str, Any]) -> Check:
     return Check.verdict(name, ok, figure)
 
 
+# --- the batch that fits ---------------------------------------------------------------------------
+
+BATCH_FIT = "batch that fits: predicted vs found by trying"
+# Not wastefully small: the prediction keeps 5% of the limit as margin, and the temporaries it
+# scales with the batch include workspaces that do not scale, so a good prediction lands at
+# 0.85-0.95 of the truth on an activation-bound model; 0.75 leaves room for that and about as
+# much again of error, and still fails a prediction that gives away a quarter of the batch.
+BATCH_FIT_MIN_RATIO = 0.75
+# The split (its categories plus `other`) against the allocator's own peak at the measured step.
+SPLIT_MAX_ERROR = 0.10
+SPLIT_KEYS = ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "buffers_bytes", "activations_bytes")
+# `partial` codes with which the daemon cannot scale the activations (crates/core categories.rs).
+ACTIVATIONS_UNKNOWN = ("activations_unmeasured", "no_grad_forward")
+
+
+def split_total(split: Optional[Dict[str, Any]]) -> Optional[int]:
+    """Everything the split names plus `other_bytes` (the peak less what is named): what it says
+    the step peak was. None without a split."""
+    if not split:
+        return None
+    return sum(int(split.get(k) or 0) for k in SPLIT_KEYS) + int(split.get("other_bytes") or 0)
+
+
+def prediction_view(history: Sequence[Dict[str, Any]], job: str) -> Optional[Dict[str, Any]]:
+    """The last view of the job's latest session that carries a prediction (the session's last
+    view when none does; None without a session)."""
+    sessions = a.latest_sessions(history, job)
+    if not sessions:
+        return None
+    sid = sessions[-1]["session"]
+    found = None
+    for snap in history:
+        for s in snap.get("sessions") or []:
+            if s.get("session") == sid and s.get("largest_safe_batch") is not None:
+                found = s
+    return found or sessions[-1]
+
+
+def why_no_prediction(view: Dict[str, Any]) -> str:
+    """Why the daemon's largest_safe_batch is null, from the session's own fields."""
+    split = view.get("categories")
+    if not split:
+        return "no split reached the daemon (the client measures one on step 3)"
+    codes = [str(p).split(":")[0].strip() for p in split.get("partial") or []]
+    unknown = [c for c in codes if c in ACTIVATIONS_UNKNOWN]
+    if unknown:
+        return "the split's activations are unknown (%s)" % ", ".join(unknown)
+    if not split.get("batch_size"):
+        return "the split has no batch size (step %s)" % split.get("step")
+    if not split.get("activations_bytes"):
+        return "the split measured no activations (step %s)" % split.get("step")
+    if split.get("peak_bytes") is None:
+        return "the split's sample carried no allocator peak"
+    return "the daemon knew no limit for the session (no device_free, reserved or alloc_limit)"
+
+
+def batch_fit_verdict(
+    predicted: Optional[int],
+    real: Optional[int],
+    *,
+    split_sum: Optional[int],
+    allocator_peak: Optional[int],
+    complete: bool = True,
+    ceiling: Optional[int] = None,
+    predicted_ran: Optional[bool] = None,
+    no_prediction: str = "",
+    min_ratio: float = BATCH_FIT_MIN_RATIO,
+    split_max_error: float = SPLIT_MAX_ERROR,
+) -> Tuple[List[str], Dict[str, Any]]:
+    """The batch-fit verdict on numbers: (why it fails, empty when it passes; the figures).
+
+    predicted: the daemon's largest_safe_batch (None: null). real: the largest batch that ran
+    by trying (None: unknown); complete: whether the search finished; ceiling: set when every
+    batch up to it ran (the cap never bound); predicted_ran: whether the predicted batch, tried
+    on its own, ran (None: not tried). split_sum: the split with `other`; allocator_peak: the
+    allocator's own peak at the measured step."""
+    fails: List[str] = []
+    figures: Dict[str, Any] = {
+        "predicted": predicted,
+        "real": real,
+        "error_batches": None,
+        "ratio": None,
+        "split_bytes": split_sum,
+        "allocator_peak_bytes": allocator_peak,
+        "split_error": None,
+        "predicted_ran": predicted_ran,
+    }
+    known = real is not None and complete and ceiling is None
+    if predicted is None:
+        fails.append("no prediction: largest_safe_batch is null (%s)" % (no_prediction or "no reason known"))
+    if ceiling is not None:
+        fails.append("the truth is unknown: every batch up to %d ran, the cap never bound" % ceiling)
+    elif real is None or not complete:
+        fails.append("the truth is unknown: the search by trying did not finish (largest that ran so far: %s)" % real)
+    if predicted is not None and known:
+        figures["error_batches"] = predicted - real
+        figures["ratio"] = predicted / real if real else None
+        if predicted > real:
+            fails.append("unsafe: predicted %d, but no batch over %d ran (%+d)" % (predicted, real, predicted - real))
+        elif predicted == 0 and real > 0:
+            fails.append("predicts that no batch fits (0), yet batches up to %d ran" % real)
+        elif real and predicted < min_ratio * real:
+            fails.append("over-conservative: %d is %.0f%% of the %d that ran (under %.0f%%)" % (predicted, 100 * predicted / real, real, 100 * min_ratio))
+    if predicted_ran is False:
+        fails.append("unsafe: the predicted batch %s ran out of memory when tried" % predicted)
+    if split_sum is None:
+        fails.append("the split is unchecked: no split in the session")
+    elif not allocator_peak:
+        fails.append("the split is unchecked: no allocator peak recorded at its step")
+    else:
+        err = (split_sum - allocator_peak) / allocator_peak
+        figures["split_error"] = err
+        if abs(err) > split_max_error:
+            fails.append("the split (%s with other) is %+.1f%% off the allocator's peak %s (over %.0f%%)" % (
+                a.fmt_bytes(split_sum, 2), 100 * err, a.fmt_bytes(allocator_peak, 2), 100 * split_max_error))
+    return fails, figures
+
+
+def batch_fit_facts(obs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What the batch-fit check judges, gathered from the bundle: the prediction's session view,
+    both trainers' results, the verdict's failures and figures. None when the case did not run."""
+    trainers = obs.get("trainers") or {}
+    view = prediction_view(obs.get("history") or [], JOBS["batch_fit"])
+    result = (trainers.get("batch_fit") or {}).get("result") or {}
+    truth = (trainers.get("batch_fit_truth") or {}).get("result") or {}
+    if view is None:
+        return None
+    split = view.get("categories")
+    step = (split or {}).get("step")
+    peaks = result.get("peaks") or []
+    peak = peaks[step - 1] if isinstance(step, int) and 1 <= step <= len(peaks) else None
+    also = truth.get("also_tried") or None
+    predicted = view.get("largest_safe_batch")
+    real = truth.get("largest") if truth else None
+    ran = bool(also["ok"]) if also and also.get("batch") == predicted else None
+    fails, figures = batch_fit_verdict(
+        predicted,
+        real,
+        split_sum=split_total(split),
+        allocator_peak=peak,
+        complete=bool(truth.get("complete")),
+        ceiling=truth.get("max_batch") if truth and truth.get("smallest_failing") is None and truth.get("complete") else None,
+        predicted_ran=ran,
+        no_prediction="" if predicted is not None else why_no_prediction(view),
+    )
+    figures.update(step=step, batch=result.get("batch"), measured_batch=(split or {}).get("batch_size"), cap=result.get("cap"),
+                   daemon_peak_bytes=(split or {}).get("peak_bytes"), fit=view.get("batch_fit"),
+                   smallest_failing=truth.get("smallest_failing"), tries=len(truth.get("tries") or []))
+    return {"fails": fails, "figures": figures, "split": split, "fit": view.get("batch_fit"), "truth": truth}
+
+
+def check_batch_fit(obs: Dict[str, Any]) -> Check:
+    early, s, result = _opening(obs, "batch_fit", BATCH_FIT)
+    if early is not None:
+        return early
+    problem = _trainer_problem(obs, "batch_fit_truth")
+    if problem:
+        return Check(BATCH_FIT, FAIL, "the search by trying: %s" % problem)
+    facts = batch_fit_facts(obs)
+    if facts is None:
+        return Check(BATCH_FIT, FAIL, "no session with job %s" % JOBS["batch_fit"])
+    f, split, fit, truth = facts["figures"], facts["split"] or {}, facts["fit"] or {}, facts["truth"]
+    pred, real = f["predicted"], f["real"]
+    said = "predicted %s, by trying %s" % (pred, real)
+    if f["error_batches"] is not None:
+        said += " (%+d batches, %s)" % (f["error_batches"], "%.2fx" % f["ratio"] if f["ratio"] is not None else "n/a")
+    if f["split_error"] is not None:
+        said += "; split %s vs allocator peak %s at step %s (%+.1f%%)" % (
+            a.fmt_bytes(f["split_bytes"], 2), a.fmt_bytes(f["allocator_peak_bytes"], 2), f["step"], 100 * f["split_error"])
+    said += "; trained at batch %s (measured %s), cap %s" % (f["batch"], f["measured_batch"], a.fmt_bytes(f["cap"]))
+    figure = "; ".join(facts["fails"]) + " | " + said if facts["fails"] else said
+    tries = ", ".join("%s %s" % (t.get("batch"), "ran" if t.get("ok") else "OOM") for t in truth.get("tries") or [])
+    also = truth.get("also_tried")
+    detail = "fit: %s from batch sizes %s, %s/sample, fixed %s, limit %s, margin %s%s; split: %s, other %s, peak in the sample %s; tries: %s%s" % (
+        fit.get("basis"), fit.get("batch_sizes"), a.fmt_bytes(fit.get("bytes_per_sample")), a.fmt_bytes(fit.get("fixed_bytes")),
+        a.fmt_bytes(fit.get("limit_bytes")), a.fmt_bytes(fit.get("margin_bytes")),
+        "" if fit.get("max_error_ratio") is None else ", line error %.1f%%" % (100 * fit["max_error_ratio"]),
+        ", ".join("%s %s" % (k[:-6], a.fmt_bytes(split.get(k))) for k in SPLIT_KEYS),
+        a.fmt_bytes(split.get("other_bytes")), a.fmt_bytes(split.get("peak_bytes")), tries or "none",
+        "; the prediction tried alone: %s" % ("ran" if also.get("ok") else "OOM") if also else "")
+    return Check(BATCH_FIT, FAIL if facts["fails"] else PASS, figure, detail)
+
+
 def check_memory(obs: Dict[str, Any]) -> Check:
     name = "per-process memory = nvidia-smi (MiB)"
     if not obs.get("smi"):
@@ -462,6 +646,7 @@ def evaluate(obs: Dict[str, Any]) -> List[Check]:
         check_lightning,
         check_hf,
         check_ddp,
+        check_batch_fit,
         lambda o: check_client_cost(o, "small"),
         lambda o: check_client_cost(o, "large"),
         check_stats_cost,

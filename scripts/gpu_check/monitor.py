@@ -15,7 +15,9 @@ from daemon import Daemon
 SESSION_KEYS = (
     "session", "pid", "job", "rank", "world_size", "gpu_uuid", "gpu", "nvml", "torch", "samples",
     "step", "phase", "started", "last_sample_ts", "ended", "alloc_retries_total", "ooms_total",
-    "device_total", "device_free",
+    "device_total", "device_free", "alloc_limit",
+    # The memory split and the batch predicted to fit (the batch_fit check).
+    "categories", "largest_safe_batch", "batch_fit",
 )
 
 

@@ -229,7 +229,7 @@ def test_the_driver_reports_attribution_right_after_the_leak_check():
     checks = driver.with_attribution(ev.evaluate(obs), obs, cpu=False)
     names = [c.name for c in checks]
     at = names.index("leak detected (step, growth)")
-    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 22
+    assert names[at + 1] == driver.ATTRIBUTION_CHECK and len(names) == 23
     check = checks[at + 1]
     assert check.status == report.PASS, check.figure
     assert check.detail == "printed live: train_leak.py:17 in step_output"
@@ -354,6 +354,7 @@ def bundle(**over):
         session("s-7", J["ddp"], 107, rank=0, world_size=2, nvml={"used_memory_bytes": 1}),
         session("s-8", J["ddp"], 108, rank=1, world_size=2, nvml={"used_memory_bytes": 1}),
         dict(session("s-9", J["oom_patterns"], 109), ooms=_patterns_session()["ooms"]),
+        dict(session("s-11", J["batch_fit"], 111, step=300), **_batch_fit_view()),
     ]
     history = []
     for t in range(1, 31):
@@ -395,6 +396,8 @@ def bundle(**over):
             "lightning": dict(ok, result={"steps": 120}),
             "hf": dict(ok, result={"steps": 80}),
             "ddp": dict(ok, result={"backend": "gloo"}),
+            "batch_fit": dict(ok, result=_batch_fit_result()),
+            "batch_fit_truth": dict(ok, result=_batch_fit_truth()),
             "bench": dict(
                 ok,
                 result={
@@ -439,7 +442,7 @@ def test_a_good_run_passes_every_check():
     assert not bad
     assert report.exit_status(checks) == 0
     names = [c.name for c in checks]
-    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 21
+    assert names[0] == "daemon starts and sees the GPUs" and len(names) == 22
 
 
 def test_each_broken_part_fails_its_own_check():
@@ -587,3 +590,206 @@ def test_outside_growth_must_match_the_raw_bytes_and_add_up():
     obs = bundle()
     obs["trainers"]["outside"] = {"skipped": "needs a GPU"}
     assert by(obs).status == report.SKIP
+
+
+# --- the batch that fits ---------------------------------------------------------------------------
+# Recorded-style numbers: train_batch_fit.py's defaults (a 4-layer, 256-wide transformer, AdamW,
+# 48 sequences of 256 tokens, fp32) under a 4 GiB cap. Parameters and activations as measured on
+# that model; the peak with the temporaries an allocator adds; the truth as a search finds it.
+
+BF_CAP = 4 * GIB
+BF_PARAMS = 17102848
+BF_ACT = 731676676
+BF_PEAK = 912261120
+
+
+def daemon_largest(split, limit):
+    """crates/core/src/core/categories/fit.rs for one batch size, computed apart from it."""
+    act, other, batch, peak = split["activations_bytes"], split["other_bytes"], split["batch_size"], split["peak_bytes"]
+    per_sample = act / batch * (1 + other / act)
+    fixed = peak - per_sample * batch
+    return int((limit - limit // 20 - fixed) // per_sample)
+
+
+def _batch_fit_split(**change):
+    named = 4 * BF_PARAMS + BF_ACT
+    split = {"step": 3, "parameters_bytes": BF_PARAMS, "gradients_bytes": BF_PARAMS, "optimizer_state_bytes": 2 * BF_PARAMS,
+             "buffers_bytes": 0, "activations_bytes": BF_ACT, "batch_size": 48, "fp32_bytes": 2 * BF_PARAMS,
+             "ts": 4.2, "peak_bytes": BF_PEAK, "other_bytes": BF_PEAK - named}
+    split.update(change)
+    return split
+
+
+def _batch_fit_view(**change):
+    split = _batch_fit_split()
+    largest = daemon_largest(split, BF_CAP)
+    view = {"alloc_limit": BF_CAP, "categories": split, "largest_safe_batch": largest,
+            "batch_fit": {"basis": "proportional", "batch_sizes": [48], "bytes_per_sample": 17580203, "fixed_bytes": 68411392,
+                          "limit_bytes": BF_CAP, "margin_bytes": BF_CAP // 20, "largest_safe_batch": largest}}
+    view.update(change)
+    return view
+
+
+def _batch_fit_result():
+    return {"mode": "predict", "batch": 48, "cap": BF_CAP, "steps": 300, "param_bytes": BF_PARAMS,
+            "peaks": [905000000] + [BF_PEAK] * 299}
+
+
+def _batch_fit_truth(largest=241, also=228, also_ok=True):
+    ran = {48, 96, 192, 240, 241}
+    tries = [{"batch": b, "ok": b in ran} for b in (48, 96, 192, 384, 288, 240, 264, 252, 246, 243, 241, 242)]
+    return {"mode": "search", "largest": largest, "smallest_failing": largest + 1, "complete": True, "max_batch": 1 << 16,
+            "tries": tries, "also_tried": {"batch": also, "ok": also_ok} if also else None}
+
+
+def test_the_recorded_numbers_predict_what_the_daemon_would():
+    assert daemon_largest(_batch_fit_split(), BF_CAP) == 228
+
+
+def test_batch_fit_verdict_passes_a_safe_close_prediction():
+    fails, f = ev.batch_fit_verdict(228, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK, predicted_ran=True)
+    assert fails == []
+    assert f["error_batches"] == -13 and abs(f["ratio"] - 228 / 241) < 1e-9 and f["split_error"] == 0.0
+    # Exactly the truth, and exactly the lowest ratio allowed, pass too.
+    assert ev.batch_fit_verdict(241, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK)[0] == []
+    assert ev.batch_fit_verdict(3, 4, split_sum=BF_PEAK, allocator_peak=BF_PEAK)[0] == []
+
+
+def test_batch_fit_verdict_fails_an_unsafe_over_prediction():
+    fails, f = ev.batch_fit_verdict(250, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK)
+    assert fails == ["unsafe: predicted 250, but no batch over 241 ran (+9)"] and f["error_batches"] == 9
+    # Within the truth, yet the predicted batch ran out of memory when tried on its own.
+    fails, _ = ev.batch_fit_verdict(240, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK, predicted_ran=False)
+    assert fails == ["unsafe: the predicted batch 240 ran out of memory when tried"]
+
+
+def test_batch_fit_verdict_fails_an_over_conservative_prediction():
+    fails, f = ev.batch_fit_verdict(150, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK)
+    assert fails == ["over-conservative: 150 is 62% of the 241 that ran (under 75%)"]
+    assert abs(f["ratio"] - 150 / 241) < 1e-9
+
+
+def test_batch_fit_verdict_fails_a_missing_prediction_with_its_reason():
+    fails, f = ev.batch_fit_verdict(None, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK,
+                                    no_prediction="no split reached the daemon (the client measures one on step 3)")
+    assert fails == ["no prediction: largest_safe_batch is null (no split reached the daemon (the client measures one on step 3))"]
+    assert f["error_batches"] is None and f["ratio"] is None
+    assert ev.batch_fit_verdict(None, 241, split_sum=None, allocator_peak=None)[0] == [
+        "no prediction: largest_safe_batch is null (no reason known)", "the split is unchecked: no split in the session"]
+
+
+def test_batch_fit_verdict_on_no_fit():
+    # The daemon says nothing fits while the trained batch and more ran: fail, saying so.
+    fails, f = ev.batch_fit_verdict(0, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK)
+    assert fails == ["predicts that no batch fits (0), yet batches up to 241 ran"] and f["ratio"] == 0.0
+    # Where not even a batch of 1 runs, 0 is the truth.
+    fails, f = ev.batch_fit_verdict(0, 0, split_sum=BF_PEAK, allocator_peak=BF_PEAK)
+    assert fails == [] and f["error_batches"] == 0 and f["ratio"] is None
+    fails, _ = ev.batch_fit_verdict(3, 0, split_sum=BF_PEAK, allocator_peak=BF_PEAK)
+    assert fails == ["unsafe: predicted 3, but no batch over 0 ran (+3)"]
+
+
+def test_batch_fit_verdict_holds_the_split_to_the_allocator_peak():
+    over = int(BF_PEAK * 1.12)
+    fails, f = ev.batch_fit_verdict(228, 241, split_sum=over, allocator_peak=BF_PEAK)
+    assert len(fails) == 1 and fails[0].startswith("the split (") and "+12.0% off the allocator's peak" in fails[0]
+    assert abs(f["split_error"] - 0.12) < 1e-6
+    assert ev.batch_fit_verdict(228, 241, split_sum=int(BF_PEAK * 0.91), allocator_peak=BF_PEAK)[0] == []
+    assert ev.batch_fit_verdict(228, 241, split_sum=BF_PEAK, allocator_peak=None)[0] == [
+        "the split is unchecked: no allocator peak recorded at its step"]
+
+
+def test_batch_fit_verdict_needs_a_truth():
+    fails, _ = ev.batch_fit_verdict(228, 241, split_sum=BF_PEAK, allocator_peak=BF_PEAK, complete=False)
+    assert fails == ["the truth is unknown: the search by trying did not finish (largest that ran so far: 241)"]
+    fails, f = ev.batch_fit_verdict(228, 65536, split_sum=BF_PEAK, allocator_peak=BF_PEAK, ceiling=65536)
+    assert fails == ["the truth is unknown: every batch up to 65536 ran, the cap never bound"] and f["ratio"] is None
+
+
+def test_why_no_prediction_reads_the_session():
+    why = ev.why_no_prediction
+    assert why({}) == "no split reached the daemon (the client measures one on step 3)"
+    assert why({"categories": _batch_fit_split(partial=["no_grad_forward: nothing saved"])}) == "the split's activations are unknown (no_grad_forward)"
+    assert why({"categories": _batch_fit_split(batch_size=None)}) == "the split has no batch size (step 3)"
+    assert why({"categories": _batch_fit_split(activations_bytes=0)}) == "the split measured no activations (step 3)"
+    assert why({"categories": _batch_fit_split(peak_bytes=None, other_bytes=None)}) == "the split's sample carried no allocator peak"
+    assert "no limit" in why({"categories": _batch_fit_split()})
+
+
+def _batch_fit_check(obs):
+    return {c.name: c for c in ev.evaluate(obs)}[ev.BATCH_FIT]
+
+
+def test_the_batch_fit_check_on_a_recorded_run():
+    c = _batch_fit_check(bundle())
+    assert c.status == report.PASS, c.figure
+    assert c.figure.startswith("predicted 228, by trying 241 (-13 batches, 0.95x); split 870.00 MiB vs allocator peak 870.00 MiB at step 3 (+0.0%)"), c.figure
+    assert "trained at batch 48 (measured 48), cap 4.0 GiB" in c.figure
+    assert "fit: proportional from batch sizes [48]" in c.detail and "the prediction tried alone: ran" in c.detail
+    assert "48 ran, 96 ran, 192 ran, 384 OOM" in c.detail
+    facts = ev.batch_fit_facts(bundle())
+    assert facts["figures"]["predicted"] == 228 and facts["figures"]["real"] == 241 and facts["fails"] == []
+
+
+def _with_view(obs, **change):
+    for snap in obs["history"]:
+        for s in snap["sessions"]:
+            if s["session"] == "s-11":
+                s.update(change)
+    return obs
+
+
+def test_the_batch_fit_check_fails_each_way_with_its_reason():
+    # No prediction in any view: the reason comes from the session's split.
+    c = _batch_fit_check(_with_view(bundle(), largest_safe_batch=None, batch_fit=None, categories=None))
+    assert c.status == report.FAIL
+    assert c.figure.startswith("no prediction: largest_safe_batch is null (no split reached the daemon"), c.figure
+    # The prediction over the truth.
+    obs = bundle()
+    obs["trainers"]["batch_fit_truth"]["result"] = _batch_fit_truth(largest=200, also=228, also_ok=False)
+    c = _batch_fit_check(obs)
+    assert c.status == report.FAIL and c.figure.startswith(
+        "unsafe: predicted 228, but no batch over 200 ran (+28); unsafe: the predicted batch 228 ran out of memory when tried | "), c.figure
+    # No fit at all.
+    c = _batch_fit_check(_with_view(bundle(), largest_safe_batch=0))
+    assert c.status == report.FAIL and c.figure.startswith("predicts that no batch fits (0), yet batches up to 241 ran"), c.figure
+    # The search process failed.
+    obs = bundle()
+    obs["trainers"]["batch_fit_truth"].update(rc=1, log_tail="Traceback\nRuntimeError: CUDA error")
+    c = _batch_fit_check(obs)
+    assert c.status == report.FAIL and c.figure.startswith("the search by trying: exited with status 1"), c.figure
+    # The allocator's peak at the measured step is not the split's.
+    obs = bundle()
+    obs["trainers"]["batch_fit"]["result"]["peaks"][2] = int(BF_PEAK / 1.2)
+    c = _batch_fit_check(obs)
+    assert c.status == report.FAIL and "+20.0% off the allocator's peak" in c.figure, c.figure
+    # Not selected: skipped.
+    obs = bundle(not_selected=["batch_fit"])
+    del obs["trainers"]["batch_fit"], obs["trainers"]["batch_fit_truth"]
+    assert _batch_fit_check(obs).status == report.SKIP
+
+
+def test_the_prediction_is_read_from_the_last_view_that_has_one():
+    obs = bundle()
+    obs["history"][-1]["sessions"] = [dict(s, largest_safe_batch=None) if s["session"] == "s-11" else s for s in obs["history"][-1]["sessions"]]
+    _with_view({"history": obs["history"][10:11]}, largest_safe_batch=227)
+    view = ev.prediction_view(obs["history"], ev.JOBS["batch_fit"])
+    assert view["largest_safe_batch"] == 228 and view is obs["history"][-2]["sessions"][-2]
+    assert ev.prediction_view(obs["history"], "no-such-job") is None
+
+
+def test_the_search_finds_the_largest_batch_that_fits():
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import train_batch_fit as t
+
+    def under(limit, seen):
+        return lambda b: seen.append(b) or b <= limit
+
+    seen = []
+    assert t.largest_fitting(under(241, seen), 48, 1 << 16) == (241, 242, True)
+    assert seen == [48, 96, 192, 384, 288, 240, 264, 252, 246, 243, 241, 242]
+    assert t.largest_fitting(under(5, []), 48, 1 << 16) == (5, 6, True)  # the start itself does not fit
+    assert t.largest_fitting(under(0, []), 48, 1 << 16) == (0, 1, True)
+    assert t.largest_fitting(under(10 ** 9, []), 48, 1000) == (1000, None, True)  # the ceiling ran
+    calls = []
+    assert t.largest_fitting(under(241, calls), 48, 1 << 16, lambda: len(calls) >= 3) == (192, None, False)
