@@ -137,6 +137,10 @@ def test_the_split_and_the_batch_that_fits_reach_every_output(recorded_daemon):
     assert "a batch of %s fits (now %d;" % (fits, BATCH) in hint or "up to %s fits" % fits in hint, hint
     assert "activation checkpointing frees up to" in hint and "over the job's 4 ranks" in hint, hint
     assert finding["evidence"]["categories"]["largest_safe_batch"] == fits, finding["evidence"]
+    # An fp32 model: all of its parameters and gradients are float32, and bf16 would halve them.
+    assert split["fp32_bytes"] == 2 * param_bytes, split
+    assert finding["evidence"]["categories"]["remedies"]["bf16_bytes"] == param_bytes, finding["evidence"]
+    assert "bf16 parameters and gradients free" in hint, hint
 
     wait_until(lambda: [f for f in hook.findings() if f.get("kind") == "near_limit"
                         and "where the memory went" in (f.get("message") or "")], 15, "the webhook's near_limit", logs)

@@ -711,6 +711,8 @@ def test_sharded_parameters_count_this_ranks_shard(tmp_path, child_env, mode):
         assert out["local"] <= out["full"] // 2 + 1024
         assert split["optimizer_state_bytes"] == out["state"]
         assert split["gradients_bytes"] == out["local"]
+        # An fp32 model: its local shards of parameters and gradients are all float32.
+        assert split["fp32_bytes"] == 2 * out["local"]
         assert [r.split(":")[0] for r in split["partial"]] == [categories.PARTIAL_DTENSOR]
 
 
