@@ -3,7 +3,8 @@
     scripts/gpu-check --gpumon PATH/TO/gpumon [--out DIR] [--quick]
 
 Starts the daemon on the real driver, runs real trainers on GPU 0 (healthy, leaking, near the
-limit, out of memory, Lightning, Hugging Face, torchrun with 2 ranks, a cost benchmark), compares
+limit, out of memory, Lightning, Hugging Face, torchrun with 2 ranks, the batch that fits against
+the largest found by trying, a cost benchmark), compares
 what the daemon reports with nvidia-smi and with the trainers' own ground truth, and prints a table
 of checks (also written as markdown and JSON to the output directory). Exits 1 when a check
 fails, 2 when it could not run at all; every process it starts is ended on the way out.
@@ -48,7 +49,7 @@ PLAN = {
         "healthy": 90, "leak": 120, "leak_flat": 10, "near_limit": 60, "oom": 30, "oom_patterns": 60, "outside": 60,
         "lightning_steps": 300, "hf_steps": 200, "ddp": 25, "bench_repeats": 30, "bench_seconds": 0.3,
         "batch_fit": 15, "batch_fit_search": 90, "batch_fit_timeout": 120,
-        "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 1110,
+        "phase_a": 200, "phase_b": 240, "bench_timeout": 240, "total": 1080,
     },
     "quick": {
         "healthy": 20, "leak": 60, "leak_flat": 6, "near_limit": 20, "oom": 20, "oom_patterns": 40, "outside": 45,

@@ -43,6 +43,10 @@ def python():
     return py
 
 
+# The self-test's batch-fit model and cap (as the driver passes them on CPU).
+BATCH_FIT_CPU = ["--cap", "0.01", "--width", "32", "--seq", "16", "--layers", "2", "--heads", "2", "--vocab", "128", "--batch", "8"]
+
+
 def env_for(extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_")}
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "clients", "python"), PKG] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -63,6 +67,10 @@ def env_for(extra=None):
         ("bench_overhead.py", ["--repeats", "0"], "--repeats must be 1 or more"),
         ("train_lightning.py", ["--device", "tpu"], "invalid choice"),
         ("train_hf.py", ["--frobnicate"], "unrecognized arguments"),
+        ("train_batch_fit.py", [], "the following arguments are required: --mode"),
+        ("train_batch_fit.py", ["--mode", "search", "--batch", "0"], "--batch must be 1 or more"),
+        ("train_batch_fit.py", ["--mode", "predict", "--heads", "3"], "--width must be a multiple of --heads"),
+        ("train_batch_fit.py", ["--mode", "search", "--cap", "100"], "must be below the device"),
     ],
 )
 def test_trainers_reject_bad_flags(python, script, args, message):
@@ -95,6 +103,8 @@ def test_trainers_say_when_cuda_is_missing(python):
         ("train_leak.py", ["--seconds", "2", "--flat-seconds", "0.5", "--width", "64"], {"onset_step", "leak_bytes_per_step", "leaked_bytes"}),
         ("train_near_limit.py", ["--seconds", "1", "--cap", "0.03", "--width", "64"], {"cap", "steps"}),
         ("train_oom.py", ["--seconds", "10", "--cap", "0.05", "--chunk-mib", "8", "--warmup-steps", "2", "--after-steps", "2", "--step-ms", "5"], {"oom_step", "oom_message", "cap"}),
+        ("train_batch_fit.py", ["--mode", "predict", "--seconds", "1"] + BATCH_FIT_CPU, {"peaks", "batch", "cap", "sim"}),
+        ("train_batch_fit.py", ["--mode", "search", "--seconds", "60", "--also-try", "20"] + BATCH_FIT_CPU, {"largest", "smallest_failing", "tries"}),
     ],
 )
 def test_trainers_run_on_cpu_and_write_results(python, tmp_path, script, args, keys):
@@ -112,6 +122,13 @@ def test_trainers_run_on_cpu_and_write_results(python, tmp_path, script, args, k
     assert got.get("steps", 1) > 0
     if script == "train_oom.py":
         assert got["oom_step"] is not None and "simulated" in got["oom_message"]
+    if got.get("mode") == "search":
+        # The simulated allocator: the largest batch whose peak is under the cap, found by trying.
+        assert got["complete"] and got["smallest_failing"] == got["largest"] + 1 > 8, got
+        assert got["also_tried"] == dict(got["tries"][-1], batch=20) and got["also_tried"]["ok"]
+        assert "simulated" in [t for t in got["tries"] if not t["ok"]][0]["error"]
+    if got.get("mode") == "predict":
+        assert len(got["peaks"]) == got["steps"] and set(got["peaks"]) == {got["sim"]["fixed"] + 8 * got["sim"]["per_sample"]}
 
 
 def test_driver_rejects_bad_arguments(tmp_path):
@@ -161,6 +178,7 @@ def test_the_whole_check_on_cpu(python, tmp_path):
         "leak detected (step, growth)",
         "OOM reported against the allocator cap",
         "Lightning callback",
+        "batch that fits: predicted vs found by trying",
         "daemon NVML poll vs bare NVML",
         "daemon log has no panic",
         "clean shutdown, nothing left running",
@@ -176,7 +194,7 @@ def test_the_whole_check_on_cpu(python, tmp_path):
     assert r.returncode == 1, text
     assert got["client cost per ~0.4 ms step"]["status"] in ("pass", "fail")  # measured, noisy on CPU
     assert "0.4 ms" in (out / "gpu-check.md").read_text()
-    for name in ("healthy", "leak", "oom", "near_limit", "bench"):
+    for name in ("healthy", "leak", "oom", "near_limit", "batch_fit", "batch_fit_truth", "bench"):
         assert (out / "results" / ("%s.json" % name)).exists(), name
     assert any(f.endswith(".jsonl") for f in os.listdir(out / "traces"))
 
