@@ -270,6 +270,13 @@ def search(args: Any, p: Any) -> None:
             tc.sync(torch, torch_device)
         except torch.cuda.OutOfMemoryError as exc:
             error = str(exc).splitlines()[0][:300]
+        except RuntimeError as exc:
+            # A library that allocates for itself (cuBLAS, cuDNN) and is refused says so in its
+            # own words; that is the batch not fitting too. Anything else is a bug: raised.
+            text = str(exc)
+            if "out of memory" not in text.lower() and "ALLOC_FAILED" not in text:
+                raise
+            error = "%s: %s" % (type(exc).__name__, text.splitlines()[0][:300])
         # Out of the except clause: the traceback, and the batch's tensors its frames held, are
         # gone. A step cut short leaves gradients; freeing them and the cache makes the next try
         # start where a fresh trainer at that batch would.
