@@ -421,7 +421,7 @@ def batch_fit_verdict(
         fails.append("the truth is unknown: every batch up to %d ran, the cap never bound" % ceiling)
     elif real is None or not complete:
         fails.append("the truth is unknown: the search by trying did not finish (largest that ran so far: %s)" % real)
-    if predicted is not None and known:
+    if predicted is not None and real is not None and known:
         figures["error_batches"] = predicted - real
         figures["ratio"] = predicted / real if real else None
         if predicted > real:

@@ -227,7 +227,7 @@ def predict(args: Any, p: Any) -> None:
         steps += 1
         if steps <= KEEP_PEAKS:
             peaks.append(peak)
-            reserved_peaks.append(int(torch.cuda.max_memory_reserved(torch_device)) if not cpu else sim._reserved())
+            reserved_peaks.append(sim._reserved() if sim is not None else int(torch.cuda.max_memory_reserved(torch_device)))
         clock.pace(args.step_ms / 1000.0)
     tc.sync(torch, torch_device)
     gpumon_client.detach(timeout=2.0)
