@@ -45,7 +45,7 @@ _FAR = 1 << 30  # steps the hook may skip when no measurement is due by step cou
 _MAX_ABOVE = 16  # the trainer's saved-tensor hooks we look under for ours
 
 # Why a split is partial: each reason is "code: explanation" (the code stays; the text may change).
-PARTIAL_SHARDED = "sharded_parameters"  # parameters of size 0 here: ZeRO-3, FSDP1 (use_orig_params)
+PARTIAL_SHARDED = "sharded_parameters"  # parameters of size 0 here, or FSDP1 flat parameters: a shard each
 PARTIAL_ZERO3 = "zero3_partitions"  # DeepSpeed ZeRO-3: each parameter's ds_tensor partition counted
 PARTIAL_DTENSOR = "dtensor_local"  # DTensor (FSDP2, tensor parallel): local shard sizes counted
 PARTIAL_MAIN_GRAD = "main_grad"  # Megatron: gradients in main_grad (a view of one buffer)
@@ -661,6 +661,7 @@ class Measurement:
         modules.update(self.modules)
         params: Dict[int, Any] = {}
         buffers: Dict[int, Any] = {}
+        flat = 0  # FSDP1 units whose flat parameter holds a shard (sharded already, say so)
         for mod in modules.values():
             for p in getattr(mod, "_parameters", {}).values():
                 if p is not None:
@@ -668,6 +669,8 @@ class Measurement:
             for b in getattr(mod, "_buffers", {}).values():
                 if b is not None:
                     buffers[id(b)] = b
+            if type(mod).__name__ == "FullyShardedDataParallel" and _sharded_flat(getattr(mod, "_flat_param", None)):
+                flat += 1
         counted: Set[Key] = set()
 
         def add(t: Any) -> int:
@@ -736,6 +739,15 @@ class Measurement:
                 "%s: %d parameters have size 0 here (sharded: ZeRO-3, FSDP1): only what this rank holds "
                 "(a flat parameter) is counted" % (PARTIAL_SHARDED, empty)
             )
+        elif flat:
+            # FSDP1 without use_orig_params (or a rank whose shard holds no whole parameter of
+            # size 0): no parameter is empty, yet each flat parameter, its gradient and its state
+            # are this rank's shard. The code tells the daemon the state is sharded already, so it
+            # sizes no sharding remedy.
+            partial[PARTIAL_SHARDED] = (
+                "%s: %d FSDP units hold this rank's shard of their flat parameter (FSDP1): parameters, "
+                "gradients and optimizer state are counted at that size, not the model's" % (PARTIAL_SHARDED, flat)
+            )
         if main_grads:
             partial[PARTIAL_MAIN_GRAD] = (
                 "%s: %d parameters keep their gradient in main_grad (Megatron): counted from it, the whole "
@@ -764,6 +776,16 @@ class Measurement:
             fp32_bytes=fp32,
             partial=list(partial.values()) or None,
         )
+
+
+def _sharded_flat(p: Any) -> bool:
+    """Whether `p`, an FSDP1 unit's flat parameter (or None), holds a shard: fewer elements here
+    than the parameters it flattens (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD; not NO_SHARD)."""
+    unsharded = getattr(p, "_unpadded_unsharded_size", None)
+    try:
+        return unsharded is not None and int(p.numel()) < int(unsharded.numel())
+    except Exception:
+        return False
 
 
 def _call_top(top_fn: Any) -> Any:

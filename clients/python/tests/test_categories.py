@@ -282,6 +282,25 @@ def test_fp32_bytes_counts_a_zero3_partition_by_its_own_dtype():
     assert split["partial"][0].startswith("zero3_partitions: ")
 
 
+class FullyShardedDataParallel(FakeModule):
+    """An FSDP1 unit as the split sees it: its flat parameter, this rank's shard or the whole."""
+
+    def __init__(self, local, unsharded):
+        flat = param(0x7000, local * 4, FLOAT32, FLOAT32)
+        flat.numel = lambda: local
+        flat._unpadded_unsharded_size = type("Size", (), {"numel": lambda self: unsharded})()
+        super().__init__([flat])
+        self._flat_param = flat
+
+
+def test_an_fsdp1_flat_parameter_holding_a_shard_says_the_state_is_sharded():
+    split = read(FullyShardedDataParallel(local=500, unsharded=1000))
+    assert split["parameters_bytes"] == 2000 and split["fp32_bytes"] == 4000
+    assert [r.split(":")[0] for r in split["partial"]] == ["sharded_parameters"]
+    # NO_SHARD: the flat parameter is whole; nothing is sharded, so nothing is said.
+    assert "partial" not in read(FullyShardedDataParallel(local=1000, unsharded=1000))
+
+
 def test_tensor_device_defaults_to_the_sources_cuda_device():
     assert StaticStatsSource(info={"cuda_device": 3}).tensor_device() == "cuda:3"
     assert StaticStatsSource().tensor_device() == "cuda"

@@ -643,7 +643,10 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16))
 full = sum(p.numel() * p.element_size() for p in model.parameters())
 mode = os.environ["MODE"]
-if mode == "fsdp2":
+if mode.startswith("fsdp1"):
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    model = FullyShardedDataParallel(model, device_id=torch.device("cpu"), use_orig_params=mode == "fsdp1_orig")
+elif mode == "fsdp2":
     from torch.distributed.fsdp import fully_shard
     for layer in (model[0], model[2]):
         fully_shard(layer, mesh=mesh)
@@ -658,7 +661,10 @@ else:  # a DTensor model: parameters sharded on dim 0 by hand
     distribute_module(model, mesh, input_fn=lambda mod, inputs, mesh: tuple(
         torch.distributed.tensor.DTensor.from_local(x, mesh, [Replicate()]) for x in inputs))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+if mode.startswith("fsdp1"):  # the flat parameter's storage: this rank's padded shard
+    local = sum({p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}.values())
+else:
+    local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
 src = StaticStatsSource({"allocated_bytes.all.current": 1}, (1, 2), {"cuda_device": 0}, tensor_device="cpu")
 handle = gpumon_client.attach("fsdp", source=src, socket=sock, rank=rank, world_size=world, max_rate=None, budget=None)
 for i in range(4):
@@ -699,11 +705,13 @@ def run_ranks(tmp_path, child_env, mode, world):
     return outs
 
 
-@pytest.mark.parametrize("mode", ["fsdp2", "dtensor"])
+@pytest.mark.parametrize("mode", ["fsdp2", "dtensor", "fsdp1", "fsdp1_orig"])
 def test_sharded_parameters_count_this_ranks_shard(tmp_path, child_env, mode):
     # Two ranks on gloo: each holds half of every parameter; the split counts its local shard
-    # and says so, rather than the global size.
+    # and says so, rather than the global size. FSDP1 says so with sharded_parameters (its flat
+    # parameter; with use_orig_params, also the original parameters of size 0).
     outs = run_ranks(tmp_path, child_env, mode, 2)
+    code = categories.PARTIAL_SHARDED if mode.startswith("fsdp1") else categories.PARTIAL_DTENSOR
     for out in outs:
         split = out["split"]
         assert split is not None, out
@@ -713,7 +721,7 @@ def test_sharded_parameters_count_this_ranks_shard(tmp_path, child_env, mode):
         assert split["gradients_bytes"] == out["local"]
         # An fp32 model: its local shards of parameters and gradients are all float32.
         assert split["fp32_bytes"] == 2 * out["local"]
-        assert [r.split(":")[0] for r in split["partial"]] == [categories.PARTIAL_DTENSOR]
+        assert [r.split(":")[0] for r in split["partial"]] == [code], split["partial"]
 
 
 COMPILE_SCRIPT = """\
