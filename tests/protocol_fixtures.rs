@@ -80,7 +80,7 @@ fn the_categories_fixture_is_the_split_the_client_measured() {
         (c.step, c.parameters_bytes, c.gradients_bytes),
         (3, 2 * GIB, 4 * GIB)
     );
-    assert_eq!(c.optimizer_state_bytes, 12 * GIB);
+    assert_eq!(c.optimizer_state_bytes, 8 * GIB);
     assert_eq!(c.buffers_bytes + c.activations_bytes, 6 * GIB);
     assert_eq!(c.batch_size, Some(16));
     // Of the parameters and gradients, the float32 part: the fp32 main_grad.
