@@ -67,11 +67,17 @@ impl Categories {
     }
 
     /// Whether the optimizer state is sharded across ranks already (sharding it again frees
-    /// nothing the split could size).
+    /// nothing the split could size). Gradients kept outside `.grad` are DeepSpeed ZeRO-1/2's
+    /// own buffers: its optimizer state is partitioned too.
     pub fn sharded(&self) -> bool {
-        ["zero3_partitions", "sharded_parameters", "dtensor_local"]
-            .iter()
-            .any(|c| self.partial_has(c))
+        [
+            "zero3_partitions",
+            "sharded_parameters",
+            "dtensor_local",
+            "gradients_elsewhere",
+        ]
+        .iter()
+        .any(|c| self.partial_has(c))
     }
 }
 

@@ -190,6 +190,12 @@ fn remedies_are_sized_from_the_split() {
     let e = t.evidence(Some(8 * GIB), None, Some(8)).expect("e");
     assert_eq!(e.remedies.sharding, None);
     assert_eq!(e.remedies.bf16_bytes, None);
+    // DeepSpeed ZeRO-1/2 (gradients in its own buffers) partitions the state already.
+    let mut c = split(Some(16), 4 * GIB);
+    c.partial = vec!["gradients_elsewhere: 12 parameters require grad".into()];
+    t.take(c, 3.0, &peak(9 * GIB));
+    let z = t.evidence(Some(8 * GIB), None, Some(8)).expect("e");
+    assert_eq!(z.remedies.sharding, None);
     assert!(
         remedies_text(&e).starts_with("a batch of 11 fits (now 16;"),
         "{}",
