@@ -122,6 +122,9 @@ pub struct DetectSection {
     /// How long after a job's first failure another rank's failure counts as its consequence.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub job_cascade: Duration,
+    /// How long NVML must keep listing memory of an exited process before orphaned_memory fires.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub orphan_grace: Duration,
 }
 
 impl Default for DetectSection {
@@ -132,6 +135,7 @@ impl Default for DetectSection {
             leak_materiality_ratio: d.leak_materiality_ratio,
             crash_hold: Duration::from_secs_f64(d.crash_hold_seconds),
             job_cascade: Duration::from_secs_f64(d.job_cascade_seconds),
+            orphan_grace: Duration::from_secs_f64(d.orphan_grace_seconds),
         }
     }
 }
@@ -278,6 +282,7 @@ impl Config {
             leak_materiality_ratio: self.detect.leak_materiality_ratio,
             crash_hold_seconds: self.detect.crash_hold.as_secs_f64(),
             job_cascade_seconds: self.detect.job_cascade.as_secs_f64(),
+            orphan_grace_seconds: self.detect.orphan_grace.as_secs_f64(),
         }
     }
 

@@ -111,6 +111,9 @@ crash_hold = "{crash_hold}"
 # torchrun tears the other ranks down within seconds; raise it past NCCL's timeout to cover
 # ranks the NCCL watchdog takes down.
 job_cascade = "{job_cascade}"
+# NVML listing memory for a process that has exited (a zombie, or no process at all) this long
+# raises orphaned_memory. Past the driver's own teardown of an exited process's context.
+orphan_grace = "{orphan_grace}"
 
 [attribution]
 # When a leak finding goes pending or firing, ask the trainer (only clients that announce the
@@ -202,6 +205,7 @@ insecure_skip_verify = {insecure_skip_verify}
         leak_materiality_ratio = d.detect.leak_materiality_ratio,
         crash_hold = humantime::format_duration(d.detect.crash_hold),
         job_cascade = humantime::format_duration(d.detect.job_cascade),
+        orphan_grace = humantime::format_duration(d.detect.orphan_grace),
         attr_enabled = d.attribution.enabled,
         window_steps = d.attribution.window_steps,
         window_seconds = d.attribution.window_seconds,

@@ -18,6 +18,7 @@ use crate::core::model::{GpuState, NodeReading};
 mod findings;
 pub mod gzip;
 mod jobs;
+mod orphans;
 mod trainers;
 use crate::core::store::{NvmlStatus, Store};
 use crate::core::view::View;
@@ -57,6 +58,7 @@ pub fn trainer_text(store: &Store) -> String {
     trainers::session_families(store, &sessions, &mut out);
     findings::finding_families(store, &sessions, &mut out);
     jobs::job_families(store, &mut out);
+    orphans::orphan_families(store, &mut out);
     out
 }
 

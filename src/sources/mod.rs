@@ -7,13 +7,19 @@ pub mod nvml;
 pub mod poller;
 pub mod procinfo;
 
-use crate::core::model::NodeReading;
+use crate::core::model::{NodeReading, ProcView};
 
 /// One collector, one method (the node_exporter shape).
 pub trait GpuSource: Send {
     /// Reads every GPU and process once. `Err` means nothing could be read at all (library missing,
     /// init failed); trouble with one GPU is reported inside the reading instead.
     fn collect(&mut self) -> Result<NodeReading, SourceError>;
+
+    /// Which processes the source's /proc shows: whether a listed pid missing there has exited
+    /// (orphaned memory). None when the source cannot say.
+    fn proc_view(&mut self) -> Option<ProcView> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -100,6 +100,10 @@ impl GpuSource for NvmlSource {
         self.procs.end();
         Ok(reading)
     }
+
+    fn proc_view(&mut self) -> Option<ProcView> {
+        Some(self.procs.view())
+    }
 }
 
 struct GpuCollector<'a> {

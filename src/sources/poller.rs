@@ -42,6 +42,7 @@ pub fn run(
                 }
                 log_gpu_changes(&reading, &mut gpu_states);
                 backoff.reset();
+                status.proc_view = source.proc_view();
                 status.record_ok(reading.ts, duration);
                 let text = encode(&status, Some(&reading));
                 let sent = aggregator.offer_collection(Collection {

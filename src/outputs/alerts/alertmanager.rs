@@ -58,6 +58,7 @@ pub fn alertname(kind: Kind) -> &'static str {
         Kind::Oom => "GpumonOOM",
         Kind::Crash => "GpumonTrainerCrash",
         Kind::UntrackedGrowth => "GpumonUntrackedGrowth",
+        Kind::OrphanedMemory => "GpumonOrphanedMemory",
         // Only a newer daemon's finding read back could be Unknown; this daemon raises none.
         Kind::Unknown => "GpumonFinding",
     }

@@ -71,6 +71,9 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     for f in store.sessions.findings.held() {
         counts[f.kind.index()] += 1;
     }
+    for f in store.sessions.orphans.current() {
+        counts[f.kind.index()] += 1;
+    }
     for k in Kind::ALL {
         firing.add(&[k.as_str()], counts[k.index()] as f64);
     }

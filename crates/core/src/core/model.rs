@@ -133,6 +133,60 @@ pub struct ProcInfo {
     /// The container's name in its pod, from the kubelet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_name: Option<String>,
+    /// Whether the process still runs, as /proc said when last looked at (orphan.rs). Written
+    /// only when it does not: a row per process on a busy node says nothing it need not.
+    #[serde(default, skip_serializing_if = "ProcState::runs")]
+    pub state: Option<ProcState>,
+    /// A zombie's parent (the process that has to reap it), and its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+}
+
+/// Whether a process NVML lists is still there, from /proc/PID/stat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcState {
+    Running,
+    /// Exited, not yet reaped by its parent (state Z).
+    Zombie,
+    /// No such process in /proc (or its pid now names another process): exited and reaped,
+    /// or, where /proc is not the host's, never visible (`ProcView`).
+    Gone,
+    #[serde(other)]
+    Unknown,
+}
+
+impl ProcState {
+    /// Running, or never looked at: nothing to say about it.
+    pub fn runs(s: &Option<ProcState>) -> bool {
+        matches!(s, None | Some(ProcState::Running))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcState::Running => "running",
+            ProcState::Zombie => "zombie",
+            ProcState::Gone => "gone",
+            ProcState::Unknown => "unknown",
+        }
+    }
+}
+
+/// Which processes the /proc gpumon reads shows, as the source found it: only where it shows
+/// the host's is a pid missing from it an exited process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcView {
+    /// The initial PID namespace's /proc, or the host's mounted in a container (/host/proc).
+    Host,
+    /// The daemon's own PID namespace's (a container without hostPID), or one that hides
+    /// other users' processes (hidepid).
+    Own,
+    /// Could not tell (not a proc filesystem, links unreadable).
+    #[serde(other)]
+    Unknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

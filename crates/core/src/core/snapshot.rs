@@ -12,6 +12,7 @@ pub mod kept;
 use cursor::Cursor;
 
 use crate::core::detect::attribution::Attribution;
+use crate::core::detect::orphan::HostPids;
 use crate::core::detect::Finding;
 use crate::core::jobs::JobView;
 use crate::core::model::{GpuReading, ProcessReading, Timestamp};
@@ -30,6 +31,11 @@ pub struct Snapshot {
     pub hostname: String,
     pub ts: Timestamp,
     pub nvml: NvmlView,
+    /// Whether the daemon can tell that a GPU process has exited (orphaned_memory): `hidden` in
+    /// a container without hostPID, where /proc holds none of NVML's pids; absent before NVML
+    /// listed a process.
+    #[serde(default)]
+    pub host_pids: Option<HostPids>,
     pub gpus: Vec<GpuView>,
     pub processes: Vec<ProcessView>,
     /// Trainer sessions: live ones, then recently ended ones.
@@ -72,6 +78,8 @@ struct SnapshotOut<'a> {
     hostname: &'a str,
     ts: Timestamp,
     nvml: &'a NvmlView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_pids: Option<HostPids>,
     gpus: &'a [GpuView],
     processes: &'a [ProcessView],
     sessions: Vec<SessionDoc<'a>>,
@@ -95,6 +103,7 @@ impl Serialize for Snapshot {
             hostname: &self.hostname,
             ts: self.ts,
             nvml: &self.nvml,
+            host_pids: self.host_pids,
             gpus: &self.gpus,
             processes: &self.processes,
             sessions: self
@@ -290,6 +299,7 @@ impl Snapshot {
                 last_poll_ts,
                 last_poll_duration_seconds,
             },
+            host_pids: store.sessions.orphans.host_pids(),
             gpus,
             processes,
             sessions,
@@ -323,13 +333,14 @@ fn gpu_history(s: &Series, start: Timestamp, after: Option<&Cursor>) -> Vec<Poin
     s.since(start.max(seconds(c.gpu_ms + 1))).collect()
 }
 
-/// Pending and firing findings of live sessions, held crashes, then recently resolved ones, each
-/// with the NVML index of its GPU (MIG-aware) when known.
+/// Pending and firing findings of live sessions, held crashes, orphaned memory, then recently
+/// resolved ones, each with the NVML index of its GPU (MIG-aware) when known.
 fn findings(store: &Store) -> Vec<Finding> {
     let s = &store.sessions;
     s.live()
         .flat_map(|x| x.detect.current())
         .chain(s.findings.held())
+        .chain(s.orphans.current())
         .chain(s.findings.recent().rev())
         .map(|f| {
             let mut f = f.clone();

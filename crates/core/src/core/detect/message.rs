@@ -108,6 +108,14 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             }
             m
         }
+        // The finding words itself (orphan.rs: it knows the GPU, the pid and the time).
+        Kind::OrphanedMemory => match e.orphan.as_deref() {
+            Some(o) => format!(
+                "{} held by a process that has exited",
+                o.bytes.map_or_else(|| "memory".to_string(), bytes)
+            ),
+            None => "memory held by a process that has exited".into(),
+        },
         Kind::Unknown => "a finding of a kind this version of gpumon does not know".into(),
     }
 }
@@ -133,7 +141,7 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
         Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
         Kind::UntrackedGrowth => "memory_stats() and snapshots cannot see this memory, and empty_cache() does not return it: look for NCCL communicators or process groups made per step (new_group, a model wrapped again in DDP/FSDP), cuBLAS/cuDNN workspaces growing with new shapes (CUBLAS_WORKSPACE_CONFIG), CUDA graphs captured again and again, or a library allocating with raw cudaMalloc (CuPy, custom extensions)",
-        Kind::Crash | Kind::Unknown => return None,
+        Kind::Crash | Kind::OrphanedMemory | Kind::Unknown => return None,
     }))
 }
 

@@ -12,6 +12,7 @@ pub mod lifecycle;
 pub mod message;
 pub mod near_limit;
 pub mod oom;
+pub mod orphan;
 pub mod peak;
 pub mod session;
 pub mod stats;
@@ -36,6 +37,8 @@ pub enum Kind {
     Crash,
     /// Memory outside PyTorch's caching allocator (NVML's figure minus reserved) keeps growing.
     UntrackedGrowth,
+    /// NVML lists memory for a process that has exited (orphan.rs).
+    OrphanedMemory,
     /// A kind this build does not know (a newer daemon's): read, shown by name, never raised.
     #[serde(other)]
     Unknown,
@@ -45,13 +48,14 @@ impl Kind {
     /// Slots for per-kind counters: the known kinds, then `Unknown`.
     pub const SLOTS: usize = Kind::ALL.len() + 1;
 
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Leak,
         Kind::NearLimit,
         Kind::Fragmentation,
         Kind::Oom,
         Kind::Crash,
         Kind::UntrackedGrowth,
+        Kind::OrphanedMemory,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +66,7 @@ impl Kind {
             Kind::Oom => "oom",
             Kind::Crash => "crash",
             Kind::UntrackedGrowth => "untracked_growth",
+            Kind::OrphanedMemory => "orphaned_memory",
             Kind::Unknown => "unknown",
         }
     }
@@ -160,6 +165,9 @@ pub struct Evidence {
     /// oom: the step of the first sample after the OOM, when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survived_step: Option<u64>,
+    /// orphaned_memory: the bytes held, the process's state and what gpumon knew of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphan: Option<Box<orphan::OrphanEvidence>>,
 }
 
 /// A detector's verdict after one observation.
@@ -320,6 +328,9 @@ pub struct DetectConfig {
     /// Seconds after a job's first failure within which another rank's failure is its
     /// consequence (`detect.job_cascade`).
     pub job_cascade_seconds: f64,
+    /// Seconds NVML must keep listing memory of an exited process before orphaned_memory fires
+    /// (`detect.orphan_grace`): the driver frees a context some moments after its process ends.
+    pub orphan_grace_seconds: f64,
 }
 
 impl Default for DetectConfig {
@@ -329,6 +340,7 @@ impl Default for DetectConfig {
             leak_materiality_ratio: 0.005,
             crash_hold_seconds: 600.0,
             job_cascade_seconds: DEFAULT_JOB_CASCADE_SECONDS,
+            orphan_grace_seconds: orphan::DEFAULT_GRACE_SECONDS,
         }
     }
 }

@@ -377,6 +377,7 @@ fn severity(kind: Kind, e: &Evidence) -> Severity {
         | Kind::NearLimit
         | Kind::Fragmentation
         | Kind::UntrackedGrowth
+        | Kind::OrphanedMemory
         | Kind::Unknown => Severity::Warning,
     }
 }

@@ -85,11 +85,15 @@ fn hash_row(r: &Row, h: &mut Fast) {
         pod,
         namespace,
         container_name,
+        state,
+        ppid,
+        parent,
     } = &**info;
     (session, ns_pid, gpu, &**uuid, pid, kind.as_str()).hash(h);
     (used_memory_bytes, mig_uuid.as_deref(), gpu_instance_id).hash(h);
     (compute_instance_id, name, user, uid, container, cgroup).hash(h);
     (pod_uid, pod, namespace, container_name).hash(h);
+    (state.map(|s| s.as_str()), ppid, parent).hash(h);
 }
 
 /// The GPUs, in index order, whose processes hash as they did in `after`'s answer: the client

@@ -41,6 +41,9 @@ pub struct NvmlStatus {
     pub last_poll_duration_seconds: f64,
     pub polls_total: u64,
     pub poll_errors_total: u64,
+    /// Which processes the source's /proc shows (whether a pid missing there has exited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proc_view: Option<crate::core::model::ProcView>,
 }
 
 impl NvmlStatus {
@@ -196,14 +199,14 @@ impl Store {
     /// Takes in what the poller collected, with NVML's health as the poller counted it.
     pub fn apply_collection(&mut self, c: Collection) {
         self.gpu_text = c.text;
-        match c.reading {
-            Ok(r) => self.apply_reading(r),
-            Err(_) => self.apply_missing(c.ts),
-        }
         // The poller does not know which library the config named; the store was told.
         let library = std::mem::take(&mut self.nvml.library);
         self.nvml = c.status;
         self.nvml.library = library;
+        match c.reading {
+            Ok(r) => self.apply_reading(r),
+            Err(_) => self.apply_missing(c.ts),
+        }
     }
 
     /// Records a successful collection, counting the poll here (readers without a poller:
@@ -223,6 +226,7 @@ impl Store {
         let ts = reading.ts;
         self.sessions.tick(ts);
         self.sessions.polled(&reading);
+        self.sessions.orphans_polled(&reading, self.nvml.proc_view);
         self.sessions.devices = Some(reading.clone());
         self.generation += 1;
         self.gpu_series

@@ -6,6 +6,7 @@ mod arm;
 mod attribute;
 pub mod nvml;
 pub mod ooms;
+mod orphans;
 
 use crate::core::categories::Tracker;
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use super::session_series::SessionSeries;
 use crate::core::detect::attribution::Attribution;
 use crate::core::detect::findings::log_limit::LogLimit;
 use crate::core::detect::findings::Subject;
+use crate::core::detect::orphan::Orphans;
 use crate::core::detect::session::crash_id;
 use crate::core::detect::session::End;
 use crate::core::detect::{DetectConfig, Findings, Kind, Obs, SessionDetect};
@@ -174,6 +176,8 @@ pub struct Sessions {
     log: Option<LogLimit>,
     /// The sessions of one run, grouped (jobs.md).
     pub jobs: Jobs,
+    /// Memory NVML lists for processes that have exited (orphaned_memory).
+    pub orphans: Orphans,
 }
 
 impl Sessions {
@@ -193,6 +197,7 @@ impl Sessions {
             devices: None,
             log: None,
             jobs: Jobs::default(),
+            orphans: Orphans::default(),
         }
     }
 
@@ -467,13 +472,14 @@ impl Sessions {
         self.ended.iter()
     }
 
-    /// Every finding firing now: live sessions' and held crashes.
+    /// Every finding firing now: live sessions', held crashes and orphaned memory.
     pub fn firing(&self) -> impl Iterator<Item = &crate::core::detect::Finding> {
         self.live
             .values()
             .flat_map(|s| s.detect.current())
             .filter(|f| f.state == crate::core::detect::FindingState::Firing)
             .chain(self.findings.held())
+            .chain(self.orphans.current())
     }
 
     /// Time passes with no sample: held findings (crashes) expire.
