@@ -10,8 +10,11 @@ use super::verdict::{verdict, Basis, Rules};
 use super::JobView;
 
 /// One view per job across `views` (each already carrying its members' hosts). `skewed_hosts`
-/// are hosts whose clock was measured off by more than the tolerance.
+/// are hosts whose clock was measured off by more than the tolerance. A run is judged with the
+/// widest cascade window its daemons were judged with (`rules.cascade` when none says): a rank
+/// on a node that waits out NCCL's timeout is a consequence there, so it is one here too.
 pub fn merge(views: Vec<JobView>, skewed_hosts: &[String], rules: &Rules) -> Vec<JobView> {
+    let mut cascade: BTreeMap<(String, String), f64> = BTreeMap::new();
     let mut by_run: BTreeMap<(String, String), Basis> = BTreeMap::new();
     let mut alone = Vec::new();
     for v in views {
@@ -19,6 +22,10 @@ pub fn merge(views: Vec<JobView>, skewed_hosts: &[String], rules: &Rules) -> Vec
             alone.push(v);
             continue;
         };
+        if let Some(c) = v.cascade_seconds.filter(|c| c.is_finite() && *c >= 0.0) {
+            let w = cascade.entry((v.job.clone(), run.clone())).or_insert(c);
+            *w = w.max(c);
+        }
         let b = by_run.entry((v.job.clone(), run)).or_insert_with(|| Basis {
             job: v.job.clone(),
             run_id: v.run_id.clone(),
@@ -38,7 +45,13 @@ pub fn merge(views: Vec<JobView>, skewed_hosts: &[String], rules: &Rules) -> Vec
         b.conflicts.extend(v.conflicts);
         b.members.extend(v.members);
     }
-    let mut out: Vec<JobView> = by_run.into_values().map(|b| verdict(b, rules)).collect();
+    let mut out: Vec<JobView> = by_run
+        .into_iter()
+        .map(|(key, b)| {
+            let cascade = cascade.get(&key).copied().unwrap_or(rules.cascade);
+            verdict(b, &Rules { cascade, ..*rules })
+        })
+        .collect();
     out.extend(alone);
     out
 }
@@ -121,5 +134,23 @@ mod tests {
         a.run_id = None;
         b.run_id = None;
         assert_eq!(merge(vec![a, b], &[], &Rules::default()).len(), 2);
+    }
+
+    #[test]
+    fn the_daemons_cascade_window_is_used_not_the_mergers_default() {
+        // NCCL's watchdog tore rank 4 down 600 s after rank 3's OOM; the daemons were set to
+        // `detect.job_cascade = "15m"`.
+        let mut a = node("a", 0..4, Some((3, Kind::Oom, 100.0)));
+        let mut b = node("b", 4..8, Some((4, Kind::Crash, 700.0)));
+        assert_eq!(a.cascade_seconds, Some(60.0));
+        let plain = merge(vec![a.clone(), b.clone()], &[], &Rules::default());
+        assert!(!plain[0].other_failures.is_empty());
+        let late = plain[0].other_failures.len();
+        a.cascade_seconds = Some(900.0);
+        b.cascade_seconds = Some(900.0);
+        let m = merge(vec![a, b], &[], &Rules::default());
+        assert!(m[0].other_failures.is_empty());
+        assert_eq!(m[0].consequences.len(), plain[0].consequences.len() + late);
+        assert_eq!(m[0].cascade_seconds, Some(900.0));
     }
 }

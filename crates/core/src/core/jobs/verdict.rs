@@ -93,6 +93,7 @@ pub fn verdict(b: Basis, rules: &Rules) -> JobView {
         previous_failure: b.previous_failure,
         conflicts: b.conflicts,
         members: b.members,
+        cascade_seconds: Some(rules.cascade),
     }
 }
 

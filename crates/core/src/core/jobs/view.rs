@@ -196,6 +196,10 @@ pub struct JobView {
     pub conflicts: Vec<String>,
     #[serde(default)]
     pub members: Vec<Member>,
+    /// The cascade window this view was judged with (the daemon's `detect.job_cascade`): a
+    /// merge across daemons judges with theirs, not its own default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cascade_seconds: Option<f64>,
 }
 
 impl JobView {
