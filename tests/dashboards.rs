@@ -301,17 +301,22 @@ fn emitted_names() -> BTreeSet<String> {
     let mut w = s.try_clone().unwrap();
     w.write_all(
         b"{\"type\":\"hello\",\"v\":1,\"job\":\"j\",\"rank\":0,\"gpu_uuid\":\"GPU-11111111-2222-3333-4444-555555555555\"}\n\
-          {\"type\":\"sample\",\"ts\":1763700000,\"step\":1,\"stats\":{\"allocated_bytes.all.current\":1,\"allocated_bytes.all.peak\":2,\"reserved_bytes.all.current\":4,\"active_bytes.all.current\":1,\"inactive_split_bytes.all.current\":1}}\n",
+          {\"type\":\"sample\",\"ts\":1763700000,\"step\":1,\"stats\":{\"allocated_bytes.all.current\":1,\"allocated_bytes.all.peak\":2,\"reserved_bytes.all.current\":4,\"active_bytes.all.current\":1,\"inactive_split_bytes.all.current\":1}}\n\
+          {\"type\":\"sample\",\"ts\":1763700001,\"step\":3,\"stats\":{\"allocated_bytes.all.current\":600,\"allocated_bytes.all.peak\":1000,\"reserved_bytes.all.current\":1100,\"active_bytes.all.current\":600,\"inactive_split_bytes.all.current\":10},\"device_free\":900,\"device_total\":2200,\"categories\":{\"step\":3,\"parameters_bytes\":100,\"gradients_bytes\":100,\"optimizer_state_bytes\":200,\"buffers_bytes\":10,\"activations_bytes\":400,\"batch_size\":8}}\n",
     )
     .unwrap();
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).unwrap();
     assert!(line.contains("welcome"), "{line}");
     let mut metrics = String::new();
-    d.wait_for(Duration::from_secs(5), "the trainer's sample", || {
+    // The second sample carries the memory split (gpumon_trainer_memory_bytes and the fit).
+    d.wait_for(Duration::from_secs(5), "the trainer's samples", || {
         metrics = d.metrics();
-        metrics.contains("gpumon_trainer_step{")
+        metrics.contains("gpumon_trainer_largest_safe_batch{")
     });
+    if tools::find("promtool", "prometheus").is_some() {
+        common::promtool_check(&metrics);
+    }
     metrics
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -332,6 +337,8 @@ fn every_metric_the_dashboard_and_rules_use_exists() {
         "gpumon_process_info",
         "gpumon_trainer_allocated_bytes",
         "gpumon_ingest_rejected_total",
+        "gpumon_trainer_memory_bytes",
+        "gpumon_trainer_largest_safe_batch",
     ] {
         assert!(
             emitted.contains(n),
@@ -371,6 +378,82 @@ fn every_metric_the_dashboard_and_rules_use_exists() {
     );
     // A typo in the extraction would make the loop above pass vacuously.
     assert!(used.contains("gpumon_trainer_allocated_bytes") && used.len() >= 20);
+}
+
+/// The panels of where the memory goes: the bar chart's categories are the metric's (docs/metrics.md),
+/// and the table reads the largest safe batch beside the batch now, for the dashboard's trainers.
+#[test]
+fn the_memory_split_panels_read_the_split_and_the_fit() {
+    let d = dashboard();
+    let all = panels(&d);
+    let panel = |title: &str| {
+        *all.iter()
+            .find(|p| p["title"] == title)
+            .unwrap_or_else(|| panic!("no panel {title:?}"))
+    };
+    let exprs_of = |p: &Value| -> Vec<String> {
+        p["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["expr"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let trainers = "{instance=~\"$instance\", gpu=~\"$gpu\", job=~\"$job\"}";
+
+    let split = panel("Where the memory goes");
+    let e = exprs_of(split);
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].contains(&format!("gpumon_trainer_memory_bytes{trainers}")),
+        "{e:?}"
+    );
+    assert_eq!(split["options"]["stacking"], "normal");
+    let matrix = &split["transformations"][0];
+    assert_eq!(matrix["id"], "groupingToMatrix");
+    assert_eq!(matrix["options"]["columnField"], "category");
+    // Every label the trainer name is joined from is on the metric.
+    let trainer = matrix["options"]["rowField"].as_str().unwrap();
+    assert!(e[0].contains(&format!("\"{trainer}\"")), "{e:?}");
+    let order = split["transformations"][1]["options"]["indexByName"]
+        .as_object()
+        .unwrap();
+    let mut categories: Vec<(&String, i64)> = order
+        .iter()
+        .filter(|(k, _)| !k.contains('\\'))
+        .map(|(k, v)| (k, v.as_i64().unwrap()))
+        .collect();
+    categories.sort_by_key(|c| c.1);
+    let names: Vec<&str> = categories.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "parameters",
+            "gradients",
+            "optimizer_state",
+            "buffers",
+            "activations",
+            "other"
+        ]
+    );
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    let row = docs
+        .lines()
+        .find(|l| l.starts_with("| gpumon_trainer_memory_bytes"))
+        .expect("gpumon_trainer_memory_bytes documented");
+    for n in &names {
+        assert!(row.contains(&format!("`{n}`")), "{n} not in {row}");
+    }
+
+    let fit = panel("Largest safe batch");
+    assert_eq!(
+        exprs_of(fit),
+        [
+            format!("gpumon_trainer_largest_safe_batch{trainers}"),
+            format!("gpumon_trainer_batch_size{trainers}"),
+        ]
+    );
 }
 
 #[test]

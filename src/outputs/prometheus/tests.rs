@@ -265,3 +265,135 @@ fn family_text_is_the_library_encoding() {
     Family::gauge("gpumon_none", "None.", &[]).finish(&mut ours);
     assert!(!ours.contains("gpumon_none"));
 }
+
+/// The memory split of a trainer that sent one: a series per category with the trainer's labels
+/// (empty container, namespace and pod left out), `other` the peak less the rest, the batch and
+/// the largest safe batch, the same figure the API's session view gives. A trainer whose split
+/// could not measure activations has no activations series; one without a split has none.
+#[test]
+fn a_split_exports_memory_by_category_and_the_largest_safe_batch() {
+    use crate::core::categories::Categories;
+    use crate::core::trainer::{Hello, Peer, Sample, Stats};
+    let mut store = new_store();
+    store.apply(reading(), 0.002);
+    let mut ids = Vec::new();
+    for (pid, job, partial) in [
+        (10, "measured", vec![]),
+        (
+            11,
+            "no-activations",
+            vec!["activations_unmeasured: hooks in the way".to_string()],
+        ),
+        (12, "no-split", vec![]),
+    ] {
+        let peer = Peer {
+            pid,
+            uid: 1000,
+            gid: 1000,
+        };
+        let hello = Hello {
+            v: 1,
+            job: Some(job.into()),
+            rank: Some(0),
+            gpu_uuid: Some("GPU-0".into()),
+            ..Hello::default()
+        };
+        let (key, _) = store.sessions.open(peer, hello, 1.0);
+        ids.push(store.sessions.live_session(key).unwrap().id.clone());
+        // A client that could not measure activations sends 0 for them, and says why.
+        let activations_bytes = if partial.is_empty() { 12000 } else { 0 };
+        let categories = (job != "no-split").then(|| {
+            Box::new(Categories {
+                step: 3,
+                parameters_bytes: 4000,
+                gradients_bytes: 4000,
+                optimizer_state_bytes: 8000,
+                buffers_bytes: 16,
+                activations_bytes,
+                batch_size: Some(32),
+                fp32_bytes: None,
+                partial,
+            })
+        });
+        let sample = Sample {
+            ts: 2.0,
+            step: Some(3),
+            phase: "train".into(),
+            stats: Stats {
+                allocated: Some(20_000),
+                allocated_peak: Some(30_000),
+                reserved: Some(32_000),
+                ..Stats::default()
+            },
+            device_free: Some(2_000),
+            device_total: Some(40_000),
+            alloc_limit: None,
+            categories,
+        };
+        store.sessions.sample(key, sample, 2.0);
+    }
+    let views: Vec<_> = ids
+        .iter()
+        .map(|id| crate::core::snapshot::SessionView::lookup(&store, id).unwrap())
+        .collect();
+    let text = render(store);
+    let series = |name: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let labels =
+        |pid: u32, job: &str| format!(r#"gpu="0",uuid="GPU-0",pid="{pid}",job="{job}",rank="0""#);
+    let measured = labels(10, "measured");
+    // Limit 34,000 (free + reserved), margin a twentieth: (32,300 - 16,016) / 437 per sample.
+    assert_eq!(views[0].largest_safe_batch, Some(37));
+    let want: Vec<String> = [
+        ("parameters", 4000),
+        ("gradients", 4000),
+        ("optimizer_state", 8000),
+        ("buffers", 16),
+        ("activations", 12000),
+        ("other", 1984),
+    ]
+    .iter()
+    .map(|(c, v)| format!(r#"gpumon_trainer_memory_bytes{{{measured},category="{c}"}} {v}"#))
+    .chain(
+        ["parameters", "gradients", "optimizer_state", "buffers"]
+            .iter()
+            .zip([4000, 4000, 8000, 16])
+            .map(|(c, v)| {
+                format!(
+                    r#"gpumon_trainer_memory_bytes{{{},category="{c}"}} {v}"#,
+                    labels(11, "no-activations")
+                )
+            }),
+    )
+    // Activations unmeasured: the peak less what was named, activations among it.
+    .chain([format!(
+        r#"gpumon_trainer_memory_bytes{{{},category="other"}} 13984"#,
+        labels(11, "no-activations")
+    )])
+    .collect();
+    assert_eq!(series("gpumon_trainer_memory_bytes"), want, "{text}");
+    assert_eq!(
+        series("gpumon_trainer_batch_size"),
+        [
+            format!("gpumon_trainer_batch_size{{{measured}}} 32"),
+            format!(
+                "gpumon_trainer_batch_size{{{}}} 32",
+                labels(11, "no-activations")
+            ),
+        ]
+    );
+    // Without activations the fit cannot scale the batch: no figure, as in the API.
+    assert_eq!(views[1].largest_safe_batch, None);
+    assert_eq!(
+        series("gpumon_trainer_largest_safe_batch"),
+        [format!(
+            "gpumon_trainer_largest_safe_batch{{{measured}}} 37"
+        )]
+    );
+    assert!(text.contains("# TYPE gpumon_trainer_memory_bytes gauge\n"));
+    assert!(text.contains("# TYPE gpumon_trainer_largest_safe_batch gauge\n"));
+}

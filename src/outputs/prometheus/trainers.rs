@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use crate::core::categories::Split;
 use crate::core::store::sessions::Session;
 use crate::core::store::Store;
 use crate::util::family::{Family, Kind};
@@ -17,6 +18,19 @@ pub const T: &[&str] = &[
     "container",
     "namespace",
     "pod",
+];
+
+/// `T` and the category of `gpumon_trainer_memory_bytes` (docs/categories.md).
+const TC: &[&str] = &[
+    "gpu",
+    "uuid",
+    "pid",
+    "job",
+    "rank",
+    "container",
+    "namespace",
+    "pod",
+    "category",
 ];
 
 /// Labels left out of trainer series where empty: what a trainer outside a container or pod
@@ -103,6 +117,21 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
         "gpumon_trainer_ooms_survived_total",
         "Of gpumon_trainer_ooms_total, those a sample came after: the trainer caught them and went on (e.g. batch-size search).",
     );
+    // Where the memory goes (docs/categories.md): the latest measured split, and what fits.
+    let mut memory = Family::gauge(
+        "gpumon_trainer_memory_bytes",
+        "Bytes of the trainer's step peak by category, from the latest measured split (measured on one step every few minutes): parameters, gradients, optimizer_state, buffers, activations (absent when the client could not measure them), and other (the allocated peak less the rest: temporaries, workspaces; absent without a peak).",
+        TC,
+    )
+    .omitting_empty(OMITTED);
+    let mut batch_size = g(
+        "gpumon_trainer_batch_size",
+        "Batch size of the trainer's latest measured split; absent when the client could not tell.",
+    );
+    let mut safe_batch = g(
+        "gpumon_trainer_largest_safe_batch",
+        "Largest batch whose step peak the latest split predicts under the allocator's limit less a margin (activations and temporaries scaled with the batch); absent when unknown.",
+    );
     let mut shadowed = Family::gauge(
         "gpumon_trainer_sessions_shadowed",
         "Live sessions whose per-session series are left out because a newer session carries the same gpu, uuid, pid, job and rank labels (e.g. a reconnect before the old connection closed); their gpumon_trainer_info is kept.",
@@ -130,6 +159,15 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
         survived.add(&l, s.ooms_survived as f64);
         if let Some(cap) = s.alloc_limit {
             alloc_limit.add(&l, cap as f64);
+        }
+        if let Some(split) = s.categories.latest() {
+            split_series(split, &l, &mut memory);
+            if let Some(b) = split.measured.batch_size {
+                batch_size.add(&l, b as f64);
+            }
+            if let Some(f) = fit::batch_fit(s) {
+                safe_batch.add(&l, f.largest_safe_batch as f64);
+            }
         }
         let Some((_, sample)) = &s.last_sample else {
             continue;
@@ -183,8 +221,32 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
         step,
         last,
         frag,
+        memory,
+        batch_size,
+        safe_batch,
     ] {
         f.finish(out);
+    }
+}
+
+/// One series per category of `split`, labelled `l` and the category.
+fn split_series(split: &Split, l: &[&str; LABELS], fam: &mut Family) {
+    let c = &split.measured;
+    let activations = c.activations_known().then_some(c.activations_bytes);
+    for (category, v) in [
+        ("parameters", Some(c.parameters_bytes)),
+        ("gradients", Some(c.gradients_bytes)),
+        ("optimizer_state", Some(c.optimizer_state_bytes)),
+        ("buffers", Some(c.buffers_bytes)),
+        ("activations", activations),
+        ("other", split.other_bytes),
+    ] {
+        let Some(v) = v else { continue };
+        let [gpu, uuid, pid, job, rank, container, ns, pod] = *l;
+        fam.add(
+            &[gpu, uuid, pid, job, rank, container, ns, pod, category],
+            v as f64,
+        );
     }
 }
 
@@ -262,6 +324,8 @@ impl Labels {
         ]
     }
 }
+
+mod fit;
 
 #[cfg(test)]
 mod tests;
