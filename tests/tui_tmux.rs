@@ -104,16 +104,38 @@ impl Trainer {
     /// `n` steps of a leaking trainer: the floor is flat for 50 steps, then grows 64 MiB a step.
     fn steps(&mut self, n: u64) {
         for _ in 0..n {
-            self.step += 1;
-            let s = self.step;
-            let floor = (8u64 << 30) + s.saturating_sub(50) * (64 << 20);
-            let ts = self.t0 + s as f64 * 0.05;
-            self.send(&format!(
-                "{{\"type\":\"sample\",\"ts\":{ts},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{floor},\"allocated_bytes.all.peak\":{},\"reserved_bytes.all.current\":{},\"num_alloc_retries\":0}}}}",
-                floor + (4u64 << 30),
-                floor + (6u64 << 30)
-            ));
+            self.step("");
         }
+    }
+
+    /// The next step's sample, with `more` (",\"key\":value…") after its stats.
+    fn step(&mut self, more: &str) {
+        self.step += 1;
+        let s = self.step;
+        let floor = (8u64 << 30) + s.saturating_sub(50) * (64 << 20);
+        let ts = self.t0 + s as f64 * 0.05;
+        self.send(&format!(
+            "{{\"type\":\"sample\",\"ts\":{ts},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{floor},\"allocated_bytes.all.peak\":{},\"reserved_bytes.all.current\":{},\"num_alloc_retries\":0}}{more}}}",
+            floor + (4u64 << 30),
+            floor + (6u64 << 30)
+        ));
+    }
+
+    /// A step measured for the memory split (docs/categories.md): 2 + 2 + 4 GiB that do not
+    /// scale, 3 GiB of activations at batch 16, and the device's figures the daemon fits the
+    /// batch against.
+    fn split(&mut self) {
+        let gib = 1u64 << 30;
+        self.step(&format!(
+            ",\"device_free\":{},\"device_total\":{},\"categories\":{{\"step\":{},\"parameters_bytes\":{},\"gradients_bytes\":{},\"optimizer_state_bytes\":{},\"buffers_bytes\":0,\"activations_bytes\":{},\"batch_size\":16}}",
+            20 * gib,
+            80 * gib,
+            self.step + 1,
+            2 * gib,
+            2 * gib,
+            4 * gib,
+            3 * gib
+        ));
     }
 }
 
@@ -163,6 +185,18 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
     );
     trainer.steps(40);
     tmux.wait_all("main", &["step 100 · train", "floor 11.1 GiB"]);
+    // A step measured for the memory split: drawn above the chart with the batch that fits.
+    trainer.split();
+    tmux.wait_all(
+        "main",
+        &[
+            "split at step 101, peak 15.2 GiB",
+            "█ parameters 2.0 GiB  ▓ gradients 2.0 GiB  ▒ optimizer state 4.0 GiB",
+            "░ activations 3.0 GiB  ▪ other 4.2 GiB",
+            "batch 16 now · ",
+            " fits (proportional from batch 16)",
+        ],
+    );
 
     // Past the leak detector's warm-up (256 steps) and its first verdict (13 segments of 4),
     // the leak is flagged and explained right here.

@@ -5,8 +5,9 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::core::categories::split_text;
 use crate::core::model::GpuState;
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{SessionView, Snapshot};
 use crate::daemon_client::{normalize_url, ClientArgs, DaemonClient};
 use crate::frontends::local::{LocalNode, Machine};
 use crate::units::{bytes, opt};
@@ -244,10 +245,38 @@ fn trainers(snap: &Snapshot, out: &mut String) {
                 badges.join(", ")
             },
         );
+        memory(s, out);
     }
     for m in messages {
         let _ = writeln!(out, "  {}", truncate(&m, 160));
     }
+}
+
+/// Where the trainer's memory went at its latest measured step, under its row, when it sent a
+/// split: "  memory: parameters 1.0 GiB, …, other 1.6 GiB (step 3, batch 16); largest safe
+/// batch 15", then the partial reasons' codes when some figure is known to be off.
+fn memory(s: &SessionView, out: &mut String) {
+    let Some(split) = &s.categories else {
+        return;
+    };
+    let _ = write!(out, "  memory: {}", split_text(split));
+    match s.largest_safe_batch {
+        Some(0) => out.push_str("; no batch fits"),
+        Some(n) => {
+            let _ = write!(out, "; largest safe batch {n}");
+        }
+        None => {}
+    }
+    let codes: Vec<&str> = split
+        .measured
+        .partial
+        .iter()
+        .map(|p| p.split(':').next().unwrap_or(p).trim())
+        .collect();
+    if !codes.is_empty() {
+        let _ = write!(out, "; partial: {}", codes.join(", "));
+    }
+    out.push('\n');
 }
 
 /// `s` cut to `max` characters (at least 1), its last one then `~`; `s` itself when it fits.

@@ -3,6 +3,7 @@ use std::fmt::Write as _;
 use super::*;
 use crate::frontends::tui::fixtures;
 
+mod categories;
 mod jobs;
 use crate::units::{bytes, opt};
 
@@ -145,6 +146,8 @@ fn old_trainers(snap: &Snapshot, out: &mut String) {
                 badges.join(", ")
             },
         );
+        // New with the memory split, not part of what `format!` wrote.
+        super::memory(s, out);
     }
     for m in messages {
         let _ = writeln!(out, "  {}", old_truncate(&m, 160));

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod attribution;
+mod categories;
 mod crowded;
 mod demo;
 mod jobs;
@@ -12,6 +13,10 @@ mod oom;
 mod peak;
 
 pub use attribution::{asking_leak, eval_graph_leak, kept_outputs_leak, unavailable_leak};
+pub use categories::{
+    fitted_split, partial_split, proportional_split, split_fitted, split_partial,
+    split_proportional,
+};
 pub use crowded::{crowded, hundred_processes, largest};
 pub use demo::demo_like;
 pub use jobs::{failed_job, leaking_job, two_node_job};

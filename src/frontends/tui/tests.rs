@@ -10,6 +10,7 @@ use super::app::state::{Action, App, Screen};
 use super::fixtures;
 use super::ui;
 
+mod categories;
 mod first_look;
 mod input;
 mod jobs;

@@ -72,7 +72,7 @@ pub fn line(l: &Ledger, width: u16, growing: bool, t: Theme) -> Line<'static> {
 
 /// Cells for each part of a bar `cells` wide: proportional, largest remainders first, and every
 /// part that is not nothing gets at least one cell when there are cells enough.
-fn bar(parts: &[u64], cells: usize) -> Vec<usize> {
+pub(super) fn bar(parts: &[u64], cells: usize) -> Vec<usize> {
     let total: u128 = parts.iter().map(|p| *p as u128).sum();
     if total == 0 {
         return vec![0; parts.len()];

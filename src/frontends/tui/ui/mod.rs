@@ -1,5 +1,6 @@
 //! Drawing: `render` is a pure function of `&App` onto a frame; one file per screen.
 
+mod categories;
 mod findings;
 pub mod fmt;
 mod gauge;

@@ -82,6 +82,21 @@ impl Theme {
         self.fg(Color::Red)
     }
 
+    /// The memory split's parts (ui/categories.rs), in its order: parameters, gradients,
+    /// optimizer state, buffers, activations, other. Hues apart from one another; the glyphs
+    /// tell them apart without colour.
+    pub fn category(self, i: usize) -> Style {
+        const HUES: [Color; 6] = [
+            Color::Blue,
+            Color::Cyan,
+            Color::Magenta,
+            Color::Gray,
+            Color::Green,
+            Color::Yellow,
+        ];
+        self.fg(HUES[i % HUES.len()])
+    }
+
     pub fn selected(self) -> Style {
         Style::new().add_modifier(Modifier::REVERSED)
     }

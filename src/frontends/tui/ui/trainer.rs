@@ -1,7 +1,7 @@
 //! Trainer detail: allocated floor, peak and reserved over steps, the leak slope when detection
-//! has one, the OOM forecast, the finding's message and hint, where the leak's memory is
-//! allocated (sites.rs) and recent events. A GPU process without the client gets
-//! process.rs.
+//! has one, the OOM forecast, where the memory went at a step peak (categories.rs), the
+//! finding's message and hint, where the leak's memory is allocated (sites.rs) and recent
+//! events. A GPU process without the client gets process.rs.
 
 use ratatui::layout::Rect;
 use ratatui::symbols::Marker;
@@ -9,6 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
+use super::categories;
 use super::fmt::{ago, duration, thousands};
 use super::ledger;
 use super::oom;
@@ -204,7 +205,8 @@ fn trainer(f: &mut Frame, area: Rect, app: &App, node: &Node, s: &SessionView, t
     part(events, eh, false);
 }
 
-/// The legend and the chart over the area's top, leaving `bottom` rows below, which it returns.
+/// The legend, the ledger and the memory split, and the chart, over the area's top, leaving
+/// `bottom` rows below, which it returns.
 fn top_parts(
     f: &mut Frame,
     inner: Rect,
@@ -229,6 +231,13 @@ fn top_parts(
     // Where NVML's figure went, when the chart keeps at least 4 rows for itself.
     if let Some(l) = s.ledger.as_ref().filter(|_| inner.height >= bottom + 7) {
         lines.push(ledger::line(l, inner.width, growing, t));
+    }
+    // Where the memory went at a step peak, whole or not at all, when the chart still keeps 4.
+    let split = categories::lines(s, inner.width, t);
+    if !split.is_empty()
+        && usize::from(inner.height) >= usize::from(bottom) + lines.len() + split.len() + 4
+    {
+        lines.extend(split);
     }
     let top = lines.len() as u16;
     f.render_widget(
