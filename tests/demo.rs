@@ -168,6 +168,36 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
         !firing(&s, "leak", "demo-healthy"),
         "the healthy trainer is not a leak"
     );
+    // The near-limit trainer says where its memory goes (step 3): its near_limit finding gives
+    // the batch that fits, and so does its session in the API.
+    let near = findings(&s, "near_limit")
+        .find(|f| f["job"] == "demo-near-limit")
+        .unwrap();
+    let hint = near["hint"].as_str().unwrap_or("");
+    assert!(hint.contains("a batch of 14 fits (now 16;"), "{near}");
+    assert!(
+        near["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("where the memory went: parameters 12.0 GiB")),
+        "{near}"
+    );
+    let session = |s: &Value, job: &str| {
+        s["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["job"] == job && x["ended"].is_null())
+            .cloned()
+            .unwrap_or_else(|| panic!("no live {job} session"))
+    };
+    let near = session(&s, "demo-near-limit");
+    assert_eq!(near["largest_safe_batch"], 14, "{}", near["batch_fit"]);
+    assert_eq!(
+        near["categories"]["batch_size"], 16,
+        "{}",
+        near["categories"]
+    );
+    assert!(session(&s, "demo-healthy")["largest_safe_batch"].is_null());
     // `gpumon status` shows each trainer's open findings on its row, and their messages.
     let out = Command::new(BIN)
         .args(["status", "--connect", &demo.url])
@@ -267,6 +297,39 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
     for job in ["demo-healthy", "demo-leak", "demo-near-limit"] {
         assert!(!firing(&s, "untracked_growth", job), "{job}");
     }
+    // By now (over 50 s in) the near-limit trainer's first epoch ended on a short batch, measured
+    // once: the fit has two batch sizes, and the latest split is the full batch again.
+    let near = session(&s, "demo-near-limit");
+    assert_eq!(
+        near["batch_fit"]["basis"], "fitted",
+        "{}",
+        near["batch_fit"]
+    );
+    assert_eq!(
+        near["batch_fit"]["batch_sizes"],
+        serde_json::json!([10, 16])
+    );
+    assert_eq!(near["categories"]["batch_size"], 16);
+    assert_eq!(near["largest_safe_batch"], 14);
+    // /metrics says the same, by category.
+    let metrics = get(&format!("{}/metrics", demo.url)).1;
+    let near_series = |name: &str| {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && l.contains("job=\"demo-near-limit\""))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let split = near_series("gpumon_trainer_memory_bytes{");
+    assert_eq!(split.len(), 6, "{split:?}");
+    assert!(
+        split
+            .iter()
+            .any(|l| l.contains("category=\"parameters\"") && l.ends_with(" 12884901888")),
+        "{split:?}"
+    );
+    let safe = near_series("gpumon_trainer_largest_safe_batch{");
+    assert!(safe.len() == 1 && safe[0].ends_with(" 14"), "{safe:?}");
 
     // Ctrl-C on the demo's terminal reaches every trainer too: one stopped so says bye, and its
     // session ends clean, not as a crash.

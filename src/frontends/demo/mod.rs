@@ -3,10 +3,10 @@
 //! trainers, real child processes, push over the real socket: one healthy, one leaking (flagged
 //! after about 70 s, then named down to its line when the daemon asks it, and out of memory about
 //! 16 minutes in, the OOM explained as the client explains it: oom.rs), one near the limit with
-//! rising retries, and one watching its memory outside the allocator grow. Beside them a job,
-//! `demo-ddp`, of four ranks whose rank 2 runs out of memory 75 s in and takes the other three
-//! down with it (job.rs). The simulated NVML lists those children's pids with the memory they
-//! report.
+//! rising retries that says where its memory goes (a batch of 14 would fit; profile.rs), and one
+//! watching its memory outside the allocator grow. Beside them a job, `demo-ddp`, of four ranks
+//! whose rank 2 runs out of memory 75 s in and takes the other three down with it (job.rs). The
+//! simulated NVML lists those children's pids with the memory they report.
 
 pub mod attribution;
 pub mod bundled;

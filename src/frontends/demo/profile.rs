@@ -2,6 +2,7 @@
 //! processes report it over the socket and the simulated NVML lists the same processes with the
 //! same memory (reserved + CUDA context), so both views agree as they would on a real node.
 
+use crate::core::categories::Categories;
 use crate::core::trainer::Stats;
 
 pub const GIB: f64 = 1073741824.0;
@@ -22,7 +23,9 @@ pub enum Profile {
     /// Keeps each step's output alive (a metrics list at train.py:27): the floor grows 8 MiB per
     /// step until the GPU is full, then an OOM kills it and it starts over.
     Leak,
-    /// Flat floor with the step peak at the device limit: the allocator keeps retrying.
+    /// Flat floor with the step peak at the device limit: the allocator keeps retrying. It
+    /// reports where its memory goes (`split`): a 3B-parameter model in float32 with Adam,
+    /// batch 16, each epoch's last batch short.
     NearLimit,
     /// Its allocator flat, but memory outside it grows 4 MiB per step after warm-up (as a
     /// communicator made every step would), for 3 GiB; then it holds.
@@ -112,8 +115,8 @@ impl Profile {
             }
             Profile::NearLimit => {
                 let floor = 52.0 * GIB + jitter;
-                let reserved = TOTAL as f64 - DRIVER_RESERVED as f64 - CONTEXT - 0.4 * GIB;
-                (floor, reserved - 0.2 * GIB, reserved, step / 25)
+                let reserved = near::reserved();
+                (floor, near::peak(near::batch(step)), reserved, step / 25)
             }
             Profile::Untracked => {
                 let floor = 3.0 * GIB + jitter;
@@ -132,6 +135,28 @@ impl Profile {
             ..Stats::default()
         };
         (step, stats)
+    }
+
+    /// Where the step's memory goes at `step`, as the client measures it (the near-limit trainer
+    /// only): parameters, gradients and Adam's two moments, all float32, buffers, and the
+    /// activations of the step's batch; `other` (the peak less these) is what `at` reports
+    /// beyond them. Whether a step is measured is `SplitCadence`'s call.
+    pub fn split(self, step: u64) -> Option<Categories> {
+        if self != Profile::NearLimit {
+            return None;
+        }
+        let batch = near::batch(step);
+        Some(Categories {
+            step,
+            parameters_bytes: near::PARAMETERS as u64,
+            gradients_bytes: near::PARAMETERS as u64,
+            optimizer_state_bytes: 2 * near::PARAMETERS as u64,
+            buffers_bytes: near::BUFFERS as u64,
+            activations_bytes: near::activations(batch) as u64,
+            batch_size: Some(batch),
+            fp32_bytes: Some(2 * near::PARAMETERS as u64),
+            partial: Vec::new(),
+        })
     }
 
     /// What NVML shows for the process: its reserved memory plus the CUDA context, plus what
@@ -164,6 +189,102 @@ impl Profile {
                 .min(UNTRACKED_GROWTH),
             _ => 0.0,
         }
+    }
+}
+
+/// The near-limit trainer's model and batch: what its split reports and its step peak follows.
+mod near {
+    use super::{CONTEXT, DRIVER_RESERVED, GIB, MIB, TOTAL};
+
+    /// 3.2B parameters in float32 (12 GiB); gradients as much, Adam's moments twice that.
+    pub const PARAMETERS: f64 = 12.0 * GIB;
+    pub const BUFFERS: f64 = 256.0 * MIB;
+    /// The batch, and the last of each epoch's `EPOCH_STEPS` (the dataset is not a multiple).
+    pub const BATCH: u64 = 16;
+    pub const SHORT_BATCH: u64 = 10;
+    pub const EPOCH_STEPS: u64 = 250;
+
+    /// What does not change with the batch: parameters, gradients, optimizer state, buffers.
+    fn fixed() -> f64 {
+        4.0 * PARAMETERS + BUFFERS
+    }
+
+    /// The allocator's reserve: the whole GPU but its context and 0.4 GiB.
+    pub fn reserved() -> f64 {
+        TOTAL as f64 - DRIVER_RESERVED as f64 - CONTEXT - 0.4 * GIB
+    }
+
+    pub fn batch(step: u64) -> u64 {
+        if step % EPOCH_STEPS == EPOCH_STEPS - 1 {
+            SHORT_BATCH
+        } else {
+            BATCH
+        }
+    }
+
+    /// Saved for backward at a batch of `b`: 1.5625 GiB a sample over 1 GiB that any batch
+    /// saves (not quite proportional, as real models are not): 26 GiB at 16.
+    pub fn activations(b: u64) -> f64 {
+        GIB + b as f64 * 1.5625 * GIB
+    }
+
+    /// The step peak at a batch of `b`: 0.2 GiB under the reserve at the full batch, with the
+    /// temporaries (the rest of the peak) in proportion to the activations.
+    pub fn peak(b: u64) -> f64 {
+        let full = reserved() - 0.2 * GIB;
+        let per_activation_byte = (full - fixed()) / activations(BATCH);
+        fixed() + activations(b) * per_activation_byte
+    }
+}
+
+/// When a demo trainer measures its split (docs/categories.md), as the client does: the first
+/// sampled step from step 3 on, then one every 300 s. Besides, once, the first short batch at
+/// an epoch's end and the full batch after it, so the daemon sees two batch sizes and fits a
+/// line through them ("fitted") while the latest split stays at the batch the trainer runs.
+/// One per connection: a new session starts over.
+pub struct SplitCadence {
+    /// The first step the next regular split may be at.
+    next: u64,
+    /// Whether any split was sent on this connection.
+    started: bool,
+    short_seen: bool,
+    after_short: bool,
+}
+
+/// Steps between two measured splits: 300 s of demo time.
+const SPLIT_EVERY: u64 = 300 * STEPS_PER_SECOND as u64;
+
+impl Default for SplitCadence {
+    fn default() -> Self {
+        Self {
+            next: 3,
+            started: false,
+            short_seen: false,
+            after_short: false,
+        }
+    }
+}
+
+impl SplitCadence {
+    /// The split to send with the sample of `step` (sampled steps in order), if measured.
+    pub fn at(&mut self, profile: Profile, step: u64) -> Option<Categories> {
+        let split = profile.split(step)?;
+        if split.batch_size == Some(near::SHORT_BATCH) {
+            if self.short_seen || !self.started {
+                // Measured once, and never as the first split.
+                return None;
+            }
+            self.short_seen = true;
+            self.after_short = true;
+            return Some(split);
+        }
+        if !self.after_short && step < self.next {
+            return None;
+        }
+        self.after_short = false;
+        self.started = true;
+        self.next = step + SPLIT_EVERY;
+        Some(split)
     }
 }
 
@@ -213,13 +334,16 @@ pub fn human(n: u64) -> String {
 
 /// A demo trainer's `sample` line: what the real client sends from `memory_stats()` and
 /// `mem_get_info()` (the single trainers and the job's ranks alike).
+/// `categories`, when given, is the split measured at that step (the wire's field names are
+/// `Categories`' own).
 pub fn sample_line(
     ts: f64,
     step: u64,
     stats: &crate::core::trainer::Stats,
     device_free: u64,
+    categories: Option<&Categories>,
 ) -> serde_json::Value {
-    serde_json::json!({
+    let mut line = serde_json::json!({
         "type": "sample", "ts": ts, "step": step, "phase": "train",
         "stats": {
             "allocated_bytes.all.current": stats.allocated,
@@ -232,7 +356,11 @@ pub fn sample_line(
             "num_ooms": stats.ooms,
         },
         "device_free": device_free, "device_total": TOTAL,
-    })
+    });
+    if let (Some(c), Some(obj)) = (categories, line.as_object_mut()) {
+        obj.insert("categories".into(), serde_json::json!(c));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::attribution::{self, Mark, Request, Window};
 use super::job::device_free;
 use super::oom;
-use super::profile::{sample_line, Profile, STEPS_PER_SECOND};
+use super::profile::{sample_line, Profile, SplitCadence, STEPS_PER_SECOND};
 
 /// Set by SIGTERM, SIGINT, SIGHUP or SIGQUIT: the demo stopping, Ctrl-C on its terminal (which
 /// reaches the whole process group, the daemon included), or the parent's death signal.
@@ -134,6 +134,7 @@ fn pump(
     let mut last_step = None;
     let mut last_ts = 0.0f64;
     let mut window: Option<Window> = None;
+    let mut splits = SplitCadence::default();
     loop {
         stop_if_asked(Some(s));
         let t = crate::core::model::now() - t0;
@@ -156,7 +157,8 @@ fn pump(
             last_step = Some(step);
             let ts = crate::core::model::now();
             last_ts = ts;
-            let sample = sample_line(ts, step, &stats, device_free(gpu, t));
+            let split = splits.at(profile, step);
+            let sample = sample_line(ts, step, &stats, device_free(gpu, t), split.as_ref());
             if writeln!(s, "{sample}").is_err() {
                 return false;
             }

@@ -57,7 +57,7 @@ fn pump(s: &mut UnixStream, rank: u64, t0: f64) -> bool {
         if last_step != Some(step) {
             last_step = Some(step);
             let now = crate::core::model::now();
-            let sample = sample_line(now, step, &stats, device_free(GPU, t));
+            let sample = sample_line(now, step, &stats, device_free(GPU, t), None);
             if writeln!(s, "{sample}").is_err() {
                 return false;
             }
