@@ -205,3 +205,36 @@ fn every_line_fits_its_width() {
         ]
     );
 }
+
+/// Each part has its own hue with colour and none without; the glyphs tell them apart either way.
+#[test]
+fn parts_differ_in_hue_and_glyph_and_no_color_means_no_colour() {
+    use ratatui::style::Color;
+    let mut x = c(Some(16), 4 * GIB);
+    x.buffers_bytes = 64 * MIB;
+    let s = session(&[(x, 9 * GIB + 614 * MIB)], 10 * GIB);
+    let bar_hues = |color: bool| -> Vec<(String, Option<Color>)> {
+        let ls = lines(&s, 200, Theme::new(color));
+        ls[0]
+            .spans
+            .iter()
+            .filter(|sp| {
+                GLYPHS
+                    .iter()
+                    .any(|g| sp.content.starts_with(g) && !sp.content.contains(' '))
+            })
+            .map(|sp| (sp.content.chars().take(1).collect(), sp.style.fg))
+            .collect()
+    };
+    let coloured = bar_hues(true);
+    assert_eq!(coloured.len(), 6, "{coloured:?}");
+    let mut hues: Vec<_> = coloured.iter().map(|(_, c)| format!("{c:?}")).collect();
+    hues.dedup();
+    assert_eq!(hues.len(), 6, "{coloured:?}");
+    assert!(coloured.iter().all(|(_, c)| c.is_some()));
+    for l in lines(&s, 200, Theme::new(false)) {
+        for sp in &l.spans {
+            assert!(sp.style.fg.is_none() && sp.style.bg.is_none(), "{sp:?}");
+        }
+    }
+}
