@@ -13,6 +13,7 @@ use crate::frontends::local::{LocalNode, Machine};
 use crate::units::{bytes, opt};
 
 mod jobs;
+mod orphans;
 
 /// The flags that choose where `gpumon status` looks (flattened into its command line).
 #[derive(Debug, clap::Args)]
@@ -141,6 +142,7 @@ fn layout(snap: &Snapshot, origin: &Origin) -> String {
     }
     jobs::section(snap, &mut out);
     trainers(snap, &mut out);
+    orphans::section(snap, &mut out);
     if snap.processes.is_empty() {
         let _ = writeln!(out, "\nno GPU processes");
         return out;
