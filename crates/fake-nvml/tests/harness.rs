@@ -32,6 +32,7 @@ fn every_shipped_scenario_parses() {
         "gpu_lost",
         "mig",
         "not_available",
+        "orphaned",
         "ramp",
         "two_gpus",
     ];
