@@ -165,7 +165,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
             if let Some(b) = split.measured.batch_size {
                 batch_size.add(&l, b as f64);
             }
-            if let Some(f) = fit::batch_fit(s) {
+            if let Some(f) = s.batch_fit() {
                 safe_batch.add(&l, f.largest_safe_batch as f64);
             }
         }
@@ -324,8 +324,6 @@ impl Labels {
         ]
     }
 }
-
-mod fit;
 
 #[cfg(test)]
 mod tests;

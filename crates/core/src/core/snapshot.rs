@@ -493,7 +493,7 @@ impl SessionView {
             namespace: info.namespace.clone(),
         });
         let last = s.last_sample.as_ref().map(|(_, x)| x);
-        let batch_fit = batch_fit_of(s);
+        let batch_fit = s.batch_fit();
         Self {
             session: s.id.clone(),
             pid: s.peer.pid,
@@ -530,22 +530,6 @@ impl SessionView {
             batch_fit,
         }
     }
-}
-
-/// The batch fit against the latest sample's limit (what `near_limit` judges headroom by).
-fn batch_fit_of(s: &Session) -> Option<BatchFit> {
-    let (_, last) = s.last_sample.as_ref()?;
-    s.categories.latest()?;
-    let obs = crate::core::detect::Obs {
-        sample: last,
-        retries_total: 0,
-        ooms_total: 0,
-        alloc_limit: s.alloc_limit,
-        outside: None,
-        categories: None,
-        world_size: None,
-    };
-    s.categories.fit(obs.limit(), last.stats.inactive_split)
 }
 
 /// A live session's ledger: NVML's figure for its process on its GPU, accounted (ledger.rs).

@@ -116,6 +116,25 @@ pub struct Session {
     pub categories: Tracker,
 }
 
+impl Session {
+    /// The batch that fits its latest split, against its latest sample's limit (what
+    /// `near_limit` judges headroom by): the API's `batch_fit` and the metrics' figure.
+    pub fn batch_fit(&self) -> Option<crate::core::categories::BatchFit> {
+        let (_, last) = self.last_sample.as_ref()?;
+        self.categories.latest()?;
+        let obs = Obs {
+            sample: last,
+            retries_total: 0,
+            ooms_total: 0,
+            alloc_limit: self.alloc_limit,
+            outside: None,
+            categories: None,
+            world_size: None,
+        };
+        self.categories.fit(obs.limit(), last.stats.inactive_split)
+    }
+}
+
 /// Limits that keep the session store bounded whatever clients send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {
