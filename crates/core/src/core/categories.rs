@@ -37,6 +37,24 @@ pub struct Categories {
     pub partial: Vec<String>,
 }
 
+/// A 1 GiB fp32 model with AdamW (gradients 1 GiB, state 2 GiB) measured at step 3, for tests
+/// across the workspace (the gpumon crate's tests get it through the `fixtures` feature).
+#[cfg(any(test, feature = "fixtures"))]
+pub fn example(batch_size: Option<u64>, activations_bytes: u64) -> Categories {
+    const GIB: u64 = 1 << 30;
+    Categories {
+        step: 3,
+        parameters_bytes: GIB,
+        gradients_bytes: GIB,
+        optimizer_state_bytes: 2 * GIB,
+        buffers_bytes: 0,
+        activations_bytes,
+        batch_size,
+        fp32_bytes: Some(2 * GIB),
+        partial: Vec::new(),
+    }
+}
+
 /// `partial` codes that make the activations figure unusable for scaling with the batch.
 const ACTIVATIONS_UNKNOWN: [&str; 2] = ["activations_unmeasured", "no_grad_forward"];
 

@@ -12,15 +12,8 @@ fn plain(lines: &[Line]) -> Vec<String> {
 
 fn c(batch: Option<u64>, activations: u64) -> Categories {
     Categories {
-        step: 3,
-        parameters_bytes: GIB,
-        gradients_bytes: GIB,
-        optimizer_state_bytes: 2 * GIB,
-        buffers_bytes: 0,
-        activations_bytes: activations,
-        batch_size: batch,
         fp32_bytes: None,
-        partial: Vec::new(),
+        ..crate::core::categories::example(batch, activations)
     }
 }
 

@@ -13,17 +13,7 @@ const PEER: Peer = Peer {
 };
 
 fn split() -> Categories {
-    Categories {
-        step: 3,
-        parameters_bytes: GIB,
-        gradients_bytes: GIB,
-        optimizer_state_bytes: 2 * GIB,
-        buffers_bytes: 0,
-        activations_bytes: 4 * GIB,
-        batch_size: Some(16),
-        fp32_bytes: Some(2 * GIB),
-        partial: Vec::new(),
-    }
+    crate::core::categories::example(Some(16), 4 * GIB)
 }
 
 /// Step `step` of a trainer under a 10 GiB cap whose step peaks at 9.6 GiB.
