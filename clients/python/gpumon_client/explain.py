@@ -1,6 +1,7 @@
 """Why a CUDA out-of-memory error happened, read from a `torch.cuda.memory` snapshot.
 
     python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]
+        [--write-trimmed OUT.pickle [--window N]] [--budget MIB]
 
 The three ways a run dies of CUDA OOM each have their own remedy, and one snapshot taken at the
 OOM (`_snapshot()` in the allocator's OOM observer, or `_dump_snapshot()` right after catching
@@ -38,7 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import snapdiff
 from .snapdiff import fmt_bytes
-from .snapload import MAX_FILE_BYTES, SnapshotError, load, validate
+from .snapload import SnapshotError, load, validate
 
 __all__ = ["Explanation", "explain", "render", "main", "LEAK_MIN_STEPS", "LEAK_MIN_SHARE"]
 
@@ -563,14 +564,21 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     p.add_argument("--request", type=parse_bytes, metavar="BYTES",
                    help="the failed request, for a snapshot whose history has no OOM entry")
     p.add_argument("--device", type=snapdiff._count(0), metavar="N", help="the CUDA device (default: the latest OOM's)")
-    p.add_argument("--max-size", type=snapdiff._count(1), default=MAX_FILE_BYTES >> 20, metavar="MIB",
-                   help="refuse larger files (default %(default)s)")
+    snapdiff.add_budget(p)
+    p.add_argument("--write-trimmed", metavar="OUT.pickle",
+                   help="also write the snapshot trimmed to what this explanation needs (the device's segments, "
+                        "the history around the OOM, the allocations of what was alive at it), for "
+                        "https://pytorch.org/memory_viz; its size is printed")
+    p.add_argument("--window", type=snapdiff._count(0), default=None, metavar="N",
+                   help="history entries kept before the OOM in the trimmed file (default 2000)")
     try:
         args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        snap = load(args.snapshot, max_bytes=args.max_size << 20, check=False)
+        # The trimmed file is read by memory_viz, which wants every field: keep them all then.
+        snap = load(args.snapshot, budget=args.budget << 20, check=False,
+                    keep="all" if args.write_trimmed else "explain")
     except SnapshotError as exc:
         sys.stderr.write("%s: %s\n" % (PROG, exc))
         return 2
@@ -579,4 +587,16 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         sys.stdout.write(json.dumps(ex.as_json(), indent=1) + "\n")
     else:
         sys.stdout.write(render(ex, args.snapshot))
+    if args.write_trimmed:
+        from . import snaptrim
+
+        try:
+            validate(snap, args.snapshot)
+            info = snaptrim.write(args.write_trimmed, snap, device=args.device,
+                                  window=snaptrim.DEFAULT_WINDOW if args.window is None else args.window)
+        except (SnapshotError, OSError) as exc:
+            sys.stderr.write("%s: cannot write the trimmed snapshot: %s\n" % (PROG, exc))
+            return 2
+        # On stderr under --json, so that stdout stays one JSON document.
+        (sys.stderr if args.json else sys.stdout).write(snaptrim.describe(args.write_trimmed, info) + "\n")
     return 0

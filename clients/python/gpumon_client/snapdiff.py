@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .snapload import MAX_FILE_BYTES, SnapshotError, load, loads, validate
+from .snapload import DEFAULT_BUDGET, SnapshotError, load, loads, validate
 
 __all__ = ["SnapshotError", "load", "loads", "diff", "fit", "Site", "Report", "render", "main"]
 
@@ -441,6 +441,15 @@ def _count(minimum: int) -> Any:
     return parse
 
 
+def add_budget(p: argparse.ArgumentParser) -> None:
+    """--budget MIB: what reading a snapshot may keep in memory (snapload.DEFAULT_BUDGET)."""
+    p.add_argument("--budget", type=_count(1), default=DEFAULT_BUDGET >> 20, metavar="MIB",
+                   help="keep at most MIB of a snapshot in memory while reading it; the file itself may be "
+                        "any size (default %(default)s)")
+    # The former cap on the file's size: now the same budget, on what is kept.
+    p.add_argument("--max-size", type=_count(1), dest="budget", help=argparse.SUPPRESS)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Exit status: 0 nothing grew, 1 growth found (by site, or without stacks), 2 bad input."""
     p = argparse.ArgumentParser(
@@ -454,15 +463,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--top", type=_count(1), default=10, metavar="N", help="at most N sites (default 10)")
     p.add_argument("--min-bytes", type=_count(0), default=1 << 20, metavar="B",
                    help="leave out sites that grew by less (default 1 MiB)")
-    p.add_argument("--max-size", type=_count(1), default=MAX_FILE_BYTES >> 20, metavar="MIB",
-                   help="refuse larger files (default %(default)s)")
+    add_budget(p)
     try:
         args = p.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # argparse: usage errors exit 2, --help 0
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        before = load(args.before, max_bytes=args.max_size << 20)
-        after = load(args.after, max_bytes=args.max_size << 20)
+        before = load(args.before, budget=args.budget << 20, keep="diff")
+        after = load(args.after, budget=args.budget << 20, keep="diff")
     except SnapshotError as exc:
         sys.stderr.write("%s: %s\n" % (PROG, exc))
         return 2

@@ -143,15 +143,19 @@ def test_unusable_inputs_name_the_file_and_why(tmp_path):
         load(str(tmp_path))
 
 
-def test_oversized_input_is_refused_before_unpickling(tmp_path):
+def test_the_budget_caps_what_is_kept_not_the_file(tmp_path):
+    # What a reader keeps is capped, whatever the file's size: a long string the schema drops is
+    # skipped as it streams by, the same string kept is refused past the budget.
     path = tmp_path / "big.pickle"
-    path.write_bytes(pickle.dumps({"segments": [], "pad": "x" * 5000}))
-    with pytest.raises(SnapshotError, match=r"big.pickle: 0.0 MiB, more than the 0.0 MiB a snapshot may have here"):
-        load(str(path), max_bytes=4096)
-    assert load(str(path), max_bytes=8192)["segments"] == []
-    with pytest.raises(SnapshotError, match="more than the"):
-        loads(b"x" * 100, "b", max_bytes=99)
-    assert snapload.MAX_FILE_BYTES == 256 << 20
+    path.write_bytes(pickle.dumps({"segments": [], "pad": "x" * 300000}))
+    assert load(str(path), budget=64 << 10, keep="diff") == {"segments": []}
+    with pytest.raises(SnapshotError, match=r"big.pickle: what it needs kept exceeds the budget of 0.1 MiB at offset \d+ "
+                                            r"of 300\d+ \(\d+% through\) \(raise it with --budget MIB\)"):
+        load(str(path), budget=64 << 10)
+    assert load(str(path), budget=1 << 20)["pad"] == "x" * 300000
+    with pytest.raises(SnapshotError, match="exceeds the budget"):
+        loads(pickle.dumps({"segments": [{"blocks": []}] * 1}) + b"", "b", budget=10)
+    assert snapload.DEFAULT_BUDGET == 2 << 30
 
 
 def run_diff(*args):
