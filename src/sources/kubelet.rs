@@ -391,6 +391,10 @@ impl GpuSource for Named {
         }
         Ok(reading)
     }
+
+    fn proc_view(&mut self) -> Option<crate::core::model::ProcView> {
+        self.inner.proc_view()
+    }
 }
 
 impl Drop for Named {

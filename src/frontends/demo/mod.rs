@@ -6,12 +6,14 @@
 //! rising retries that says where its memory goes (a batch of 14 would fit; profile.rs), and one
 //! watching its memory outside the allocator grow. Beside them a job, `demo-ddp`, of four ranks
 //! whose rank 2 runs out of memory 75 s in and takes the other three down with it (job.rs). The
-//! simulated NVML lists those children's pids with the memory they report.
+//! simulated NVML lists those children's pids with the memory they report, and memory of one
+//! more that has exited, a zombie its launcher never reaps (orphan.rs).
 
 pub mod attribution;
 pub mod bundled;
 pub mod job;
 pub mod oom;
+pub mod orphan;
 pub mod profile;
 pub mod scenario;
 pub mod trainer;
@@ -182,8 +184,14 @@ pub fn run(
             node.children.push(child);
         }
     }
+    let mut node_toml = scenario::toml(&pids, &ranks);
+    let orphaned = orphan::start(args.skip, &dir).map(|(launcher, pid)| {
+        node.children.push(launcher);
+        node_toml += &orphan::toml(pid);
+        pid
+    });
     let scen = dir.join("node.toml");
-    std::fs::write(&scen, scenario::toml(&pids, &ranks))?;
+    std::fs::write(&scen, node_toml)?;
     // Read by the fake library at NVML init, which happens after this on the poller thread.
     std::env::set_var("FAKE_NVML_SCENARIO", &scen);
     std::env::set_var("FAKE_NVML_T0", t0.to_string());
@@ -217,6 +225,9 @@ pub fn run(
                 job::FAILING_RANK,
                 job::FAIL_AT
             );
+        }
+        if let Some(pid) = orphaned {
+            banner += &orphan::banner(pid);
         }
         if let Some(d) = &record_dir {
             banner += &format!(
