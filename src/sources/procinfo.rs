@@ -38,6 +38,11 @@ pub struct ProcCache {
     now: Instant,
     /// How often a cached process is asked whether it still runs.
     recheck: Duration,
+    /// Rechecks left in the current collection (`RECHECKS_PER_COLLECTION`).
+    rechecks: u32,
+    /// A pid's turn to be rechecked comes every `spread` collections, so that the budget goes
+    /// round every process (in NVML's order, the first ones would take it each time).
+    spread: u32,
     /// Which processes `root` shows, found at the first ask.
     view: Option<ProcView>,
 }
@@ -51,10 +56,13 @@ struct Entry {
     start: Option<u64>,
 }
 
-/// How often a listed process is asked again whether it still runs: a read of its stat file,
-/// a few µs, so 1,000 processes cost about 0.4 ms every 10 s; orphaned memory is judged over a
-/// minute's grace, which 10 s more delay does not change.
+/// How often a listed process is asked again whether it still runs: a read of its stat file.
+/// Orphaned memory is judged over a minute's grace, which 10 s more delay does not change.
 pub const RECHECK: Duration = Duration::from_secs(10);
+/// Rechecks a collection makes at most: a stat read costs 5-10 µs, so a poll spends at most
+/// about 0.3 ms on them, and all that fall due at once make no burst. Up to 320 processes are
+/// each asked every 10 s at a poll a second; more take turns (1,000: each every 32 s).
+const RECHECKS_PER_COLLECTION: u32 = 32;
 
 /// What a process's /proc files said, worked out as far as the reading thread can (all but
 /// the user name, which needs the cache's passwd table).
@@ -95,6 +103,8 @@ impl ProcCache {
             read_ahead: HashMap::new(),
             now: Instant::now(),
             recheck: RECHECK,
+            rechecks: RECHECKS_PER_COLLECTION,
+            spread: 1,
             view: None,
         }
     }
@@ -114,6 +124,9 @@ impl ProcCache {
     pub fn begin(&mut self) {
         self.round += 1;
         self.now = Instant::now();
+        self.rechecks = RECHECKS_PER_COLLECTION;
+        let cached = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
+        self.spread = cached.div_ceil(RECHECKS_PER_COLLECTION).max(1);
     }
 
     /// Forgets pids no longer running on any GPU (not asked for since `begin`).
@@ -157,8 +170,10 @@ impl ProcCache {
         if let Some(e) = self.entries.get_mut(&pid) {
             e.seen = self.round;
             // Gone stays gone: a process that comes back under its pid is another one.
-            let due = self.now.saturating_duration_since(e.probed) >= self.recheck;
-            if due && e.info.state != Some(ProcState::Gone) {
+            let due = self.now.saturating_duration_since(e.probed) >= self.recheck
+                && pid.wrapping_add(self.round as u32) % self.spread == 0;
+            if due && self.rechecks > 0 && e.info.state != Some(ProcState::Gone) {
+                self.rechecks -= 1;
                 e.probed = self.now;
                 self.reader.recheck(pid, e);
             }
@@ -169,16 +184,12 @@ impl ProcCache {
             info.name = fallback_name();
         }
         let info = Arc::new(info);
-        // Spread over the interval by pid: a node's first poll looks up every process at
-        // once, and their rechecks should not all fall on one later poll.
-        let early = self.recheck.mul_f64(f64::from(pid % 16) / 16.0);
-        let probed = self.now.checked_sub(early).unwrap_or(self.now);
         self.entries.insert(
             pid,
             Entry {
                 info: info.clone(),
                 seen: self.round,
-                probed,
+                probed: self.now,
                 start: None,
             },
         );

@@ -178,3 +178,37 @@ fn a_real_zombie_a_reaped_child_and_a_live_one() {
     assert_eq!(cache.get(pid, || None).state, Some(ProcState::Gone));
     assert_eq!(cache.get(live.id(), || None).state, Some(ProcState::Gone));
 }
+
+#[test]
+fn a_collection_rechecks_a_bounded_number_of_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids: Vec<u32> = (100..140).collect();
+    for pid in &pids {
+        let p = dir.path().join(pid.to_string());
+        fs::create_dir(&p).unwrap();
+        fs::write(p.join("status"), "Name:\tpython\nState:\tS (sleeping)\n").unwrap();
+        fs::write(p.join("stat"), stat('S', 1, 1000)).unwrap();
+    }
+    let mut cache = ProcCache::with_root(dir.path().into()).with_recheck(Duration::ZERO);
+    let zombies = |cache: &mut ProcCache| {
+        cache.begin();
+        let n = pids
+            .iter()
+            .filter(|p| cache.get(**p, || None).state == Some(ProcState::Zombie))
+            .count();
+        cache.end();
+        n
+    };
+    assert_eq!(zombies(&mut cache), 0);
+    for pid in &pids {
+        fs::write(
+            dir.path().join(pid.to_string()).join("stat"),
+            stat('Z', 1, 1000),
+        )
+        .unwrap();
+    }
+    // At most 32 a collection, taking turns: every one within two.
+    let first = zombies(&mut cache);
+    assert!(first > 0 && first <= 32, "{first}");
+    assert_eq!(zombies(&mut cache), 40);
+}
