@@ -36,7 +36,7 @@ NAMES = {ord(op.code.encode("latin-1")): op.name for op in pickletools.opcodes}
 # Bytes of argument per opcode: n > 0 fixed, -2/-3/-4/-5 a length in 1/4/4/8 bytes first.
 _ARG = {ord(op.code.encode("latin-1")): (op.arg.n if op.arg else 0) for op in pickletools.opcodes}
 
-CHUNK = 1 << 20
+CHUNK = 256 << 10  # also how often the budget and the stack are checked
 MARGIN = 300  # the longest short opcode: LONG1 or SHORT_BINUNICODE with 255 bytes
 
 _I4 = struct.Struct("<i").unpack_from
@@ -68,7 +68,7 @@ class ReadError(Exception):
 class Limits:
     budget: int = 1 << 30  # estimated bytes kept
     depth: int = 100  # MARK nesting, and nesting of plain data
-    stack: int = 1 << 20  # items on the stack, all marks together
+    stack: int = 1 << 18  # items on the stack, all marks together (pickle.dump: ~1000 a level)
     items: int = 1 << 26  # items in one container
     string: int = 64 << 20  # bytes in one str or bytes
     memo: int = 1 << 27  # memo slots
@@ -147,6 +147,7 @@ class Reader:
 
     def _checks(self) -> None:
         # Per chunk read, not per opcode: growth between two checks is bounded by a chunk.
+        self.op_at = self.base
         if self.kept > self.lim.budget:
             raise self._err("budget", "keeps more than the budget of %.0f MiB" % (self.lim.budget / (1 << 20)))
         depth = sum(len(s) for s in self._ms) + len(self._st)
@@ -257,7 +258,7 @@ class Reader:
                 return self._intern(v)
             return v
         if v is GONE and kept:
-            raise self._err("refused", "refers back to data that was not kept (%s)" % self._at())
+            raise self._err("refused", "refers back to data that was not kept or may not be shared (%s)" % self._at())
         return v
 
     def _depth(self, parent: Any, children: Any, fresh: bool = False) -> None:
@@ -322,7 +323,7 @@ class Reader:
                 raise self._err("malformed", "not a pickle (memo index %d is not defined, %s)" % (idx, self._at()))
             v = memo[idx]
             if v is GONE:
-                raise self._err("refused", "refers back to data that was not kept (%s)" % self._at())
+                raise self._err("refused", "refers back to data that was not kept or may not be shared (%s)" % self._at())
             if type(v) in _CONTAINERS and id(v) in kind_of:
                 self.shared.add(id(v))
             out.append(v)
