@@ -167,6 +167,13 @@ fn a_dead_trainer_s_memory_fires_after_the_grace_names_what_was_known_and_clears
         (row["state"].as_str(), row["ppid"].as_u64()),
         (Some("zombie"), Some(u64::from(me)))
     );
+    assert_eq!(row["orphaned"], true);
+    assert!(snap["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pid"] == me)
+        .all(|p| p.get("orphaned").is_none() && p.get("state").is_none()));
     // Where /proc is the host's (outside a container, or one with hostPID), the pid no /proc
     // has is orphaned too; in a container's own PID namespace only zombies are judged.
     let host = std::fs::read_link("/proc/self/ns/pid").unwrap();

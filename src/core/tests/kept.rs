@@ -9,6 +9,7 @@ fn view(gpu: u32, pid: u32, used: u64) -> ProcessView {
         reading: fixtures::process(gpu, pid, "python", "ann", used),
         session: None,
         ns_pid: None,
+        orphaned: false,
     }
 }
 
@@ -19,6 +20,7 @@ fn hashes(views: &[ProcessView]) -> Option<Vec<(u32, u64)>> {
             reading: &v.reading,
             session: v.session.as_deref(),
             ns_pid: v.ns_pid,
+            orphaned: v.orphaned,
         })
         .collect();
     kept::hashes(&rows)

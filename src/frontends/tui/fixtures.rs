@@ -212,6 +212,7 @@ pub fn snapshot(
             crate::core::snapshot::ProcessView {
                 session: joined.map(|x| x.session.clone()),
                 ns_pid: joined.and_then(|x| x.ns_pid),
+                orphaned: false,
                 reading,
             }
         })

@@ -251,7 +251,7 @@ impl Snapshot {
             .map(|r| {
                 r.processes
                     .iter()
-                    .map(|p| kept::Row::of(p, &live))
+                    .map(|p| kept::Row::of(p, &live, &store.sessions.orphans))
                     .collect()
             })
             .unwrap_or_default();
@@ -441,6 +441,10 @@ pub struct ProcessView {
     /// The pid the trainer sees itself as (from its hello), inside its container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ns_pid: Option<u64>,
+    /// The process has exited and NVML still lists its memory: its orphaned_memory finding
+    /// fires (`state` says zombie or gone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphaned: bool,
 }
 
 /// Readers (status, TUI) use a process view as the reading it wraps.
@@ -459,6 +463,7 @@ impl ProcessView {
             reading: row.reading.clone(),
             session: row.session.map(str::to_string),
             ns_pid: row.ns_pid,
+            orphaned: row.orphaned,
         }
     }
 }

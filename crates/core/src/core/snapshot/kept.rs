@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use super::cursor::Cursor;
-use crate::core::model::{ProcInfo, ProcessReading};
+use crate::core::detect::orphan::Orphans;
+use crate::core::model::{ProcInfo, ProcState, ProcessReading};
 use crate::core::store::sessions::nvml::joins;
 use crate::core::store::sessions::Session;
 
@@ -18,11 +19,17 @@ pub struct Row<'a> {
     pub session: Option<&'a str>,
     /// The pid the trainer sees itself as, from its hello.
     pub ns_pid: Option<u64>,
+    /// Its process has exited and its orphaned_memory finding fires.
+    pub orphaned: bool,
 }
 
 impl<'a> Row<'a> {
     /// `live`: live sessions by host pid, in start order.
-    pub fn of(p: &'a ProcessReading, live: &HashMap<u32, Vec<&'a Session>>) -> Self {
+    pub fn of(
+        p: &'a ProcessReading,
+        live: &HashMap<u32, Vec<&'a Session>>,
+        orphans: &Orphans,
+    ) -> Self {
         let s = live
             .get(&p.pid)
             .and_then(|v| v.iter().find(|s| joins(s, p)));
@@ -30,6 +37,8 @@ impl<'a> Row<'a> {
             reading: p,
             session: s.map(|s| s.id.as_str()),
             ns_pid: s.and_then(|s| s.hello.ns_pid),
+            // Asked only of the rare process /proc says has exited.
+            orphaned: !ProcState::runs(&p.info.state) && orphans.orphaned(&p.uuid, p.pid),
         }
     }
 }
@@ -63,6 +72,7 @@ fn hash_row(r: &Row, h: &mut Fast) {
         reading,
         session,
         ns_pid,
+        orphaned,
     } = r;
     let ProcessReading {
         gpu,
@@ -93,7 +103,7 @@ fn hash_row(r: &Row, h: &mut Fast) {
     (used_memory_bytes, mig_uuid.as_deref(), gpu_instance_id).hash(h);
     (compute_instance_id, name, user, uid, container, cgroup).hash(h);
     (pod_uid, pod, namespace, container_name).hash(h);
-    (state.map(|s| s.as_str()), ppid, parent).hash(h);
+    (state.map(|s| s.as_str()), ppid, parent, orphaned).hash(h);
 }
 
 /// The GPUs, in index order, whose processes hash as they did in `after`'s answer: the client
