@@ -9,7 +9,7 @@
 
 mod words;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -129,8 +129,9 @@ struct Watched {
 /// The node's orphaned memory: what is being watched through its grace and what fires.
 #[derive(Debug, Default)]
 pub struct Orphans {
-    /// By (GPU UUID, pid); only exited processes NVML lists, so as many as one reading's rows.
-    watched: HashMap<(Arc<str>, u32), Watched>,
+    /// By (GPU UUID, pid), in that order for readers; only exited processes NVML lists, so
+    /// as many as one reading's rows.
+    watched: BTreeMap<(Arc<str>, u32), Watched>,
     host_pids: Option<HostPids>,
     polls: u64,
     /// Findings raised, for their ids.
@@ -238,10 +239,6 @@ impl Orphans {
             f.message = format!("{}; {why}", f.message);
             f.evidence.detail = Some(why.to_string());
             out.resolved(f);
-        }
-        if self.watched.capacity() > 2 * self.watched.len().max(16) {
-            // After many exited at once were freed: give the map's memory back.
-            self.watched.shrink_to_fit();
         }
     }
 
