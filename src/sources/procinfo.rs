@@ -40,9 +40,13 @@ pub struct ProcCache {
     recheck: Duration,
     /// Rechecks left in the current collection (`RECHECKS_PER_COLLECTION`).
     rechecks: u32,
-    /// A pid's turn to be rechecked comes every `spread` collections, so that the budget goes
-    /// round every process (in NVML's order, the first ones would take it each time).
-    spread: u32,
+    /// A pid's turn to be rechecked comes in collections whose number plus the pid has these
+    /// bits clear (every 2^n collections), so that the budget goes round every process (in
+    /// NVML's order, the first ones would take it each time). A mask: this is asked of every
+    /// process at every poll.
+    turns: u32,
+    /// Processes last asked before this are due (`now - recheck`).
+    cutoff: Option<Instant>,
     /// Which processes `root` shows, found at the first ask.
     view: Option<ProcView>,
 }
@@ -60,8 +64,9 @@ struct Entry {
 /// Orphaned memory is judged over a minute's grace, which 10 s more delay does not change.
 pub const RECHECK: Duration = Duration::from_secs(10);
 /// Rechecks a collection makes at most: a stat read costs 5-10 µs, so a poll spends at most
-/// about 0.3 ms on them, and all that fall due at once make no burst. Up to 320 processes are
-/// each asked every 10 s at a poll a second; more take turns (1,000: each every 32 s).
+/// about 0.3 ms on them, and all that fall due at once make no burst. Past 32 processes they
+/// take turns, each every 2^n collections for the least 2^n >= processes / 32 (1,000
+/// processes: each every 32 s at a poll a second).
 const RECHECKS_PER_COLLECTION: u32 = 32;
 
 /// What a process's /proc files said, worked out as far as the reading thread can (all but
@@ -104,7 +109,8 @@ impl ProcCache {
             now: Instant::now(),
             recheck: RECHECK,
             rechecks: RECHECKS_PER_COLLECTION,
-            spread: 1,
+            turns: 0,
+            cutoff: None,
             view: None,
         }
     }
@@ -126,7 +132,12 @@ impl ProcCache {
         self.now = Instant::now();
         self.rechecks = RECHECKS_PER_COLLECTION;
         let cached = u32::try_from(self.entries.len()).unwrap_or(u32::MAX);
-        self.spread = cached.div_ceil(RECHECKS_PER_COLLECTION).max(1);
+        self.turns = cached
+            .div_ceil(RECHECKS_PER_COLLECTION)
+            .max(1)
+            .next_power_of_two()
+            - 1;
+        self.cutoff = self.now.checked_sub(self.recheck);
     }
 
     /// Forgets pids no longer running on any GPU (not asked for since `begin`).
@@ -170,8 +181,8 @@ impl ProcCache {
         if let Some(e) = self.entries.get_mut(&pid) {
             e.seen = self.round;
             // Gone stays gone: a process that comes back under its pid is another one.
-            let due = self.now.saturating_duration_since(e.probed) >= self.recheck
-                && pid.wrapping_add(self.round as u32) % self.spread == 0;
+            let due = self.cutoff.is_some_and(|c| e.probed <= c)
+                && (pid.wrapping_add(self.round as u32) & self.turns) == 0;
             if due && self.rechecks > 0 && e.info.state != Some(ProcState::Gone) {
                 self.rechecks -= 1;
                 e.probed = self.now;
