@@ -38,6 +38,9 @@ const MAY_FIRE: &[(&str, &str)] = &[
     // The demo's job: its rank 2 runs out of memory 75 s in and takes the other ranks down.
     ("GpumonJobFailed", "demo-ddp"),
     ("GpumonTrainerOOM", "demo-ddp"),
+    // The demo's orphaned memory (a zombie's, on GPU 1) is flagged a minute in: pending in
+    // Prometheus from then (its `for` is 5m). A GPU's alert, with the scrape's job.
+    ("GpumonOrphanedMemory", "gpumon"),
 ];
 
 /// Dashboard queries allowed to return nothing from the demo, as (panel title, refId), each with

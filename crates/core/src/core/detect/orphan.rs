@@ -136,6 +136,8 @@ pub struct Orphans {
     polls: u64,
     /// Findings raised, for their ids.
     raised: u64,
+    /// Which verdicts on /proc were said in the log (`note`).
+    said: u8,
 }
 
 impl Orphans {
@@ -242,29 +244,32 @@ impl Orphans {
         }
     }
 
-    /// Takes a poll's verdict on what /proc shows, saying so when it changes: once when this
-    /// daemon cannot see the host's processes, not at every poll.
+    /// Takes a poll's verdict on what /proc shows, saying what it means the first time each
+    /// verdict comes: once, not at every poll, nor each time a node's pids come and go.
     fn note(&mut self, seen: HostPids) {
-        if self.host_pids == Some(seen) {
+        self.host_pids = Some(seen);
+        let bit = match seen {
+            HostPids::Hidden => 1,
+            HostPids::Partial => 2,
+            HostPids::Visible | HostPids::Unknown => return,
+        };
+        if self.said & bit != 0 {
             return;
         }
-        match seen {
-            HostPids::Hidden => tracing::warn!(
+        self.said |= bit;
+        if seen == HostPids::Hidden {
+            tracing::warn!(
                 "none of the processes NVML lists is in /proc: gpumon runs in a PID namespace of its own \
                  (a container without hostPID), so orphaned GPU memory (a process that exited and still \
                  holds memory) is not detected; run it with hostPID, or mount the host's /proc and point \
                  procfs at it"
-            ),
-            HostPids::Partial => tracing::info!(
+            );
+        } else {
+            tracing::info!(
                 "/proc is not the host's: orphaned GPU memory is judged for zombies only (a pid missing \
                  from /proc may live in another PID namespace)"
-            ),
-            HostPids::Visible if self.host_pids.is_some() => {
-                tracing::info!("/proc shows the host's processes again: orphaned GPU memory is judged")
-            }
-            HostPids::Visible | HostPids::Unknown => {}
+            );
         }
-        self.host_pids = Some(seen);
     }
 }
 
