@@ -1,6 +1,6 @@
 """Large realistic torch.cuda.memory snapshots, written as a stream (pickle protocol 4).
 
-    python bench/gen_snapshot.py OUT.pickle [--entries 1000000] [--segments 100000] [--depth 320]
+    python bench/gen_snapshot.py OUT.pickle [--entries 1000000] [--segments 100000] [--depth 360]
         [--seed 1] [--fixtures DIR]
 
 What torch writes (`_dump_snapshot` = `pickle.dump` of `_snapshot()`), at a scale no test run
@@ -14,7 +14,7 @@ the segment's empty frames list shared with its free blocks, FRAME opcodes every
 What the fixtures cannot give is the depth of `stacks="all"` (torch's default): C++ frames of the
 allocator and the dispatcher, CPython's interpreter frames between the Python ones. Stacks here
 are `--depth` frames on average, made of synthetic C++ and interpreter frames around the
-fixtures' Python stacks; 320 puts 1M entries and 100k segments at about 2 GB.
+fixtures' Python stacks; 360 puts 1M entries and 100k segments at about 2 GB.
 
 The history is consistent with the segments: blocks live at the end are allocated in it (half of
 them; the rest before it began), transient activations are allocated and freed on the free
@@ -481,7 +481,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("out")
     p.add_argument("--entries", type=int, default=1_000_000)
     p.add_argument("--segments", type=int, default=100_000)
-    p.add_argument("--depth", type=int, default=320, help="frames per stack, on average")
+    p.add_argument("--depth", type=int, default=360, help="frames per stack, on average")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fixtures", default=FIXTURES)
     a = p.parse_args(argv)

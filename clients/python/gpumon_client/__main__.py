@@ -1,7 +1,8 @@
 """python -m gpumon_client run [--job NAME] [--run-id ID] [--socket PATH] [--every N] [--max-rate R] [--budget F]
     [--write-every S] (SCRIPT | -m MODULE) [ARGS...]
-python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]
-python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]
+python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B] [--budget MIB]
+python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES] [--budget MIB]
+    [--write-trimmed OUT.pickle]
 
 `run` runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run
 it. `diff` names the lines that allocated the live memory that grew between two
@@ -17,8 +18,9 @@ from typing import Dict, List, Optional
 USAGE = (
     "usage: python -m gpumon_client run [--job NAME] [--run-id ID] [--socket PATH] [--every N] [--max-rate R] [--budget F]"
     " [--write-every S] (SCRIPT | -m MODULE) [ARGS...]\n"
-    "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B]\n"
-    "       python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES]\n"
+    "       python -m gpumon_client diff BEFORE.pickle AFTER.pickle [--json] [--top N] [--min-bytes B] [--budget MIB]\n"
+    "       python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTES] [--budget MIB]\n"
+    "           [--write-trimmed OUT.pickle]\n"
     "  --job NAME     the job name gpumon shows and labels the trainer's series with\n"
     "                 (default $GPUMON_JOB, else the daemon names it after the process)\n"
     "  --run-id ID    the run this rank belongs to, the same on every rank: gpumon groups the ranks\n"

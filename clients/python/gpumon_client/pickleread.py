@@ -47,6 +47,7 @@ _F8 = struct.Struct(">d").unpack_from
 # What fills a list of frames as pickle.dump writes it once its frames are in the memo: batches
 # of BINGET/LONG_BINGET (MARK ... APPENDS), or one BINGET and APPEND.
 _FRAMES_RUN = re.compile(rb"(?:\((?:h.|j....)++e|(?:h.|j....)a)*+", re.DOTALL)
+_CONSUMED = b"uesa"  # SETITEMS, APPENDS, SETITEM, APPEND: a value's container takes it
 _PREFIX = 64  # bytes of a run that key the runs seen (stacks share their innermost frames)
 
 _CALLS = {
@@ -597,7 +598,8 @@ class Reader:
                             safe = end if self.eof else end - MARGIN
                         v, pos = self._fast_list(buf, pos, k)
                         if v is not None:
-                            kind_of[id(v)] = k
+                            if type(v) is _Dropped or id(v) in self.fast:
+                                kind_of[id(v)] = k  # still open: more may be appended to it
                             st.append(v)
                             continue
                     if k == DROPPED:
@@ -708,6 +710,11 @@ class Reader:
         res = self.runs.get(run)
         if res is None:
             res = self._run_list(run)
+        after = p + len(run)
+        if after < len(buf) and buf[after] in _CONSUMED:
+            # What follows takes the list into its parent: complete, so the interned list itself.
+            memo[slot] = res
+            return res, after
         v: List[Any] = []
         self.fast[id(v)] = (res, slot)
         memo[slot] = v
