@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::core::model::Timestamp;
-use crate::core::trainer::Stats;
 
 mod fit;
 mod text;
@@ -115,8 +114,10 @@ pub struct Split {
 }
 
 impl Split {
-    pub fn new(measured: Categories, ts: Timestamp, stats: &Stats) -> Self {
-        let peak_bytes = stats.allocated_peak;
+    /// `allocated_peak`: the sample's `allocated_bytes.all.peak` (a figure, not the sample's
+    /// stats: the trainer's types carry a split, so this module does not name theirs).
+    pub fn new(measured: Categories, ts: Timestamp, allocated_peak: Option<u64>) -> Self {
+        let peak_bytes = allocated_peak;
         let other_bytes = peak_bytes.map(|p| p.saturating_sub(measured.named_bytes()));
         Self {
             measured,
@@ -142,10 +143,10 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    /// Takes a split measured in a sample with these stats. Per batch size the most activations
+    /// Takes a split measured in a sample with this allocator peak. Per batch size the most activations
     /// seen are kept: with variable sequence lengths the batch that fits is the one that fits
     /// the longest sequences seen, not the latest.
-    pub fn take(&mut self, c: Categories, ts: Timestamp, stats: &Stats) {
+    pub fn take(&mut self, c: Categories, ts: Timestamp, allocated_peak: Option<u64>) {
         if let (Some(b), true) = (c.batch_size, c.activations_known()) {
             if b > 0 && c.activations_bytes > 0 {
                 match self.points.iter_mut().find(|(pb, _)| *pb == b) {
@@ -159,7 +160,7 @@ impl Tracker {
                 }
             }
         }
-        self.latest = Some(Split::new(c, ts, stats));
+        self.latest = Some(Split::new(c, ts, allocated_peak));
         self.measured += 1;
     }
 

@@ -89,7 +89,11 @@ fn the_daemon_fits_14_proportional_then_fitted() {
     for step in [3, 249, 250] {
         let t = step as f64 / STEPS_PER_SECOND;
         let (_, stats) = Profile::NearLimit.at(t);
-        tracker.take(Profile::NearLimit.split(step).unwrap(), t, &stats);
+        tracker.take(
+            Profile::NearLimit.split(step).unwrap(),
+            t,
+            stats.allocated_peak,
+        );
         // As the daemon's limit: what the allocator has plus what the device has free.
         let limit = crate::frontends::demo::job::device_free(1, t) + stats.reserved.unwrap();
         let fit = tracker.fit(Some(limit), stats.inactive_split).unwrap();

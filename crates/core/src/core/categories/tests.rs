@@ -1,5 +1,4 @@
 use super::*;
-use crate::core::trainer::Stats;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -10,32 +9,29 @@ fn split(batch: Option<u64>, activations: u64) -> Categories {
     example(batch, activations)
 }
 
-fn peak(bytes: u64) -> Stats {
-    Stats {
-        allocated_peak: Some(bytes),
-        ..Stats::default()
-    }
+fn peak(bytes: u64) -> Option<u64> {
+    Some(bytes)
 }
 
 #[test]
 fn other_is_the_peak_less_everything_named_and_unknown_without_a_peak() {
     let mut t = Tracker::default();
-    t.take(split(Some(16), 4 * GIB), 1.0, &peak(9 * GIB));
+    t.take(split(Some(16), 4 * GIB), 1.0, peak(9 * GIB));
     let s = t.latest().expect("split");
     assert_eq!(s.other_bytes, Some(GIB));
     assert_eq!(s.peak_bytes, Some(9 * GIB));
-    t.take(split(Some(16), 4 * GIB), 2.0, &Stats::default());
+    t.take(split(Some(16), 4 * GIB), 2.0, None);
     assert_eq!(t.latest().expect("split").other_bytes, None);
     assert_eq!(t.measured, 2);
     // A peak below what is named (gradients freed before the forward's peak) is no negative.
-    t.take(split(Some(16), 4 * GIB), 3.0, &peak(7 * GIB));
+    t.take(split(Some(16), 4 * GIB), 3.0, peak(7 * GIB));
     assert_eq!(t.latest().expect("split").other_bytes, Some(0));
 }
 
 #[test]
 fn with_one_batch_size_activations_and_temporaries_scale_in_proportion() {
     let mut t = Tracker::default();
-    t.take(split(Some(16), 4 * GIB), 1.0, &peak(9 * GIB));
+    t.take(split(Some(16), 4 * GIB), 1.0, peak(9 * GIB));
     // 5 GiB scale with 16 samples: 320 MiB a sample; 4 GiB do not.
     let limit = 10 * GIB;
     let fit = t.fit(Some(limit), None).expect("fit");
@@ -56,7 +52,7 @@ fn with_one_batch_size_activations_and_temporaries_scale_in_proportion() {
 #[test]
 fn no_batch_fits_when_what_does_not_scale_fills_the_limit() {
     let mut t = Tracker::default();
-    t.take(split(Some(16), 4 * GIB), 1.0, &peak(9 * GIB));
+    t.take(split(Some(16), 4 * GIB), 1.0, peak(9 * GIB));
     let fit = t.fit(Some(4 * GIB), None).expect("fit");
     assert_eq!(fit.largest_safe_batch, 0);
     let e = t.evidence(Some(4 * GIB), None, None).expect("evidence");
@@ -77,7 +73,7 @@ fn several_batch_sizes_fit_a_line_and_state_its_error() {
         if b == 12 {
             act += act / 100;
         }
-        t.take(split(Some(b), act), ts, &peak(4 * GIB + act + GIB));
+        t.take(split(Some(b), act), ts, peak(4 * GIB + act + GIB));
     }
     let fit = t.fit(Some(12 * GIB), None).expect("fit");
     assert_eq!(fit.basis, FitBasis::Fitted);
@@ -97,7 +93,7 @@ fn several_batch_sizes_fit_a_line_and_state_its_error() {
     one.take(
         split(Some(16), 512 * MIB + 16 * 256 * MIB),
         1.0,
-        &peak(measured),
+        peak(measured),
     );
     let guess = one.fit(Some(12 * GIB), None).expect("fit");
     assert!(guess.bytes_per_sample > fit.bytes_per_sample);
@@ -112,11 +108,11 @@ fn several_batch_sizes_fit_a_line_and_state_its_error() {
 #[test]
 fn unknown_batch_or_activations_give_no_batch_but_keep_the_split() {
     let mut t = Tracker::default();
-    t.take(split(None, 4 * GIB), 1.0, &peak(9 * GIB));
+    t.take(split(None, 4 * GIB), 1.0, peak(9 * GIB));
     assert!(t.fit(Some(20 * GIB), None).is_none());
     let mut c = split(Some(16), 0);
     c.partial = vec!["no_grad_forward: nothing saved".into()];
-    t.take(c, 2.0, &peak(9 * GIB));
+    t.take(c, 2.0, peak(9 * GIB));
     assert!(t.fit(Some(20 * GIB), None).is_none());
     let e = t.evidence(Some(20 * GIB), None, Some(8)).expect("evidence");
     assert_eq!(e.largest_safe_batch, None);
@@ -130,8 +126,8 @@ fn unknown_batch_or_activations_give_no_batch_but_keep_the_split() {
 fn the_fit_keeps_one_point_per_batch_size_and_at_most_sixteen() {
     let mut t = Tracker::default();
     for b in 1..=40u64 {
-        t.take(split(Some(b), b * MIB), b as f64, &peak(5 * GIB));
-        t.take(split(Some(b), b * MIB), b as f64, &peak(5 * GIB));
+        t.take(split(Some(b), b * MIB), b as f64, peak(5 * GIB));
+        t.take(split(Some(b), b * MIB), b as f64, peak(5 * GIB));
     }
     assert_eq!(t.points.len(), FIT_POINTS);
     assert_eq!(t.points.first(), Some(&(25, 25 * MIB)));
@@ -140,7 +136,7 @@ fn the_fit_keeps_one_point_per_batch_size_and_at_most_sixteen() {
 #[test]
 fn remedies_are_sized_from_the_split() {
     let mut t = Tracker::default();
-    t.take(split(Some(16), 4 * GIB), 1.0, &peak(9 * GIB));
+    t.take(split(Some(16), 4 * GIB), 1.0, peak(9 * GIB));
     let e = t.evidence(Some(10 * GIB), None, Some(8)).expect("evidence");
     let r = &e.remedies;
     assert_eq!(
@@ -176,14 +172,14 @@ fn remedies_are_sized_from_the_split() {
     let mut c = split(Some(16), 4 * GIB);
     c.partial = vec!["dtensor_local: local shards counted".into()];
     c.fp32_bytes = None;
-    t.take(c, 2.0, &peak(9 * GIB));
+    t.take(c, 2.0, peak(9 * GIB));
     let e = t.evidence(Some(8 * GIB), None, Some(8)).expect("e");
     assert_eq!(e.remedies.sharding, None);
     assert_eq!(e.remedies.bf16_bytes, None);
     // DeepSpeed ZeRO-1/2 (gradients in its own buffers) partitions the state already.
     let mut c = split(Some(16), 4 * GIB);
     c.partial = vec!["gradients_elsewhere: 12 parameters require grad".into()];
-    t.take(c, 3.0, &peak(9 * GIB));
+    t.take(c, 3.0, peak(9 * GIB));
     let z = t.evidence(Some(8 * GIB), None, Some(8)).expect("e");
     assert_eq!(z.remedies.sharding, None);
     assert!(
@@ -198,7 +194,7 @@ fn with_variable_sequence_lengths_the_longest_seen_decides() {
     // Batch 16 each time; the sequences of the latest step were shorter than an earlier one's.
     let mut t = Tracker::default();
     for (act, ts) in [(2 * GIB, 1.0), (4 * GIB, 2.0), (3 * GIB, 3.0)] {
-        t.take(split(Some(16), act), ts, &peak(4 * GIB + act + act / 4));
+        t.take(split(Some(16), act), ts, peak(4 * GIB + act + act / 4));
     }
     assert_eq!(t.points, vec![(16, 4 * GIB)]);
     let fit = t.fit(Some(10 * GIB), None).expect("fit");

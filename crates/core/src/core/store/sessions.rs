@@ -355,7 +355,7 @@ impl Sessions {
         sess.ooms_survived = sess.ooms.total;
         sess.alloc_limit = s.alloc_limit.or(sess.alloc_limit);
         if let Some(c) = s.categories.take() {
-            sess.categories.take(*c, s.ts, &s.stats);
+            sess.categories.take(*c, s.ts, s.stats.allocated_peak);
         }
         let obs = Obs {
             sample: &s,

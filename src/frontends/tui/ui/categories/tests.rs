@@ -1,6 +1,5 @@
 use super::*;
 use crate::core::categories::{Categories, Tracker};
-use crate::core::trainer::Stats;
 use crate::frontends::tui::fixtures;
 
 const GIB: u64 = 1 << 30;
@@ -22,11 +21,7 @@ fn session(splits: &[(Categories, u64)], limit: u64) -> SessionView {
     let mut s = fixtures::trainer("s-1", 1, 0, ("j", 0), 1..=3, |_| 4 * GIB);
     let mut tracker = Tracker::default();
     for (c, peak) in splits {
-        let stats = Stats {
-            allocated_peak: Some(*peak),
-            ..Stats::default()
-        };
-        tracker.take(c.clone(), 0.0, &stats);
+        tracker.take(c.clone(), 0.0, Some(*peak));
     }
     s.batch_fit = tracker.fit(Some(limit), None);
     s.largest_safe_batch = s.batch_fit.as_ref().map(|f| f.largest_safe_batch);
