@@ -19,82 +19,20 @@ Where a new container goes (its kind) is read from the stack when it is created,
 `pickle.dump` lays data out (MARK batches, single APPEND/SETITEM); where a layout is ambiguous the
 schema decides, and the guess is checked when the container is attached to its parent: a pickle
 laid out otherwise is refused as such rather than read wrongly.
+
+picklebase.py holds the tables, limits and errors; picklerare.py the opcodes snapshots seldom
+use and those that refuse; this module the loop over the frequent ones.
 """
 
-import copyreg
-import pickletools
-import re
 import struct
-from dataclasses import dataclass
 from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
 
+from . import picklerare
+from .picklebase import (_CONSUMED, _CONTAINERS, _FRAMES_RUN, _I4, _F8, _PREFIX, _U4, CHUNK, GONE, MARGIN, NAMES, Limits,
+                         ReadError, _Dropped, _past_end, _Short)
 from .pickleschema import DROPPED, OTHER, Schema
 
 __all__ = ["ReadError", "Limits", "Reader", "read"]
-
-NAMES = {ord(op.code.encode("latin-1")): op.name for op in pickletools.opcodes}
-# Bytes of argument per opcode: n > 0 fixed, -2/-3/-4/-5 a length in 1/4/4/8 bytes first.
-_ARG = {ord(op.code.encode("latin-1")): (op.arg.n if op.arg else 0) for op in pickletools.opcodes}
-
-CHUNK = 256 << 10  # also how often the budget and the stack are checked
-MARGIN = 300  # the longest short opcode: LONG1 or SHORT_BINUNICODE with 255 bytes
-
-_I4 = struct.Struct("<i").unpack_from
-_U4 = struct.Struct("<I").unpack_from
-_U8 = struct.Struct("<Q").unpack_from
-_F8 = struct.Struct(">d").unpack_from
-
-# What fills a list of frames as pickle.dump writes it once its frames are in the memo: batches
-# of BINGET/LONG_BINGET (MARK ... APPENDS), or one BINGET and APPEND.
-_FRAMES_RUN = re.compile(rb"(?:\((?:h.|j....)++e|(?:h.|j....)a)*+", re.DOTALL)
-_CONSUMED = b"uesa"  # SETITEMS, APPENDS, SETITEM, APPEND: a value's container takes it
-_PREFIX = 64  # bytes of a run that key the runs seen (stacks share their innermost frames)
-
-_CALLS = {
-    "REDUCE": "to call something", "BUILD": "to set an object's state", "NEWOBJ": "to create an object",
-    "NEWOBJ_EX": "to create an object", "OBJ": "to create an object",
-}
-_TEXT = {"INT", "LONG", "FLOAT", "STRING", "UNICODE", "GET", "PUT"}
-
-
-class ReadError(Exception):
-    """what: refused (code), truncated, malformed, budget, limit or layout."""
-
-    def __init__(self, what: str, why: str, offset: int) -> None:
-        self.what, self.why, self.offset = what, why, offset
-        super().__init__("%s: %s" % (what, why))
-
-
-@dataclass
-class Limits:
-    budget: int = 1 << 30  # estimated bytes kept
-    depth: int = 100  # MARK nesting, and nesting of plain data
-    stack: int = 1 << 18  # items on the stack, all marks together (pickle.dump: ~1000 a level)
-    items: int = 1 << 26  # items in one container
-    string: int = 64 << 20  # bytes in one str or bytes
-    memo: int = 1 << 27  # memo slots
-
-
-class _Short(Exception):
-    """The file ended inside an opcode."""
-
-
-class _Dropped:
-    """A container the schema drops: fills into it are read and discarded."""
-
-    __slots__ = ()
-
-
-class _Gone:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<dropped>"
-
-
-GONE = _Gone()  # the memo's stand-in for what was not kept
-_CONTAINERS = (dict, list, set, _Dropped)
-_EMPTY: Tuple[()] = ()
 
 
 class Reader:
@@ -449,28 +387,6 @@ class Reader:
 
     # --- opcodes that refuse -------------------------------------------------------------------
 
-    def _refuse(self, op: int, buf: bytes, pos: int, st: List[Any]) -> None:
-        name = NAMES.get(op)
-        what = None
-        if name in ("GLOBAL", "INST"):
-            lines = buf[pos + 1: pos + 1 + 600].split(b"\n", 2)
-            if len(lines) >= 2:
-                what = "%s.%s" % (lines[0].decode("latin-1")[:200], lines[1].decode("latin-1")[:200])
-        elif name == "STACK_GLOBAL" and len(st) >= 2 and isinstance(st[-1], str) and isinstance(st[-2], str):
-            what = "%s.%s" % (st[-2][:200], st[-1][:200])
-        elif name in ("EXT1", "EXT2", "EXT4"):
-            size = {"EXT1": 1, "EXT2": 2, "EXT4": 4}[name]
-            code = int.from_bytes(buf[pos + 1: pos + 1 + size], "little")
-            found = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]
-            what = "%s.%s" % found if found else "extension code %d" % code
-        elif name in ("PERSID", "BINPERSID"):
-            what = "a persistent id"
-        elif name in ("NEXT_BUFFER", "READONLY_BUFFER"):
-            what = "an out-of-band buffer"
-        if what is None:
-            raise self._err("refused", "the pickle asks %s (%s)" % (_CALLS.get(name or "", "to run code"), self._at()))
-        raise self._err("refused", "the pickle asks for %s (%s)" % (what, self._at()))
-
     # --- the loop ------------------------------------------------------------------------------
 
     def read(self) -> Any:
@@ -658,7 +574,7 @@ class Reader:
                 else:
                     self._op, self.op_at = op, self.base + pos
                     self._st, self._ms = st, ms
-                    buf, pos, end, st = self._rare(op, buf, pos, end, st, ms)
+                    buf, pos, end, st = picklerare.rare(self, op, buf, pos, end, st, ms)
                     self._end = end
                     safe = end if self.eof else end - MARGIN
         except (IndexError, struct.error):
@@ -703,7 +619,7 @@ class Reader:
             slot = len(memo)
             memo.append(GONE)
         else:
-            self._put(slot, GONE)
+            picklerare.put(self, slot, GONE)
         self.kept += 8
         if k == DROPPED:
             return _Dropped(), p + len(run)
@@ -720,166 +636,6 @@ class Reader:
         memo[slot] = v
         return v, p + len(run)
 
-    def _skip(self, buf: bytes, pos: int, n: int) -> Tuple[bytes, int, int]:
-        while n > len(buf) - pos:
-            n -= len(buf) - pos
-            buf = self._refill(buf, len(buf), CHUNK)
-            pos = 0
-            if not buf:
-                raise _Short()
-        return buf, pos + n, len(buf)
-
-    def _put(self, idx: int, v: Any) -> None:
-        memo = self.memo
-        if idx == len(memo):
-            memo.append(v)
-        elif idx < len(memo):
-            memo[idx] = v
-            self.runs.clear()  # a run's indices may now mean other objects
-            self.by_prefix.clear()
-        elif idx - len(memo) <= 1 << 16:
-            memo.extend([GONE] * (idx - len(memo)))
-            memo.append(v)
-            self.kept += 8 * (idx - len(memo))
-        else:
-            raise self._err("limit", "memo index %d far past the %d defined (%s)" % (idx, len(memo), self._at()))
-
-    def _memo_value(self, v: Any) -> Any:
-        if type(v) in _CONTAINERS:
-            k = self.kind_of.get(id(v))
-            if k is not None and (k == DROPPED or not self.S.shareable[k]):
-                return GONE
-            if k == self.S.frames:
-                self.frames_memo[id(v)] = -2  # set below by the caller
-        return v
-
-    def _rare(self, op: int, buf: bytes, pos: int, end: int, st: List[Any],
-              ms: List[List[Any]]) -> Tuple[bytes, int, int, List[Any]]:
-        """The opcodes snapshots seldom use; returns (buf, pos, end, st)."""
-        name = NAMES.get(op)
-        v: Any
-        if name is None:
-            raise self._err("malformed", "not a pickle (unknown opcode 0x%02x at offset %d)" % (op, self.op_at))
-        if name == "PROTO":
-            if buf[pos + 1] > 5:
-                raise self._err("malformed", "not a pickle this reader knows (protocol %d)" % buf[pos + 1])
-            return buf, pos + 2, end, st
-        if name in _TEXT:
-            raise self._err("malformed", "not a pickle of protocol 2 to 5 (a protocol 0 text opcode, %s)" % self._at())
-        if name in ("BINPUT", "LONG_BINPUT"):
-            idx, n = (buf[pos + 1], 2) if name == "BINPUT" else (_U4(buf, pos + 1)[0], 5)
-            v = self._memo_value(st[-1])
-            if self.frames_memo.get(id(v)) == -2:
-                self.frames_memo[id(v)] = idx
-            self._put(idx, v)
-            self.kept += 8
-            return buf, pos + n, end, st
-        if name in ("BINUNICODE", "BINUNICODE8", "BINBYTES", "BINBYTES8", "SHORT_BINBYTES", "BYTEARRAY8",
-                    "BINSTRING", "SHORT_BINSTRING", "LONG4"):
-            hdr = 1 if name in ("SHORT_BINBYTES", "SHORT_BINSTRING") else 8 if name.endswith("8") else 4
-            if pos + 1 + hdr > end:
-                buf = self._refill(buf, pos, 1 + hdr)
-                pos, end = 0, len(buf)
-                if pos + 1 + hdr > end:
-                    raise _Short()
-            n = int.from_bytes(buf[pos + 1: pos + 1 + hdr], "little")
-            if n > 255 and self._guess(st, ms, str) == DROPPED:
-                # Not built, not kept: skipped as it streams by, whatever its length.
-                buf, pos, end = self._skip(buf, pos + 1 + hdr, n)
-                st.append(GONE)
-                return buf, pos, end, st
-            if n > self.lim.string:
-                raise self._err("limit", "a string of %d bytes, more than the %d allowed (%s)" % (n, self.lim.string, self._at()))
-            start = pos + 1 + hdr
-            if start + n > end:
-                buf = self._refill(buf, pos, 1 + hdr + n)
-                start -= pos
-                pos, end = 0, len(buf)
-                if start + n > end:
-                    raise _Short()
-            raw = buf[start: start + n]
-            self.kept += 49 + n
-            if name.startswith("BINUNICODE"):
-                v = raw.decode("utf-8", "surrogatepass")
-            elif "STRING" in name:
-                v = raw.decode("ascii")
-            elif name == "LONG4":
-                v = int.from_bytes(raw, "little", signed=True)
-            else:
-                v = bytearray(raw) if name == "BYTEARRAY8" else bytes(raw)
-            st.append(v)
-            return buf, start + n, end, st
-        if name == "EMPTY_TUPLE":
-            st.append(_EMPTY)
-            return buf, pos + 1, end, st
-        if name in ("TUPLE", "FROZENSET", "LIST", "DICT"):
-            items, st = st, ms.pop()
-            if name == "TUPLE":
-                st.append(self._tuple(items))
-            elif name == "FROZENSET":
-                t = self._tuple(items)
-                fs = GONE if t is GONE else frozenset(t)
-                if fs is not GONE:
-                    self._depth(fs, t, True)
-                st.append(fs)
-            else:  # protocol 1 forms of EMPTY_LIST/EMPTY_DICT and their fills
-                ctype = list if name == "LIST" else dict
-                k = self._guess(st, ms, ctype)
-                v = _Dropped() if k == DROPPED else ctype()
-                self.kind_of[id(v)] = k
-                if name == "LIST":
-                    self._appends(v, items)
-                else:
-                    self._setitems(v, items)
-                self.kind_of[id(v)] = k
-                st.append(v)
-            return buf, pos + 1, end, st
-        if name == "APPEND":
-            v = st.pop()
-            self._appends(st[-1], [v])
-            return buf, pos + 1, end, st
-        if name == "SETITEM":
-            v = st.pop()
-            key = st.pop()
-            self._setitems(st[-1], [key, v])
-            return buf, pos + 1, end, st
-        if name == "ADDITEMS":
-            items, st = st, ms.pop()
-            self._appends(st[-1], items)
-            return buf, pos + 1, end, st
-        if name == "POP":
-            if not st:
-                return buf, pos + 1, end, ms.pop()  # as pickle does: POP on an empty stack pops a mark
-            v = st.pop()
-            if type(v) in _CONTAINERS:
-                self.kind_of.pop(id(v), None)
-            return buf, pos + 1, end, st
-        if name == "POP_MARK":
-            for v in st:
-                if type(v) in _CONTAINERS:
-                    self.kind_of.pop(id(v), None)
-            return buf, pos + 1, end, ms.pop()
-        if name == "DUP":
-            v = st[-1]
-            if type(v) in _CONTAINERS:
-                raise self._err("refused", "DUP of a container shares it (%s)" % self._at())
-            st.append(v)
-            return buf, pos + 1, end, st
-        self._refuse(op, buf, pos, st)
-        raise AssertionError("unreachable")
-
-
-def _past_end(buf: bytes, pos: int, end: int) -> bool:
-    """Whether the opcode at `pos` needs bytes past `end` (else a failure there is its own)."""
-    if pos >= end:
-        return True
-    n = _ARG.get(buf[pos], 0)
-    if n >= 0:
-        return pos + 1 + n > end
-    head = {-2: 1, -3: 4, -4: 4, -5: 8}.get(n, 0)
-    if pos + 1 + head > end:
-        return True
-    return pos + 1 + head + int.from_bytes(buf[pos + 1: pos + 1 + head], "little") > end
 
 
 def read(f: BinaryIO, schema: Schema, limits: Optional[Limits] = None) -> Tuple[Any, Reader]:

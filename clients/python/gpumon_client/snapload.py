@@ -19,7 +19,7 @@ Errors are one line that names the file and says why: `SnapshotError`.
 
 import io
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Any, Optional, Union
 
 from .pickleread import Limits, ReadError, read
 from .pickleschema import DROP, FRAMES, KEEP, Schema

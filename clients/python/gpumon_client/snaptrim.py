@@ -21,7 +21,7 @@ shorter history may count differently.
 
 import os
 import pickle
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from . import explain as _ex
 from .snapdiff import fmt_bytes

@@ -321,3 +321,11 @@ def test_an_empty_snapshot_is_unknown_unless_the_request_alone_exceeds_the_limit
     e = explain(empty, request_bytes=GIB, limit_bytes=4 * GIB)
     assert e.pattern == "unknown" and "no memory segments" in e.reasons[0]
     assert explain(empty, request_bytes=8 * GIB, limit_bytes=4 * GIB).pattern == "pressure"
+
+
+def test_cli_budget_caps_what_is_kept_and_max_size_is_the_same_budget(tmp_path):
+    for flag in ("--budget", "--max-size"):
+        r = run_cli(pickle_path("leak"), flag, "1")
+        assert r.returncode == 2 and r.stdout == ""
+        assert "what it needs kept exceeds the budget of 1.0 MiB at offset" in r.stderr and "--budget MIB" in r.stderr
+    assert run_cli(pickle_path("leak"), "--budget", "64").returncode == 0
