@@ -26,7 +26,8 @@ from .pickleschema import DROP, FRAMES, KEEP, Schema
 
 __all__ = ["SnapshotError", "DEFAULT_BUDGET", "ALL", "DIFF", "EXPLAIN", "load", "loads", "validate"]
 
-# About 3.5 million history entries read for `explain` (a 2 GB file of 1M entries keeps ~0.4 GiB).
+# About 3.5 million history entries read for `explain`: a 2 GB file of 1M entries keeps 590 MiB by
+# the reader's estimate (493 MiB of RSS), `diff` 136 MiB of it.
 DEFAULT_BUDGET = 2 << 30
 
 _FRAMES_AND_ALL = {"frames": FRAMES, "*": KEEP}
