@@ -246,11 +246,14 @@ pub fn cancel_on_signals(token: CancellationToken) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        // Shutdown starts before anything else is done: nothing after this line can keep the
+        // daemon running.
         token.cancel();
+        tracing::info!("{name}: shutting down");
     });
     Ok(())
 }

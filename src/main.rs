@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         return match write_stdout(&gpumon::config::example()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("gpumon config: cannot write to stdout: {e}");
+                gpumon::util::stderr::line(&format!("gpumon config: cannot write to stdout: {e}"));
                 ExitCode::FAILURE
             }
         };
@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         return match gpumon::frontends::demo::run_trainer(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("gpumon demo-trainer: {e:#}");
+                gpumon::util::stderr::line(&format!("gpumon demo-trainer: {e:#}"));
                 ExitCode::FAILURE
             }
         };
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
     let config = match cli.resolve() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("gpumon: {e}");
+            gpumon::util::stderr::line(&format!("gpumon: {e}"));
             return ExitCode::from(ConfigError::EXIT_CODE);
         }
     };
@@ -41,9 +41,8 @@ fn main() -> ExitCode {
         Command::Demo(d) => !d.headless && std::io::IsTerminal::is_terminal(&std::io::stdout()),
         _ => false,
     };
-    if !owns_terminal {
-        init_tracing(&config);
-    }
+    // Held to the end: dropping it writes out the log lines still queued (for a second at most).
+    let _log = (!owns_terminal).then(|| init_tracing(&config));
     let result = match cli.command {
         Command::Daemon(_) => run_daemon(config),
         Command::Status(s) => gpumon::frontends::status::fetch(&config.machine(), &s.source)
@@ -94,7 +93,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpumon: {e:#}");
+            gpumon::util::stderr::line(&format!("gpumon: {e:#}"));
             // What only a config change can fix is final for systemd (RestartPreventExitStatus).
             if e.downcast_ref::<ConfigError>().is_some() {
                 ExitCode::from(ConfigError::EXIT_CODE)
@@ -115,11 +114,13 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
         gpumon::cli::AnalyzeFormat::Text => gpumon::frontends::analyze::text(&report),
     };
     if let Err(e) = write_stdout(&out) {
-        eprintln!("gpumon analyze: cannot write the report to stdout: {e}");
+        gpumon::util::stderr::line(&format!(
+            "gpumon analyze: cannot write the report to stdout: {e}"
+        ));
         return ExitCode::from(2);
     }
     for e in &errors {
-        eprintln!("gpumon analyze: {e}");
+        gpumon::util::stderr::line(&format!("gpumon analyze: {e}"));
     }
     if !errors.is_empty() {
         ExitCode::from(2)
@@ -299,17 +300,27 @@ fn open_ingest(
     Ok((Some(listener), Some(file)))
 }
 
-fn init_tracing(config: &Config) {
+/// The log, written to stderr by a thread of its own through a bounded queue: a stderr that
+/// blocks (a stalled pipe reader) or fails (a reader gone) then costs log lines, counted in
+/// `gpumon_log_lost_total`, never a stalled or panicking daemon.
+fn init_tracing(config: &Config) -> tracing_appender::non_blocking::WorkerGuard {
     // Validated in Config::validate, so the fallback is never taken.
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only on a terminal, and never under NO_COLOR: logs often go to files and journald.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .thread_name("gpumon-log")
+        .finish(gpumon::util::stderr::Stderr);
+    gpumon::util::stderr::count_dropped(writer.error_counter());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .log_internal_errors(false)
+        .with_writer(writer);
     match config.log_format {
         LogFormat::Json => builder.json().init(),
         // A trainer's strings reach log lines (finding messages, job names): escaped there as on
@@ -318,4 +329,9 @@ fn init_tracing(config: &Config) {
             .fmt_fields(gpumon::util::printable::LogFields)
             .init(),
     }
+    guard
 }
+
+/// Log lines queued for stderr before new ones are dropped: a burst of findings fits, a stalled
+/// reader costs at most this many lines of memory.
+const LOG_QUEUE_LINES: usize = 16_384;

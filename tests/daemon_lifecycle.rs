@@ -614,3 +614,83 @@ fn ingest_timeouts_from_the_config_reach_the_server() {
     );
     assert!(d.stop().success());
 }
+
+/// `gpumon daemon 2>&1 | tee log`, then Ctrl-C, which ends tee too: the daemon's stderr is a
+/// pipe with no reader. Every later log line fails with EPIPE; before, the line logged on
+/// SIGTERM panicked the task that starts shutdown and only SIGKILL ended the daemon.
+#[test]
+fn a_daemon_whose_log_reader_is_gone_still_serves_and_stops_on_sigterm() {
+    for format in ["text", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("ingest.sock");
+        let mut child = Command::new(BIN)
+            .args(["--config", "/dev/null", "--log-format", format])
+            .args(["daemon", "--listen", "127.0.0.1:0", "--interval", "100ms"])
+            .arg("--nvml-lib")
+            .arg(fake_lib())
+            .arg("--socket")
+            .arg(&sock)
+            .env("FAKE_NVML_SCENARIO", scenario("two_gpus"))
+            .env("GPUMON_LOG_LEVEL", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+        let addr: std::net::SocketAddr = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                let at = l.find("listen")? + "listen".len();
+                let rest = l[at..].trim_start_matches(['=', '"', ':']);
+                rest.split(['"', ' ', ',']).next()?.parse().ok()
+            })
+            .expect("no listen address logged");
+        // The reader goes, as tee does on Ctrl-C.
+        drop(lines);
+        // Lines the daemon now logs hit the closed pipe: a trainer's session opens and closes.
+        for _ in 0..50 {
+            let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+            std::io::Write::write_all(
+                &mut s,
+                b"{\"type\":\"hello\",\"v\":1,\"pid\":7,\"job\":\"j\"}\n{\"type\":\"bye\"}\n",
+            )
+            .unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut reply = String::new();
+            let _ = std::io::Read::read_to_string(&mut s, &mut reply);
+        }
+        let url = |p: &str| format!("http://{addr}{p}");
+        assert_eq!(get(&url("/healthz")).0, 200, "{format}: stopped serving");
+        let lost = (0..100)
+            .find_map(|_| {
+                let n = sample(&get(&url("/metrics")).1, "gpumon_log_lost_total")?;
+                if n > 0.0 {
+                    return Some(n);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                None
+            })
+            .unwrap_or_else(|| panic!("{format}: no lost log line counted"));
+        let start = std::time::Instant::now();
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        // A deadline, not a benchmark: the bug was "never"; a clean stop takes milliseconds.
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{format}: SIGTERM ignored with the log pipe closed");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        eprintln!(
+            "{format}: {lost} log lines lost; stopped {:?} after SIGTERM",
+            start.elapsed()
+        );
+        assert!(status.success(), "{format}: {status:?}");
+        assert!(!sock.exists(), "{format}: {} left behind", sock.display());
+    }
+}

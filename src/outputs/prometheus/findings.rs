@@ -96,6 +96,13 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
         &[],
         (store.sessions.findings.log_suppressed() + store.sessions.log_suppressed()) as f64,
     );
+    let mut lost = Family::new(
+        "gpumon_log_lost_total",
+        "Log lines that never reached stderr since the daemon started: its reader stalled or went away (a closed pipe).",
+        family::Kind::Counter,
+        &[],
+    );
+    lost.add(&[], crate::util::stderr::lost_writes() as f64);
     let counts = &store.sessions.oom_counts;
     let mut ooms = Family::new(
         "gpumon_ooms_total",
@@ -120,7 +127,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     );
     armed.add(&[], store.sessions.armed_count() as f64);
     for f in [
-        leak, slope, eta, near, untracked, firing, total, suppressed, ooms, survived, armed,
+        leak, slope, eta, near, untracked, firing, total, suppressed, lost, ooms, survived, armed,
     ] {
         f.finish(out);
     }
