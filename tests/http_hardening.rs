@@ -190,7 +190,9 @@ fn half_open_connections_are_closed_by_the_header_timeout_and_scrapes_stay_fast(
         worst * 1e3
     );
     assert!(peak_open >= N as f64, "only {peak_open} open");
-    assert!(worst < 0.050, "a scrape took {:.1} ms", worst * 1e3);
+    // A deadline, not a benchmark (a loaded CI machine is slow, not stuck): a scrape that found
+    // no slot would wait for a half-open one's header timeout (10 s) or be refused.
+    assert!(worst < 2.5, "a scrape took {:.1} ms", worst * 1e3);
     assert!(
         held_rss <= 2 * idle_rss + KIB_PER_HELD_CONNECTION * N as u64,
         "RSS {idle_rss} -> {held_rss} KiB"
@@ -279,7 +281,9 @@ fn at_the_default_cap_half_open_connections_give_way_and_scrapes_get_in() {
     assert!(held[..N - CAP].iter().all(is_closed), "the oldest go first");
     assert!(!is_closed(&held[N - 1]), "the newest is held");
     assert!(keep_alive(&mut scraper).starts_with("HTTP/1.1 200"));
-    assert!(worst < 0.050, "a scrape took {:.1} ms", worst * 1e3);
+    // A deadline, not a benchmark (a loaded CI machine is slow, not stuck): a scrape that found
+    // no slot would wait for a half-open one's header timeout (10 s) or be refused.
+    assert!(worst < 2.5, "a scrape took {:.1} ms", worst * 1e3);
     assert!(sample(&m, "gpumon_http_connections").unwrap() <= (CAP + 1) as f64);
     assert!(closed(&m, "evicted") >= (N - CAP) as f64, "{m}");
     assert_eq!(closed(&m, "over_cap"), 0.0, "{m}");
@@ -306,7 +310,8 @@ fn rapid_connect_close_cycles_leave_the_daemon_serving_with_its_fds_back() {
     eprintln!("10000 cycles in {:?}", start.elapsed());
     let (head, _, took) = raw_get(d.addr, "/metrics", "");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(took < 0.5, "{took}");
+    // Stuck behind the cycles' leftovers, it would wait for a header timeout (10 s).
+    assert!(took < 2.5, "{took}");
     d.wait_for(Duration::from_secs(5), "fds back near idle", || {
         fds(d.pid()) <= idle + 4
     });

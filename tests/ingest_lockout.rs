@@ -89,7 +89,7 @@ fn without_a_per_uid_cap_silent_connections_still_leave_the_reserve() {
     lockout(config, 1024 - 32, "ingest.reserved_connections");
 }
 
-/// 1,024 connections that never send anything, then a trainer: welcomed within 1 s; `held` of
+/// 1,024 connections that never send anything, then a trainer: welcomed well before a hello deadline (10 s); `held` of
 /// the silent ones are still open, the rest were told why (naming `key`), closed and counted.
 fn lockout(config: &str, held: usize, key: &str) {
     const SILENT: usize = 1024;
@@ -112,7 +112,9 @@ fn lockout(config: &str, held: usize, key: &str) {
     let (mut s, welcome, took) = trainer(&d);
     println!("trainer welcomed {took:?} after connecting, with {SILENT} silent connections made");
     assert_eq!(welcome["type"], "welcome", "{welcome}");
-    assert!(took < Duration::from_secs(1), "{took:?}");
+    // Locked out, the trainer would wait for a silent connection's 10 s hello deadline: a
+    // quarter of it is a deadline a loaded machine keeps, not a benchmark.
+    assert!(took < Duration::from_millis(2500), "{took:?}");
     s.write_all(sample_line(1).as_bytes()).unwrap();
 
     // The evicted ones were told why and closed; the newest silent ones are still held.

@@ -24,20 +24,21 @@ if TYPE_CHECKING:
 class ArmClock:
     """A clock (seconds, like `time.perf_counter`) that runs only between `run` and `pause`."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
         self.base = 0.0
         self.started: Optional[float] = None
+        self.now = now  # a test's own clock, so that what it checks does not depend on load
 
     def __call__(self) -> float:
         started = self.started
-        return self.base if started is None else self.base + time.perf_counter() - started
+        return self.base if started is None else self.base + self.now() - started
 
     def run(self) -> None:
-        self.started = time.perf_counter()
+        self.started = self.now()
 
     def pause(self) -> None:
         if self.started is not None:
-            self.base += time.perf_counter() - self.started
+            self.base += self.now() - self.started
             self.started = None
 
 
@@ -65,20 +66,22 @@ def take_turns(
     register: Callable[[Callable[[Any, Any, Any], None]], Any],
     settle: Optional[Callable[[], None]] = None,
     count: Optional[Callable[[], int]] = None,
+    now: Callable[[], float] = time.perf_counter,
 ) -> Dict[str, Tuple[float, float, int]]:
     """Runs `turns` turns of every arm, `steps_per_turn` steps each, the arms in a new random
     order at every turn. An arm's hook is registered (`register` returns a handle with
     `remove()`) only for its turns, outside the timing. `settle` runs at the end of each turn,
     inside its timing (a CUDA synchronize: the turn's work done). `count` is read before and
     after each turn, outside the timing (a transport's writes). Returns each arm's sums over its
-    turns: (wall seconds, this thread's CPU seconds, what `count` rose by)."""
+    turns: (wall seconds, this thread's CPU seconds, what `count` rose by). `now` is the wall
+    clock (a test's own, so that its checks do not depend on the machine's load)."""
     if steps_per_turn < 1 or turns < 1:
         raise ValueError("take_turns: steps_per_turn=%r, turns=%r: both must be 1 or more" % (steps_per_turn, turns))
     names = list(arms)
     wall = dict.fromkeys(names, 0.0)
     cpu = dict.fromkeys(names, 0.0)
     counted = dict.fromkeys(names, 0)
-    wall_clock, cpu_clock = time.perf_counter, time.thread_time
+    wall_clock, cpu_clock = now, time.thread_time
     for _ in range(turns):
         rng.shuffle(names)
         for name in names:

@@ -9,24 +9,45 @@ import pytest
 from gpumon_client.turns import ArmClock, on_own_clock, take_turns
 
 
+class FakeTime:
+    """A clock that moves only when the test says: what the tests check is then exact, whatever
+    the machine's load (a 20 ms sleep took 60 ms on a busy CI machine)."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
 def test_an_arm_clock_runs_only_between_run_and_pause():
-    clock = ArmClock()
+    now = FakeTime()
+    clock = ArmClock(now)
     assert clock() == 0.0
-    time.sleep(0.02)
+    now.sleep(0.02)
     assert clock() == 0.0  # not running: stands still
     clock.run()
-    time.sleep(0.02)
-    running = clock()
-    assert running >= 0.02
+    now.sleep(0.02)
+    assert clock() == pytest.approx(0.02)
     clock.pause()
     paused = clock()
-    time.sleep(0.03)
-    assert clock() == paused < 0.05  # the 30 ms paused are not counted
+    now.sleep(0.03)
+    assert clock() == paused == pytest.approx(0.02)  # the 30 ms paused are not counted
     clock.pause()  # a second pause changes nothing
     assert clock() == paused
     clock.run()
-    time.sleep(0.01)
-    assert clock() >= paused + 0.01
+    now.sleep(0.01)
+    assert clock() == pytest.approx(paused + 0.01)
+
+
+def test_an_arm_clock_reads_the_wall_clock_by_default():
+    clock = ArmClock()
+    clock.run()
+    time.sleep(0.001)
+    assert clock() >= 0.001
 
 
 class Registry:
@@ -51,7 +72,8 @@ class Registry:
 
 def test_each_arm_steps_alone_with_its_own_hook_and_clock():
     registry = Registry()
-    clocks = {"a": ArmClock(), "b": ArmClock()}
+    now = FakeTime()
+    clocks = {"a": ArmClock(now), "b": ArmClock(now)}
     seen = []  # per step: which hooks were registered, and which clocks ran
 
     def hook_a(opt, args, kwargs):
@@ -63,7 +85,7 @@ def test_each_arm_steps_alone_with_its_own_hook_and_clock():
     def step():
         running = tuple(name for name, c in clocks.items() if c.started is not None)
         seen.append((tuple(sorted(h.__name__ for h in registry.hooks.values())), running))
-        time.sleep(0.0005)
+        now.sleep(0.0005)
 
     arms = {"bare": (None, None), "a": (hook_a, clocks["a"]), "b": (hook_b, clocks["b"])}
     writes = [0]
@@ -71,21 +93,23 @@ def test_each_arm_steps_alone_with_its_own_hook_and_clock():
     def settle():
         writes[0] += 1  # stands in for what a turn's end flushes: counted to the turn's arm
 
-    t = take_turns(step, arms, 3, 20, random.Random(1), registry.register, settle=settle, count=lambda: writes[0])
+    t = take_turns(
+        step, arms, 3, 20, random.Random(1), registry.register, settle=settle, count=lambda: writes[0], now=now
+    )
     assert registry.hooks == {}  # every handle removed
     assert len(seen) == 3 * 3 * 20
     assert set(seen) == {((), ()), (("hook_a",), ("a",)), (("hook_b",), ("b",))}
     # Steps come in turns of 3 with one arm's state throughout.
     for i in range(0, len(seen), 3):
         assert seen[i] == seen[i + 1] == seen[i + 2]
-    # Each arm's totals: 20 turns of 3 steps of at least 0.5 ms, its clock as long as its turns.
+    # Each arm's totals: 20 turns of 3 steps of 0.5 ms, its clock exactly as long as its turns.
     for name in arms:
         wall, cpu, counted = t[name]
-        assert wall >= 20 * 3 * 0.0005
-        assert 0 <= cpu <= wall
+        assert wall == pytest.approx(20 * 3 * 0.0005)
+        assert cpu >= 0
         assert counted == 20
     for name in ("a", "b"):
-        assert clocks[name]() == pytest.approx(t[name][0], rel=0.05)
+        assert clocks[name]() == pytest.approx(t[name][0], rel=1e-9)
     # The order changes from turn to turn.
     orders = {tuple(seen[i][0] for i in range(j, j + 9, 3)) for j in range(0, len(seen), 9)}
     assert len(orders) > 1

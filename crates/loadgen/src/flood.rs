@@ -74,6 +74,9 @@ struct Args {
     /// Fail when the trainer's p99 round trip during the flood is longer.
     #[arg(long, value_name = "MS")]
     max_p99_ms: Option<f64>,
+    /// Fail when the slowest /api/v1/snapshot taken during the flood took longer.
+    #[arg(long, value_name = "MS")]
+    max_snapshot_ms: Option<f64>,
     /// HTTP floods: flooding clients.
     #[arg(long, default_value_t = 512)]
     clients: usize,
@@ -418,6 +421,11 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     );
     check("peak MB", peak as f64 / MB, args.max_peak_mb);
     check("bystander p99 ms", p99.as_secs_f64() * 1e3, args.max_p99_ms);
+    check(
+        "slowest snapshot ms",
+        watch.slowest_snapshot_us.load(Ordering::Relaxed) as f64 / 1000.0,
+        args.max_snapshot_ms,
+    );
     Ok(ok)
 }
 
