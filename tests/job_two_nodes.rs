@@ -238,3 +238,120 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         "{text}"
     );
 }
+
+/// `n` steps of a leak: the floor grows 64 MiB a step after a warm-up of 300, as every rank of
+/// a run that keeps its losses alive does.
+fn leaking_steps(r: &mut Rank, n: u64, t0: f64) {
+    let mut out = String::new();
+    for step in 1..=n {
+        let floor =
+            10 * GIB + step.saturating_sub(300) * (64 << 20) + (step * 7919 % 97) * (1 << 20);
+        out.push_str(&format!(
+            "{{\"type\":\"sample\",\"ts\":{},\"step\":{step},\"stats\":{{\"allocated_bytes.all.current\":{floor},\"allocated_bytes.all.peak\":{},\"reserved_bytes.all.current\":{}}},\"device_free\":{},\"device_total\":{}}}\n",
+            t0 + step as f64 * 0.01,
+            floor + 2 * GIB,
+            floor + 3 * GIB,
+            20 * GIB,
+            200 * GIB,
+        ));
+    }
+    r.s.write_all(out.as_bytes()).unwrap();
+}
+
+/// All 8 ranks leak alike and rank 5 runs out of memory, taking the rest down: once every rank
+/// is gone, the dead job still says what was behind its failure, live and in `gpumon analyze`.
+#[test]
+fn a_dead_job_names_the_leak_on_every_rank_behind_its_oom() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(DaemonOpts {
+        args: vec![
+            "--interval".into(),
+            "100ms".into(),
+            "--record-dir".into(),
+            dir.path().to_str().unwrap().into(),
+        ],
+        config: "[ingest]\nmax_lines_per_second = 1000000\n".into(),
+        ..DaemonOpts::default()
+    });
+    const STEPS: u64 = 1500;
+    let t0 = t0() - STEPS as f64 * 0.01;
+    let mut ranks: Vec<Rank> = (0..8).map(|r| rank(&d, r, "run-7")).collect();
+    for r in &mut ranks {
+        leaking_steps(r, STEPS, t0);
+    }
+    d.wait_for(Duration::from_secs(60), "a leak on each of 8 ranks", || {
+        job_of(&d.snapshot(), "run-7")["findings"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["kind"] == "leak"))
+            .is_some_and(|f| f["ranks"].as_array().is_some_and(|r| r.len() == 8))
+    });
+    let oom_ts = t0 + STEPS as f64 * 0.01 + 0.5;
+    let mut five = ranks.remove(5);
+    five.oom(oom_ts);
+    std::thread::sleep(Duration::from_millis(200));
+    drop(five);
+    std::thread::sleep(Duration::from_millis(200));
+    ranks.clear();
+    d.wait_for(Duration::from_secs(10), "every rank gone", || {
+        job_of(&d.snapshot(), "run-7")["members"]
+            .as_array()
+            .is_some_and(|m| m.len() == 8 && m.iter().all(|m| !m["ended"].is_null()))
+    });
+    let j = job_of(&d.snapshot(), "run-7");
+    assert_eq!(j["state"], "failed", "{j:#}");
+    assert_eq!(j["first_failure"]["rank"], 5);
+    assert_eq!(j["first_failure"]["kind"], "oom");
+    // Nothing fires now, and the story is kept.
+    assert!(j["findings"].as_array().unwrap().is_empty(), "{j:#}");
+    let before = j["findings_at_failure"].as_array().unwrap();
+    assert_eq!(before.len(), 1, "{j:#}");
+    assert_eq!(before[0]["kind"], "leak");
+    assert_eq!(
+        before[0]["ranks"],
+        serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7])
+    );
+    let status = Command::new(env!("CARGO_BIN_EXE_gpumon"))
+        .args(["--config", "/dev/null", "status", "--connect", &d.url("")])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    eprintln!("{status}");
+    assert!(
+        status.contains("failed: leak on 8 of 8 ranks, then rank 5 oom"),
+        "{status}"
+    );
+    assert!(
+        status.contains("before it: leak on 8 of 8 ranks (0-7)"),
+        "{status}"
+    );
+
+    // The same story offline, from the recording.
+    drop(d);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumon"))
+        .args(["analyze", "--format", "json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = report["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["run_id"] == "run-7")
+        .unwrap();
+    assert_eq!(j["first_failure"]["rank"], 5, "{j:#}");
+    let before = j["findings_at_failure"].as_array().unwrap();
+    assert_eq!(before.len(), 1, "{j:#}");
+    assert_eq!(before[0]["kind"], "leak");
+    assert_eq!(before[0]["ranks"].as_array().unwrap().len(), 8, "{j:#}");
+}
+
+fn job_of(snap: &serde_json::Value, run: &str) -> serde_json::Value {
+    snap["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["run_id"] == run)
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}

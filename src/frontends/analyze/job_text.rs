@@ -51,6 +51,9 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
                 );
             }
         }
+        for f in &j.findings_at_failure {
+            let _ = writeln!(out, "  before it: {}", f.message);
+        }
         for c in &j.consequences {
             let host = c
                 .host

@@ -66,6 +66,9 @@ fn details(v: &JobView) -> Vec<String> {
         let who = who(f.rank, &f.session);
         lines.push(format!("{who} {}: {}", f.kind, f.message));
     }
+    for f in &v.findings_at_failure {
+        lines.push(format!("before it: {}", f.message));
+    }
     if !v.consequences.is_empty() {
         lines.push(format!("followed: {}", refs(&v.consequences)));
     }

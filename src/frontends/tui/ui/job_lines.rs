@@ -115,6 +115,14 @@ fn failure(v: &JobView, now: f64, t: Theme) -> Vec<Line<'static>> {
         }
         out.push(Line::styled(format!("    {what}"), t.dim()));
     }
+    // What was firing when it failed: the leak behind the OOM, told after the ranks are gone.
+    for f in &v.findings_at_failure {
+        out.push(Line::from(vec![
+            Span::raw("  "),
+            Span::styled("▲ before it: ", t.warn()),
+            Span::raw(printable(&f.message).into_owned()),
+        ]));
+    }
     if !v.consequences.is_empty() {
         out.push(Line::from(vec![
             Span::raw("  "),

@@ -19,12 +19,22 @@ pub(super) const ATTEMPTS: u32 = 5;
 /// still for `SETTLE` across the read, and only if it keeps what `current` protects. The error
 /// says why not and what to do.
 pub(super) fn read_stable(path: &Path, current: &WebConfig) -> Result<WebConfig, String> {
+    read_stable_with(path, current, || std::thread::sleep(SETTLE))
+}
+
+/// `read_stable`, with `settle` for the wait between two looks: the tests' writers change the
+/// file inside it, so what they check does not depend on how a loaded machine schedules them.
+pub(super) fn read_stable_with(
+    path: &Path,
+    current: &WebConfig,
+    mut settle: impl FnMut(),
+) -> Result<WebConfig, String> {
     // The config file first, then the files named by the config in force and by what was read.
     let mut watched: Vec<PathBuf> = vec![path.to_path_buf()];
     add_new(&mut watched, &current.files);
     for _ in 0..ATTEMPTS {
         let before = fingerprint(&watched);
-        std::thread::sleep(SETTLE);
+        settle();
         let text = std::fs::read(path);
         let parsed = match &text {
             Ok(bytes) => match std::str::from_utf8(bytes) {

@@ -18,7 +18,7 @@ use crate::core::model::Timestamp;
 use crate::core::trainer::Hello;
 pub use merge::merge;
 pub use verdict::{Basis, Rules};
-pub use view::{Failure, FirstFailure, JobState, JobView, Member};
+pub use view::{Failure, FirstFailure, JobState, JobView, Member, MemberFinding};
 
 /// Jobs one uid may have at once (live, or ended and kept): a client that sends 10,000 run_ids
 /// gets its first 64 grouped, and each ended one makes room.
@@ -44,6 +44,9 @@ pub struct Record {
     pub started: Timestamp,
     pub ended: Option<Timestamp>,
     pub failure: Option<Failure>,
+    /// The findings firing on the session when it ended (a leak behind an OOM): the session
+    /// store forgets them, and a dead job's verdict tells them with its failure.
+    pub findings: Vec<MemberFinding>,
 }
 
 #[derive(Debug)]
@@ -179,6 +182,7 @@ impl Jobs {
             started: now,
             ended: None,
             failure: None,
+            findings: Vec::new(),
         });
         job.last_change = now;
         Some(id)
@@ -242,14 +246,16 @@ impl Jobs {
         }
     }
 
-    /// A member ended; with `failure` when it ended by one. Says whether that failure is the
-    /// cause or a consequence, and which earlier verdicts it overturns.
+    /// A member ended; with `failure` when it ended by one, and the findings that were firing
+    /// on it then. Says whether that failure is the cause or a consequence, and which earlier
+    /// verdicts it overturns.
     pub fn left(
         &mut self,
         id: u64,
         session: &str,
         now: Timestamp,
         failure: Option<Failure>,
+        mut firing: Vec<MemberFinding>,
     ) -> Classified {
         let rules = self.rules;
         let Some(job) = self.get_mut(id) else {
@@ -260,6 +266,9 @@ impl Jobs {
         if let Some(m) = job.members.iter_mut().find(|m| m.session == session) {
             m.ended = Some(now);
             m.failure = failure;
+            // One per kind at most (a session has one finding of each): bounded by the kinds.
+            firing.truncate(crate::core::detect::Kind::ALL.len());
+            m.findings = firing;
         }
         let out = if failed {
             classify(job, session, &rules)
@@ -338,7 +347,7 @@ fn check(job: &mut Job, session: &str, pid: u32, h: &Hello) {
     }
 }
 
-/// A member with only what the registry knows.
+/// A member with only what the registry knows: for one that ended, the findings firing then.
 pub fn bare(r: &Record, host: Option<&str>) -> Member {
     Member {
         session: r.session.clone(),
@@ -353,7 +362,7 @@ pub fn bare(r: &Record, host: Option<&str>) -> Member {
         peak_bytes: None,
         headroom_bytes: None,
         oom_eta_seconds: None,
-        findings: Vec::new(),
+        findings: r.findings.clone(),
         stray: Vec::new(),
     }
 }

@@ -73,8 +73,8 @@ fn without_run_id_only_overlapping_lives_group() {
         .join("s-3", 3, 1000, &hello("bert", None, 0, 4), 1.0)
         .unwrap();
     assert_ne!(a, c);
-    j.left(a, "s-1", 2.0, None);
-    j.left(a, "s-2", 2.0, None);
+    j.left(a, "s-1", 2.0, None, Vec::new());
+    j.left(a, "s-2", 2.0, None, Vec::new());
     // Every rank ended: the next run of bert is a new job.
     let d = j
         .join("s-4", 4, 1000, &hello("bert", None, 0, 2), 3.0)
@@ -99,11 +99,11 @@ fn followers_are_consequences_and_an_earlier_failure_read_late_overturns_the_cau
     let id = ids[3].unwrap();
     assert!(ids.iter().all(|x| *x == Some(id)));
     // Rank 1's crash is read first, at 101.5: the cause for now.
-    let c1 = j.left(id, "s-1", 101.5, crash(101.5));
+    let c1 = j.left(id, "s-1", 101.5, crash(101.5), Vec::new());
     assert_eq!(c1, Classified::default());
     // Rank 3's OOM happened at 100.0 but its close is read after: it is the cause, and rank 1
     // is relabelled as its consequence.
-    let c3 = j.left(id, "s-3", 101.6, oom(100.0));
+    let c3 = j.left(id, "s-3", 101.6, oom(100.0), Vec::new());
     assert_eq!(c3.consequence_of, None);
     assert_eq!(c3.relabel.len(), 1);
     assert_eq!(c3.relabel[0].0, "s-1");
@@ -111,10 +111,13 @@ fn followers_are_consequences_and_an_earlier_failure_read_late_overturns_the_cau
         (c3.relabel[0].1.rank, c3.relabel[0].1.kind),
         (Some(3), Kind::Oom)
     );
-    let c0 = j.left(id, "s-0", 101.7, crash(101.7));
+    let c0 = j.left(id, "s-0", 101.7, crash(101.7), Vec::new());
     assert_eq!(c0.consequence_of.map(|c| c.session), Some("s-3".into()));
     // A clean exit is no failure.
-    assert_eq!(j.left(id, "s-2", 101.8, None), Classified::default());
+    assert_eq!(
+        j.left(id, "s-2", 101.8, None, Vec::new()),
+        Classified::default()
+    );
     let failed: Vec<_> = j
         .failed_ranks(102.0, 600.0)
         .map(|(_, m, _)| m.rank)
@@ -130,8 +133,8 @@ fn a_restart_starts_the_next_attempt_and_keeps_the_failure_that_ended_the_last()
         .join("s-0", 1, 1000, &hello("llama", Some("r1"), 0, 2), 1.0)
         .unwrap();
     j.join("s-1", 2, 1000, &hello("llama", Some("r1"), 1, 2), 1.0);
-    j.left(id, "s-0", 10.0, oom(10.0));
-    j.left(id, "s-1", 11.0, crash(11.0));
+    j.left(id, "s-0", 10.0, oom(10.0), Vec::new());
+    j.left(id, "s-1", 11.0, crash(11.0), Vec::new());
     let mut h = hello("llama", Some("r1"), 0, 2);
     h.restart = Some(1);
     assert_eq!(j.join("s-2", 3, 1000, &h, 20.0), Some(id));
@@ -192,7 +195,7 @@ fn ten_thousand_run_ids_from_one_uid_stay_bounded() {
     let ids: Vec<u64> = j.iter().filter(|x| x.uid == 1000).map(|x| x.id).collect();
     for (n, id) in ids.iter().enumerate() {
         let s = j.get(*id).unwrap().members[0].session.clone();
-        j.left(*id, &s, 20_000.0 + n as f64, None);
+        j.left(*id, &s, 20_000.0 + n as f64, None, Vec::new());
     }
     for i in 0..1000u64 {
         let run = format!("again-{i}");
@@ -204,7 +207,7 @@ fn ten_thousand_run_ids_from_one_uid_stay_bounded() {
             30_000.0 + i as f64,
         );
         let id = id.unwrap();
-        j.left(id, &format!("u-{i}"), 30_000.5 + i as f64, None);
+        j.left(id, &format!("u-{i}"), 30_000.5 + i as f64, None, Vec::new());
     }
     assert!(j.iter().count() <= ENDED_KEPT + 1, "{}", j.iter().count());
 }
@@ -221,7 +224,7 @@ fn a_long_run_whose_ranks_reconnect_keeps_its_members_bounded() {
             j.join(&s, 2, 1000, &hello("llama", Some("r"), 1, 2), i as f64),
             Some(id)
         );
-        j.left(id, &s, i as f64 + 0.5, None);
+        j.left(id, &s, i as f64 + 0.5, None, Vec::new());
     }
     assert!(j.get(id).unwrap().members.len() <= MAX_MEMBERS);
     assert_eq!(j.ungrouped, 0);
@@ -235,11 +238,44 @@ fn all_jobs_together_keep_at_most_max_records_sessions() {
             let s = format!("s-{uid}-{r}");
             let h = hello("flood", Some("r"), r, MAX_MEMBERS as u64);
             if let Some(id) = j.join(&s, 1 + r as u32, 1000 + uid, &h, 1.0) {
-                j.left(id, &s, 2.0, crash(2.0));
+                j.left(id, &s, 2.0, crash(2.0), Vec::new());
             }
         }
     }
     let records: usize = j.iter().map(|x| x.members.len()).sum();
     assert!(records <= MAX_RECORDS, "{records}");
     assert!(j.ungrouped == 0, "ended jobs made room: {}", j.ungrouped);
+}
+
+#[test]
+fn a_member_keeps_what_was_firing_as_it_ended_and_the_dead_job_tells_it() {
+    let mut j = Jobs::default();
+    let id = (0..2)
+        .map(|r| {
+            j.join(
+                &format!("s-{r}"),
+                r as u32,
+                1000,
+                &hello("llama", Some("r1"), r, 2),
+                1.0,
+            )
+        })
+        .last()
+        .flatten()
+        .unwrap();
+    let leak = || {
+        vec![MemberFinding {
+            kind: Kind::Leak,
+            message: "leak here".into(),
+        }]
+    };
+    j.left(id, "s-1", 100.0, oom(100.0), leak());
+    j.left(id, "s-0", 101.0, crash(101.0), leak());
+    let job = j.get(id).unwrap();
+    let members: Vec<Member> = job.members.iter().map(|r| bare(r, None)).collect();
+    assert!(members.iter().all(|m| m.findings == leak()));
+    let v = verdict::verdict(job.basis(|r| bare(r, None)), j.rules());
+    assert_eq!(v.findings_at_failure.len(), 1);
+    assert_eq!(v.findings_at_failure[0].ranks, vec![0, 1]);
+    assert!(v.findings.is_empty());
 }

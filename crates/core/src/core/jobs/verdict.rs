@@ -75,8 +75,14 @@ pub fn verdict(b: Basis, rules: &Rules) -> JobView {
         .filter(|m| m.ended.is_none())
         .filter_map(|m| m.oom_eta_seconds)
         .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.min(x))));
+    let at_failure = first_failure.as_ref().map_or_else(Vec::new, |f| {
+        // Ranks that ended before the failure (beyond clock tolerance) tell nothing of it.
+        let at = |m: &&Member| m.ended.is_none_or(|e| e >= f.ts - rules.tolerance);
+        findings(b.members.iter().filter(at), n)
+    });
     JobView {
-        findings: findings(&b.members, n),
+        findings: findings(b.members.iter().filter(|m| m.ended.is_none()), n),
+        findings_at_failure: at_failure,
         sessions: b.members.iter().map(|m| m.session.clone()).collect(),
         job: b.job,
         run_id: b.run_id,
@@ -167,7 +173,7 @@ fn kind_order(f: Option<&super::view::Failure>) -> u8 {
 }
 
 /// One finding per kind, naming its ranks; crashes are the failure verdict's, not listed here.
-fn findings(members: &[Member], n: u64) -> Vec<JobFinding> {
+fn findings<'a>(members: impl Iterator<Item = &'a Member>, n: u64) -> Vec<JobFinding> {
     let mut by_kind: BTreeMap<Kind, Vec<(Option<u64>, &str)>> = BTreeMap::new();
     for m in members {
         for f in &m.findings {
@@ -263,7 +269,22 @@ pub fn summary(v: &JobView) -> String {
     let Some(f) = &v.first_failure else {
         return v.state.as_str().to_string();
     };
-    let mut s = format!("failed: {} {}", who(f.rank, &f.session), f.kind);
+    // The story in order: what was firing on the ranks, then the failure it led to.
+    let before: Vec<String> = v
+        .findings_at_failure
+        .iter()
+        .map(|j| {
+            let n = v.world_size.unwrap_or(0).max(v.ranks.len() as u64);
+            let k = j.ranks.len().max(1) as u64;
+            format!("{} on {k} of {} ranks", j.kind, n.max(k))
+        })
+        .collect();
+    let mut s = String::from("failed: ");
+    if !before.is_empty() {
+        s.push_str(&before.join(", "));
+        s.push_str(", then ");
+    }
+    s.push_str(&format!("{} {}", who(f.rank, &f.session), f.kind));
     if let Some(h) = &f.host {
         s.push_str(&format!(" on {h}"));
     }

@@ -87,6 +87,7 @@ pub struct Member {
     pub headroom_bytes: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_eta_seconds: Option<f64>,
+    /// Its firing findings: now while it is live, as it ended once it ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<MemberFinding>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -180,7 +181,13 @@ pub struct JobView {
     /// Failures past the cascade window: not explained by the first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_failures: Vec<FailureRef>,
+    /// Findings firing on its live ranks now, one per kind.
     pub findings: Vec<JobFinding>,
+    /// A failed job: what was firing on its ranks when the first failure came (on a live rank,
+    /// firing now; on one that ended, as it ended), one per kind: the cause behind the cause,
+    /// kept after every rank is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings_at_failure: Vec<JobFinding>,
     pub memory: JobMemory,
     pub oom_eta_seconds: Option<f64>,
     /// Times the run started again after a failure (torchelastic's restarts, or a rank of the

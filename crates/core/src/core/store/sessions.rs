@@ -452,7 +452,20 @@ impl Sessions {
         let failure = (ending == Ending::Crash).then(|| failure_of(&sess, now));
         let died_of_oom = failure.as_ref().is_some_and(|f| f.kind == Kind::Oom);
         let verdict = match sess.job {
-            Some(j) => self.jobs.left(j, &sess.id, now, failure),
+            Some(j) => {
+                // What was firing as it ended (before close resolves it), for the job's story.
+                let firing = sess
+                    .detect
+                    .current()
+                    .filter(|f| f.state == crate::core::detect::FindingState::Firing)
+                    .filter(|f| !matches!(f.kind, Kind::Crash | Kind::Oom))
+                    .map(|f| crate::core::jobs::MemberFinding {
+                        kind: f.kind,
+                        message: f.message.clone(),
+                    })
+                    .collect();
+                self.jobs.left(j, &sess.id, now, failure, firing)
+            }
             None => Classified::default(),
         };
         for (session, of) in &verdict.relabel {

@@ -1,5 +1,4 @@
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use super::super::tests::cert;
 use super::*;
@@ -103,43 +102,35 @@ fn a_file_mid_write_is_read_once_it_holds_still() {
     let full = format!("{TLS}{}", users(&["bob", "carol"]));
     // Cut after bob's line: a valid file with TLS and one user, which must never apply.
     let half = &full[..full.find("  carol").unwrap()];
-    for _ in 0..3 {
-        std::fs::write(&p, half).unwrap();
-        let writer = {
-            let (p, full) = (p.clone(), full.clone());
-            std::thread::spawn(move || {
-                std::thread::sleep(SETTLE / 3);
-                std::fs::write(p, full).unwrap();
-            })
-        };
-        let c = read_stable(&p, &current).unwrap();
-        writer.join().unwrap();
-        assert_eq!(c.auth.users(), 2, "the half-written file was applied");
-    }
+    std::fs::write(&p, half).unwrap();
+    // The rest is written while the reader waits for the file to hold still.
+    let mut written = false;
+    let c = read_stable_with(&p, &current, || {
+        if !written {
+            std::fs::write(&p, &full).unwrap();
+            written = true;
+        }
+    })
+    .unwrap();
+    assert_eq!(c.auth.users(), 2, "the half-written file was applied");
+    // And with the real wait, a writer that finished before: read at once.
+    let c = read_stable(&p, &current).unwrap();
+    assert_eq!(c.auth.users(), 2);
 }
 
 #[test]
 fn a_file_that_never_holds_still_is_refused_in_bounded_time() {
     let (_dir, p, current) = tls_and_auth();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (p, stop) = (p.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                n += 1;
-                let names: Vec<String> = (0..=n % 3).map(|i| format!("u{i}")).collect();
-                let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                std::fs::write(&p, format!("{TLS}{}", users(&names))).unwrap();
-                std::thread::sleep(SETTLE / 4);
-            }
-        })
-    };
-    let start = Instant::now();
-    let e = read_stable(&p, &current).err();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.join().unwrap();
-    let e = e.expect("a file that never held still was applied");
+    // A writer that changes the file during every wait: refused after ATTEMPTS looks.
+    let mut waits = 0u32;
+    let e = read_stable_with(&p, &current, || {
+        waits += 1;
+        let names: Vec<String> = (0..=waits % 3).map(|i| format!("u{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        std::fs::write(&p, format!("{TLS}{}", users(&names))).unwrap();
+    })
+    .err()
+    .expect("a file that never held still was applied");
     assert!(e.contains("still changing"), "{e}");
-    assert!(start.elapsed() < SETTLE * (ATTEMPTS + 2) + Duration::from_secs(2));
+    assert_eq!(waits, ATTEMPTS);
 }

@@ -196,3 +196,62 @@ fn ranks_read_as_a_person_writes_them() {
     assert_eq!(ranks_text(&[4]), "4");
     assert_eq!(ranks_text(&[]), "");
 }
+
+fn leaking(m: &mut Member) {
+    m.findings = vec![MemberFinding {
+        kind: Kind::Leak,
+        message: "memory that survives each step grows 64.0 MiB/step".into(),
+    }];
+}
+
+#[test]
+fn a_dead_job_keeps_what_was_firing_at_its_first_failure() {
+    // All 8 ranks leak alike; rank 5 runs out of memory and the rest are taken down. Each ended
+    // member carries what was firing as it ended, as the registry keeps it.
+    let mut ms: Vec<Member> = (0..8).map(|r| member(r, "a")).collect();
+    for (r, m) in ms.iter_mut().enumerate() {
+        leaking(m);
+        fail(
+            m,
+            if r == 5 { Kind::Oom } else { Kind::Crash },
+            100.0 + (r != 5) as u8 as f64,
+        );
+    }
+    let v = verdict(job(ms), &Rules::default());
+    // Nothing fires now: every rank is gone.
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    assert_eq!(v.findings_at_failure.len(), 1);
+    let f = &v.findings_at_failure[0];
+    assert_eq!((f.kind, f.ranks.clone()), (Kind::Leak, (0..8).collect()));
+    assert!(
+        f.message.starts_with("leak on 8 of 8 ranks (0-7)"),
+        "{}",
+        f.message
+    );
+    assert_eq!(
+        summary(&v),
+        "failed: leak on 8 of 8 ranks, then rank 5 oom on a at step 812, then 7 ranks within 1.0 s"
+    );
+}
+
+#[test]
+fn a_live_rank_tells_what_fires_now_and_an_earlier_end_tells_nothing() {
+    let mut ms: Vec<Member> = (0..4).map(|r| member(r, "a")).collect();
+    // Rank 0 ended cleanly long before the failure, with a leak firing then: not the story.
+    leaking(&mut ms[0]);
+    ms[0].ended = Some(10.0);
+    // Rank 1 fails; rank 2 is live and leaking now.
+    fail(&mut ms[1], Kind::Oom, 100.0);
+    leaking(&mut ms[2]);
+    let v = verdict(job(ms), &Rules::default());
+    assert_eq!(v.findings.len(), 1, "live rank 2's leak fires now");
+    assert_eq!(v.findings[0].ranks, vec![2]);
+    assert_eq!(v.findings_at_failure.len(), 1);
+    assert_eq!(v.findings_at_failure[0].ranks, vec![2]);
+    // A job that did not fail has no such story.
+    let mut ms: Vec<Member> = (0..2).map(|r| member(r, "a")).collect();
+    leaking(&mut ms[0]);
+    let v = verdict(job(ms), &Rules::default());
+    assert!(v.findings_at_failure.is_empty());
+    assert_eq!(summary(&v), "running");
+}
