@@ -317,3 +317,101 @@ fn without_a_kubelet_url_pods_are_their_uids() {
     let r = named.collect().unwrap();
     assert_eq!(names(&r, 102), (None, Some(PROXY_UID), None));
 }
+
+/// Pods that got their GPU without the device plugin: two through DRA (a ResourceClaim, no
+/// `nvidia.com/gpu` in their resources), three sharing one GPU by time-slicing (each asks for
+/// `nvidia.com/gpu: 1` of a device the plugin advertises several times). Hand-written in the
+/// kubelet's /pods format (tests/fixtures/kubelet/README.md).
+const DRA_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/kubelet/podlist_dra_timesliced.json"
+);
+
+/// (pid, GPU, pod UID, container id, cgroup line) of each pod's process on the node.
+pub(crate) fn dra_and_time_sliced() -> Vec<(u32, u32, &'static str, &'static str, String)> {
+    let dra0 = (
+        "4f0b7c2e-8d1a-4e6b-9c3f-0a1b2c3d4e5f",
+        "4d2910e47cbe2846aed7f3cc8761c9514de04af63db6356f1091d39541e7f2be",
+    );
+    let dra1 = (
+        "5a1c8d3f-9e2b-4f7c-8d40-1b2c3d4e5f60",
+        "e8f33b93fa2467a87ef672dafb1be5e5c5643e5bf90d5dd740dc40af904b401a",
+    );
+    let alice = (
+        "6b2d9e4a-0f3c-4a8d-9e51-2c3d4e5f6071",
+        "bb3c0ca34fcecebae7462ab34ca08faacdfc6da5dbcbfe52a6dadf5a90fe4e4b",
+    );
+    let bob = (
+        "7c3eaf5b-1a4d-4b9e-8f62-3d4e5f607182",
+        "fd9e73c0802d7ac9537b69c49bf4b096b4811d31a419a79d77e3236e6d0f6a59",
+    );
+    let carol = (
+        "8d4fb06c-2b5e-4caf-9073-4e5f60718293",
+        "3a5c3eb3c235a831e549d071e01f4eb8a2339647f5cfde227e30c6f492e56349",
+    );
+    // CRI-O with the systemd driver names the scope `crio-<id>.scope`.
+    let crio = format!(
+        "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/crio-{}.scope\n",
+        dra1.0.replace('-', "_"),
+        dra1.1
+    );
+    vec![
+        (
+            7001,
+            1,
+            dra0.0,
+            dra0.1,
+            cgroup_file("besteffort", dra0.0, dra0.1, true),
+        ),
+        (7002, 2, dra1.0, dra1.1, crio),
+        // Guaranteed pods have no QoS slice; one node still on cgroup v1 with cgroupfs.
+        (
+            7101,
+            0,
+            alice.0,
+            alice.1,
+            cgroup_file("", alice.0, alice.1, true),
+        ),
+        (7102, 0, bob.0, bob.1, cgroup_file("", bob.0, bob.1, false)),
+        (
+            7103,
+            0,
+            carol.0,
+            carol.1,
+            cgroup_file("", carol.0, carol.1, true),
+        ),
+    ]
+}
+
+#[test]
+fn pods_without_the_device_plugin_are_named_from_their_cgroups() {
+    let index = parse_pods(&std::fs::read(DRA_FIXTURE).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let procs = dra_and_time_sliced();
+    let cgroups: Vec<(u32, String)> = procs.iter().map(|p| (p.0, p.4.clone())).collect();
+    let mut r = processes(dir.path(), &cgroups);
+    for p in &mut r.processes {
+        p.gpu = procs.iter().find(|x| x.0 == p.pid).unwrap().1;
+    }
+    annotate(&index, &mut r);
+    let want = [
+        (7001, "ml", "train-dra-0", "trainer"),
+        (7002, "ml", "train-dra-1", "trainer"),
+        (7101, "notebooks", "nb-alice", "notebook"),
+        (7102, "notebooks", "nb-bob", "notebook"),
+        (7103, "notebooks", "nb-carol", "notebook"),
+    ];
+    for (pid, ns, pod, container) in want {
+        assert_eq!(
+            names(&r, pid),
+            (Some(ns), Some(pod), Some(container)),
+            "pid {pid}"
+        );
+    }
+    // Three pods' processes on one time-sliced GPU: each its own pod, none merged.
+    let on_gpu0: Vec<_> = r.processes.iter().filter(|p| p.gpu == 0).collect();
+    assert_eq!(on_gpu0.len(), 3);
+    let mut pods: Vec<_> = on_gpu0.iter().map(|p| p.info.pod.clone()).collect();
+    pods.dedup();
+    assert_eq!(pods.len(), 3);
+}
