@@ -261,7 +261,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 if report.bad_lines.len() < BAD_KEPT {
                     let len = buf.len() as u64 + rest;
                     report.bad_lines.push(format!(
-                        "{at}line {file_line}: {len} bytes long, over the limit of {MAX_LINE}; it was skipped (line_too_long)"
+                        "{at}line {file_line}: {len} bytes long, over the limit of {MAX_LINE} bytes; it was skipped (line_too_long)"
                     ));
                 }
                 continue;
