@@ -130,7 +130,19 @@ impl DaemonClient {
 
     /// GETs `url`; a failure says what to fix (the flag, the file, the certificate).
     pub fn get(&self, url: &str) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
-        let req = self.agent.get(url);
+        self.get_with(url, &[])
+    }
+
+    /// GETs `url` with extra request headers (`If-None-Match`, for one).
+    pub fn get_with(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
+        let mut req = self.agent.get(url);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         match &self.auth {
             Some(a) => req.header("Authorization", a).call(),
             None => req.call(),

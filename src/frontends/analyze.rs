@@ -14,6 +14,7 @@
 mod expand;
 mod job_text;
 mod jobs;
+mod open;
 mod stitch;
 mod text;
 
@@ -215,8 +216,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
             file: file.clone(),
             reason,
         };
-        let f = std::fs::File::open(path)
-            .map_err(|e| unreadable(format!("cannot open: {e}; check the path")))?;
+        let f = open::open_trace(path).map_err(unreadable)?;
         // The recorder locks the part it is writing: such a trace has no end yet, so no crash.
         let open = matches!(
             rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
@@ -249,7 +249,24 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 break;
             }
             file_line += 1;
-            if !buf.ends_with(b"\n") && buf.len() <= MAX_LINE {
+            if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
+                // Over-long: skipped to its end in the reader's own buffer, whatever its length
+                // (a sparse file holds gigabytes of one line in a few KB on disk).
+                let (rest, ended) = skip_line(&mut reader)
+                    .map_err(|e| unreadable(format!("read failed in line {file_line}: {e}")))?;
+                if !ended {
+                    report.truncated = Some("the trace ends mid-line".into());
+                }
+                report.bad_line_count += 1;
+                if report.bad_lines.len() < BAD_KEPT {
+                    let len = buf.len() as u64 + rest;
+                    report.bad_lines.push(format!(
+                        "{at}line {file_line}: {len} bytes long, over the limit of {MAX_LINE} bytes; it was skipped (line_too_long)"
+                    ));
+                }
+                continue;
+            }
+            if !buf.ends_with(b"\n") {
                 // The last line has no newline: the writer stopped in the middle of it.
                 report.truncated = Some("the trace ends mid-line".into());
             }
@@ -261,7 +278,21 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 // The same client going on (stitch.rs checked its instance): one session.
                 continue;
             }
-            match trace::recorder_line(line) {
+            let recorded = match trace::read_recorder_line(line) {
+                Some(Err(why)) => {
+                    // Not as a daemon writes it: refused by name, the rest of the trace read.
+                    report.bad_line_count += 1;
+                    if report.bad_lines.len() < BAD_KEPT {
+                        report
+                            .bad_lines
+                            .push(format!("{at}line {file_line}: {why}"));
+                    }
+                    continue;
+                }
+                Some(Ok(r)) => Some(r),
+                None => None,
+            };
+            match recorded {
                 // The recorder's own closing line, not the trainer's: it says why recording stopped.
                 Some(RecorderLine::Truncated(reason)) => {
                     report.truncated = Some(format!("recording stopped: {reason}"));
@@ -294,15 +325,22 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 }
                 None => {}
             }
-            if buf.len() > MAX_LINE && !buf.ends_with(b"\n") {
-                // Over-long: skip to the end of the line, as the daemon does.
-                let mut rest = Vec::new();
-                reader
-                    .read_until(b'\n', &mut rest)
-                    .map_err(|e| unreadable(format!("read failed: {e}")))?;
+            // The line's own time, when it is one a daemon could have taken: a line refused
+            // (a `ts` of -1e308 among them) moves no clock, so dates no crash.
+            let at_ts = line_ts(line)
+                .filter(|t| trace::valid_ts(*t))
+                .unwrap_or(clock);
+            let outcome = conn.handle(line, &mut core, at_ts);
+            if !matches!(
+                outcome,
+                Outcome::Reply {
+                    rejected: Some(_),
+                    ..
+                }
+            ) {
+                clock = at_ts;
             }
-            clock = line_ts(line).unwrap_or(clock);
-            match conn.handle(line, &mut core, clock) {
+            match outcome {
                 Outcome::Reply {
                     rejected: Some(_),
                     line: reply,
@@ -423,6 +461,30 @@ fn found(f: Finding) -> FoundFinding {
         attribution: f.attribution,
         peak: f.peak,
         consequence_of: f.consequence_of,
+    }
+}
+
+/// Reads past the rest of a line, a buffer at a time: memory stays the reader's buffer whatever
+/// the line's length. The bytes skipped (the newline not counted), and whether a newline ended
+/// them (else the file did).
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
+    let mut skipped = 0u64;
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok((skipped, false));
+        }
+        if let Some(i) = memchr::memchr(b'\n', chunk) {
+            reader.consume(i + 1);
+            return Ok((skipped + i as u64, true));
+        }
+        let n = chunk.len();
+        reader.consume(n);
+        skipped += n as u64;
     }
 }
 

@@ -16,7 +16,9 @@ pub(super) fn expand(paths: &[PathBuf], errors: &mut Vec<Unreadable>) -> Vec<Pat
         let listed = std::fs::read_dir(p).map(|d| {
             let mut v: Vec<PathBuf> = d
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "jsonl"))
+                // Whatever its type: one that is no file (a fifo, a link to a device or to
+                // itself) is named as unreadable when opened, not passed over.
+                .filter(|f| f.extension().is_some_and(|x| x == "jsonl"))
                 .collect();
             v.sort();
             v

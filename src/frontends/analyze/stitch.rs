@@ -17,7 +17,8 @@ struct Head {
 }
 
 fn head(path: &Path) -> Option<Head> {
-    let mut r = BufReader::new(std::fs::File::open(path).ok()?);
+    // Opened as analyze opens it: a fifo here would block on the open.
+    let mut r = BufReader::new(super::open::open_trace(path).ok()?);
     let mut out = Head {
         instance: None,
         resumes: None,

@@ -421,8 +421,21 @@ fn ts(field: &str, t: f64) -> Result<f64, Rejection> {
     } else {
         Err(Rejection::new(
             Code::BadField,
-            format!("{field} = {t} is not a Unix time in seconds (send time.time())"),
+            format!(
+                "{field} = {} is not a Unix time in seconds (send time.time())",
+                short_number(t)
+            ),
         ))
+    }
+}
+
+/// A number as written, or in exponent form when that is shorter: -1e308 in full is 309
+/// characters of an error message.
+fn short_number(t: f64) -> String {
+    if t.abs() < 1e15 {
+        t.to_string()
+    } else {
+        format!("{t:e}")
     }
 }
 

@@ -116,38 +116,126 @@ pub enum RecorderLine {
     Nvml(Option<u64>, Option<f64>),
 }
 
-/// The recorder line `line` is, if it is one (protocol lines are left to the protocol parser).
+/// The recorder line `line` is, if it is one and valid (protocol lines are left to the
+/// protocol parser).
 pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
+    read_recorder_line(line)?.ok()
+}
+
+/// Byte counts the recorder writes: as the protocol's, up to 2^50.
+pub const MAX_BYTES: u64 = 1 << 50;
+
+/// A Unix time in seconds as the daemon's clock writes it: as the protocol requires of a
+/// trainer's `ts`, after 2000 and before 2100. Anything else was not written by a daemon, and
+/// would date a crash or a job's first failure centuries away.
+pub fn valid_ts(t: f64) -> bool {
+    t.is_finite() && (946_684_800.0..4_102_444_800.0).contains(&t)
+}
+
+/// The recorder line `line` is, if it is one: `Err` says which field holds what, and what a
+/// valid value is, for a line of a recorder type (`trace_…`) that no daemon wrote so.
+pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
+    use serde_json::Value;
     #[derive(Deserialize)]
     struct Marker {
-        #[serde(rename = "type")]
-        kind: String,
         reason: Option<String>,
         gpu: Option<String>,
         file: Option<String>,
         host: Option<String>,
-        used_bytes: Option<u64>,
-        ts: Option<f64>,
+        // Numbers as any value, so one of the wrong type is named, not a parse error.
+        used_bytes: Option<Value>,
+        ts: Option<Value>,
     }
     // A cheap look first: nearly every line is a sample.
     memchr::memmem::find(line, b"\"trace_")?;
-    let m: Marker = serde_json::from_slice(line).ok()?;
-    match m.kind.as_str() {
-        "trace_truncated" => Some(RecorderLine::Truncated(
-            m.reason.unwrap_or_else(|| "no reason given".into()),
-        )),
-        "trace_gpu" => Some(RecorderLine::Gpu(m.gpu?.parse().ok()?)),
-        "trace_end" => Some(RecorderLine::Ended(
-            m.reason.unwrap_or_else(|| "no reason given".into()),
-        )),
-        "trace_resumes" => Some(RecorderLine::Resumes(m.file?)),
-        "trace_host" => Some(RecorderLine::Host(m.host?)),
-        "trace_closed" => Some(RecorderLine::Closed(m.ts.filter(|t| t.is_finite())?)),
-        "trace_nvml" => Some(match (m.used_bytes, m.ts) {
-            (Some(used), Some(ts)) if ts.is_finite() => RecorderLine::Nvml(Some(used), Some(ts)),
-            _ => RecorderLine::Nvml(None, None),
-        }),
-        _ => None,
+    let kind = line_type(line)?;
+    let known = [
+        "trace_truncated",
+        "trace_gpu",
+        "trace_end",
+        "trace_resumes",
+        "trace_host",
+        "trace_closed",
+        "trace_nvml",
+    ];
+    if !known.contains(&kind.as_str()) {
+        return None;
+    }
+    let m: Marker = match serde_json::from_slice(line) {
+        Ok(m) => m,
+        Err(e) => return Some(Err(format!("{kind}: {e}"))),
+    };
+    Some(recorder(&kind, m.ts.as_ref(), m.used_bytes.as_ref()).and_then(|(ts, used)| {
+        let needs = |field: &str| format!("{kind} needs \"{field}\"");
+        Ok(match kind.as_str() {
+            "trace_truncated" => {
+                RecorderLine::Truncated(m.reason.unwrap_or_else(|| "no reason given".into()))
+            }
+            "trace_gpu" => {
+                let gpu = m.gpu.ok_or_else(|| needs("gpu"))?;
+                RecorderLine::Gpu(gpu.parse().map_err(|_| {
+                    format!(
+                        "trace_gpu: gpu = {} is not a GPU index (a whole number from 0 to {}, as a string, e.g. \"0\")",
+                        quote(&Value::from(gpu.as_str())),
+                        u32::MAX
+                    )
+                })?)
+            }
+            "trace_end" => {
+                RecorderLine::Ended(m.reason.unwrap_or_else(|| "no reason given".into()))
+            }
+            "trace_resumes" => RecorderLine::Resumes(m.file.ok_or_else(|| needs("file"))?),
+            "trace_host" => RecorderLine::Host(m.host.ok_or_else(|| needs("host"))?),
+            "trace_closed" => RecorderLine::Closed(ts.ok_or_else(|| needs("ts"))?),
+            // "trace_nvml": both figures or neither (the daemon had none of the process's own).
+            _ => match (used, ts) {
+                (Some(used), Some(ts)) => RecorderLine::Nvml(Some(used), Some(ts)),
+                _ => RecorderLine::Nvml(None, None),
+            },
+        })
+    }))
+}
+
+/// A recorder line's numbers, each in range, or which is not.
+fn recorder(
+    kind: &str,
+    ts: Option<&serde_json::Value>,
+    used: Option<&serde_json::Value>,
+) -> Result<(Option<f64>, Option<u64>), String> {
+    let ts = match ts {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => match v.as_f64().filter(|t| valid_ts(*t)) {
+            Some(t) => Some(t),
+            None => {
+                return Err(format!(
+                    "{kind}: ts = {} is not a Unix time in seconds from 2000 to 2100, as the daemon writes it",
+                    quote(v)
+                ))
+            }
+        },
+    };
+    let used = match used {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => match v.as_u64().filter(|b| *b <= MAX_BYTES) {
+            Some(b) => Some(b),
+            None => {
+                return Err(format!(
+                    "{kind}: used_bytes = {} is not a byte count (a whole number from 0 to 2^50)",
+                    quote(v)
+                ))
+            }
+        },
+    };
+    Ok((ts, used))
+}
+
+/// A value as JSON writes it (strings quoted and escaped), cut short: it came from a file.
+fn quote(v: &serde_json::Value) -> String {
+    const MAX: usize = 64;
+    let s = v.to_string();
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
     }
 }
 

@@ -12,9 +12,9 @@ fn a_file_follows_the_one_it_resumes_when_the_instance_matches() {
     let h = r#"{"type":"hello","v":1,"instance":"7-ab"}"#;
     let other = r#"{"type":"hello","v":1,"instance":"8-cd"}"#;
     let a = write(d.path(), "a.trace.jsonl", &[h]);
-    let link = r#"{"type":"trace_resumes","file":"a.trace.jsonl","ts":2}"#;
+    let link = r#"{"type":"trace_resumes","file":"a.trace.jsonl","ts":1763700002}"#;
     let b = write(d.path(), "b.trace.jsonl", &[h, link]);
-    let link_b = r#"{"type":"trace_resumes","file":"b.trace.jsonl","ts":3}"#;
+    let link_b = r#"{"type":"trace_resumes","file":"b.trace.jsonl","ts":1763700003}"#;
     let c = write(d.path(), "c.trace.jsonl", &[h, link_b]);
     // Names a file it is not the same client as: read alone.
     let x = write(d.path(), "x.trace.jsonl", &[other, link]);

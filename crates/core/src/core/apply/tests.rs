@@ -51,7 +51,8 @@ fn lines_without_a_session_are_refused_and_a_recorded_close_leaves_its_note() {
     let closed = core.close(Close {
         link,
         how: Closing::DaemonStopped,
-        now: 3.0,
+        // A daemon's clock: the note reads back only with a Unix time.
+        now: 1_763_700_003.0,
     });
     let note = closed.note.unwrap_or_default();
     assert_eq!(

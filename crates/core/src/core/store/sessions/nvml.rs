@@ -204,29 +204,31 @@ pub(super) mod tests {
 
     #[test]
     fn the_trace_notes_a_figure_when_it_changes_or_ages() {
+        // A daemon's clock: the trace reads back only a Unix time.
+        const T: f64 = 1_763_700_000.0;
         let mut s = Sessions::new(SessionLimits::default());
         let a = open(&mut s, 10, "GPU-a");
         let mut last = None;
         assert_eq!(s.nvml_line(a, &mut last), None);
-        s.polled(&reading(5.0, vec![process(10, "GPU-a", 3 << 30)]));
+        s.polled(&reading(T + 5.0, vec![process(10, "GPU-a", 3 << 30)]));
         let line = s.nvml_line(a, &mut last).unwrap();
         assert_eq!(
             crate::core::trace::recorder_line(&line),
             Some(crate::core::trace::RecorderLine::Nvml(
                 Some(3 << 30),
-                Some(5.0)
+                Some(T + 5.0)
             ))
         );
-        s.polled(&reading(6.0, vec![process(10, "GPU-a", 3 << 30)]));
+        s.polled(&reading(T + 6.0, vec![process(10, "GPU-a", 3 << 30)]));
         assert_eq!(s.nvml_line(a, &mut last), None, "unchanged");
-        s.polled(&reading(36.0, vec![process(10, "GPU-a", 3 << 30)]));
+        s.polled(&reading(T + 36.0, vec![process(10, "GPU-a", 3 << 30)]));
         assert!(
             s.nvml_line(a, &mut last).is_some(),
             "noted again after 30 s"
         );
-        s.polled(&reading(37.0, vec![process(10, "GPU-a", 4 << 30)]));
+        s.polled(&reading(T + 37.0, vec![process(10, "GPU-a", 4 << 30)]));
         assert!(s.nvml_line(a, &mut last).is_some(), "changed");
-        s.polled(&reading(38.0, vec![]));
+        s.polled(&reading(T + 38.0, vec![]));
         let gone = s.nvml_line(a, &mut last).unwrap();
         assert_eq!(
             crate::core::trace::recorder_line(&gone),
