@@ -65,6 +65,14 @@ pub fn host_line(host: &str, ts: f64) -> Vec<u8> {
     format!("{{\"type\":\"trace_host\",\"host\":{host},\"ts\":{ts:.3}}}").into_bytes()
 }
 
+/// The recorder's note of the session's socket peer: the uid the kernel gave for the
+/// connection (SO_PEERCRED), never the client's word, in the header every part of a trace
+/// begins with. `gpumon analyze` groups jobs by it, as the daemon did. No newline, as
+/// `gpu_line`.
+pub fn peer_line(uid: u32, ts: f64) -> Vec<u8> {
+    format!("{{\"type\":\"trace_peer\",\"uid\":{uid},\"ts\":{ts:.3}}}").into_bytes()
+}
+
 /// The recorder's note, after the hello of a session's first part, of the trace the same client
 /// (hello's `instance`) wrote last: its connection before a daemon restart or a reconnect, so
 /// `gpumon analyze` can read the two as one run. `file` is a name in the same directory.
@@ -109,6 +117,8 @@ pub enum RecorderLine {
     Resumes(String),
     /// `trace_host`: the host the daemon recorded on.
     Host(String),
+    /// `trace_peer`: the session's uid, as the daemon read it off the socket.
+    Peer(u32),
     /// `trace_closed`: when the connection closed without bye.
     Closed(f64),
     /// `trace_nvml`: NVML's figure for the process and when it was polled; none when the
@@ -126,6 +136,7 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         gpu: Option<String>,
         file: Option<String>,
         host: Option<String>,
+        uid: Option<u32>,
         used_bytes: Option<u64>,
         ts: Option<f64>,
     }
@@ -142,6 +153,7 @@ pub fn recorder_line(line: &[u8]) -> Option<RecorderLine> {
         )),
         "trace_resumes" => Some(RecorderLine::Resumes(m.file?)),
         "trace_host" => Some(RecorderLine::Host(m.host?)),
+        "trace_peer" => Some(RecorderLine::Peer(m.uid?)),
         "trace_closed" => Some(RecorderLine::Closed(m.ts.filter(|t| t.is_finite())?)),
         "trace_nvml" => Some(match (m.used_bytes, m.ts) {
             (Some(used), Some(ts)) if ts.is_finite() => RecorderLine::Nvml(Some(used), Some(ts)),
