@@ -10,6 +10,7 @@
 mod common;
 mod identity;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -69,6 +70,14 @@ fn another_user_cannot_join_overturn_or_merge_with_roots_job() {
         connect(&socket, "llama", "42", 0, 8, r#","uid":0"#)
     });
     bait.steps(5);
+    // Nor can it write the recorder's line for itself: a trainer's `trace_peer` is refused, never
+    // recorded.
+    writeln!(
+        bait.s,
+        r#"{{"type":"trace_peer","uid":0,"ts":{}}}"#,
+        unix_now()
+    )
+    .unwrap();
     let mut root: Vec<Rank> = (0..8)
         .map(|r| connect(&d.socket, "llama", "42", r, 8, ""))
         .collect();
@@ -209,6 +218,16 @@ fn another_user_cannot_join_overturn_or_merge_with_roots_job() {
     assert_eq!(ranks(&jobs[0]).len(), 8);
     assert_eq!(jobs[0]["uid"], 0);
     assert_eq!(jobs[1]["uid"], OTHER);
+    let bait_trace = report["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["uid"] == OTHER)
+        .expect("the bait's trace says its uid");
+    assert_eq!(
+        bait_trace["bad_line_count"], 0,
+        "refused lines are not recorded: {bait_trace:#}"
+    );
     let f = &jobs[0]["first_failure"];
     assert_eq!(
         (f["rank"].as_u64(), f["kind"].as_str()),

@@ -287,8 +287,9 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                     report.host = Some(h);
                     continue;
                 }
+                // The header's, which every part repeats: the first one read is the session's.
                 Some(RecorderLine::Peer(uid)) => {
-                    report.uid = Some(uid);
+                    report.uid = report.uid.or(Some(uid));
                     continue;
                 }
                 // The close the daemon saw: the crash is dated by it, not by the last sample.
