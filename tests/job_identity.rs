@@ -305,3 +305,94 @@ fn one_users_hello_then_close_flood_leaves_room_for_anothers_ranks() {
     );
     drop((live, root));
 }
+
+/// A run whose ranks run as one user on node-a and as root on node-b (docs/jobs.md, "Across
+/// nodes"): one job per uid, each with its own first failure, in `gpumon analyze` over both
+/// nodes' record directories as on each daemon.
+#[test]
+fn a_run_under_two_uids_on_two_nodes_is_one_job_per_uid_everywhere() {
+    if !is_root() {
+        return;
+    }
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = node(dir_a.path());
+    let b = Daemon::start(DaemonOpts {
+        args: vec![
+            "--interval".into(),
+            "100ms".into(),
+            "--node-name".into(),
+            "node-b".into(),
+            "--record-dir".into(),
+            dir_b.path().to_str().unwrap().into(),
+        ],
+        ..DaemonOpts::default()
+    });
+    let socket = a.socket.clone();
+    let mut on_a: Vec<Rank> = as_uid(OTHER, move || {
+        (0..4)
+            .map(|r| connect(&socket, "llama", "99", r, 8, ""))
+            .collect()
+    });
+    let mut on_b: Vec<Rank> = (4..8)
+        .map(|r| connect(&b.socket, "llama", "99", r, 8, ""))
+        .collect();
+    for r in on_a.iter_mut().chain(on_b.iter_mut()) {
+        r.steps(10);
+    }
+    // Root's rank 6 on node-b runs out of memory first; node-a's rank 2 crashes 0.5 s later,
+    // then the rest. Merged, rank 2 would be a consequence of rank 6.
+    on_b[2].oom(unix_now());
+    std::thread::sleep(Duration::from_millis(200));
+    drop(on_b.remove(2));
+    std::thread::sleep(Duration::from_millis(500));
+    drop(on_a.remove(2));
+    std::thread::sleep(Duration::from_millis(300));
+    on_a.clear();
+    on_b.clear();
+    for d in [&a, &b] {
+        d.wait_for(WAIT, "the node's job failed", || {
+            jobs_of(&d.snapshot(), "llama", "99")
+                .first()
+                .is_some_and(|j| {
+                    j["state"] == "failed"
+                        && j["consequences"].as_array().is_some_and(|c| c.len() == 3)
+                })
+        });
+    }
+    a.stop();
+    b.stop();
+    let out = Command::new(BIN)
+        .args(["analyze", "--format", "json"])
+        .arg(dir_a.path())
+        .arg(dir_b.path())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let jobs = jobs_of(&report, "llama", "99");
+    assert_eq!(jobs.len(), 2, "{:#}", report["jobs"]);
+    let (root, user) = (&jobs[0], &jobs[1]);
+    assert_eq!(
+        (root["uid"].as_u64(), user["uid"].as_u64()),
+        (Some(0), Some(u64::from(OTHER)))
+    );
+    assert_eq!(ranks(root), vec![4, 5, 6, 7]);
+    assert_eq!(ranks(user), vec![0, 1, 2, 3]);
+    let first = |j: &Value| {
+        let f = &j["first_failure"];
+        (
+            f["rank"].as_u64(),
+            f["kind"].as_str().map(str::to_string),
+            f["host"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(
+        first(root),
+        (Some(6), Some("oom".into()), Some("node-b".into())),
+        "{root:#}"
+    );
+    assert_eq!(
+        first(user),
+        (Some(2), Some("crash".into()), Some("node-a".into())),
+        "{user:#}"
+    );
+}
