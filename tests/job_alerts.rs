@@ -417,7 +417,7 @@ fn the_example_waits_for_the_job_alert_and_inhibits_the_real_alert_names() {
     );
     assert!(am.contains(&targets), "want {targets}");
     assert!(am.contains("source_matchers: [alertname=\"GpumonJobFailed\"]"));
-    assert!(am.contains("equal: [job, run_id]"));
+    assert!(am.contains("equal: [job, run_id, uid]"));
     assert!(rules.contains("- alert: GpumonTrainerOOM"));
 }
 

@@ -176,14 +176,18 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         .unwrap();
     assert_eq!(run43["state"], "running");
 
-    // /metrics: the failure times Prometheus compares across nodes.
+    // /metrics: the failure times Prometheus compares across nodes, with the uid the ranks ran as.
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
     let ma = a.metrics();
     let mb = b.metrics();
     promtool_check(&ma);
     assert_eq!(
         sample(
             &ma,
-            r#"gpumon_job_info{job="llama",run_id="run-43",world_size="8"}"#
+            &format!(
+                r#"gpumon_job_info{{job="llama",run_id="run-43",uid="{uid}",world_size="8"}}"#
+            )
         ),
         Some(1.0)
     );
@@ -191,7 +195,7 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         sample(
             m,
             &format!(
-                r#"gpumon_job_rank_failed_timestamp_seconds{{job="llama",run_id="run-42",rank="{rank}",kind="{kind}"}}"#
+                r#"gpumon_job_rank_failed_timestamp_seconds{{job="llama",run_id="run-42",uid="{uid}",rank="{rank}",kind="{kind}"}}"#
             ),
         )
     };
@@ -232,7 +236,10 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         .output()
         .unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
-    assert!(text.contains("job llama (run run-42)"), "{text}");
+    assert!(
+        text.contains(&format!("job llama (run run-42, uid {uid})")),
+        "{text}"
+    );
     assert!(
         text.contains("first failure: rank 1 oom on node-a"),
         "{text}"

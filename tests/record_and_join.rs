@@ -82,16 +82,24 @@ fn record_dir_writes_each_session_as_a_replayable_trace() {
     let trace = std::fs::read_to_string(&files[0]).unwrap();
     let expected: Vec<&String> = lines[1..7].iter().chain(&lines[8..]).collect();
     let recorded: Vec<&str> = trace.lines().collect();
-    // The header: the hello, then the recorder's note of the node it records on.
+    // The header: the hello, then the recorder's notes of the uid the socket gave (never the
+    // client's word) and of the node it records on.
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
     assert!(
-        recorded[1].starts_with(r#"{"type":"trace_host","host":""#),
+        recorded[1].starts_with(&format!(r#"{{"type":"trace_peer","uid":{uid},"#)),
         "{}",
         recorded[1]
+    );
+    assert!(
+        recorded[2].starts_with(r#"{"type":"trace_host","host":""#),
+        "{}",
+        recorded[2]
     );
     let trainer: Vec<&str> = recorded
         .iter()
         .enumerate()
-        .filter(|(i, _)| *i != 1)
+        .filter(|(i, _)| *i != 1 && *i != 2)
         .map(|(_, l)| *l)
         .collect();
     assert_eq!(

@@ -208,8 +208,8 @@ fn a_run_across_a_daemon_restart_is_one_run_with_resent_lines_counted_once() {
         .collect();
     assert_eq!(second.len(), 1, "{second:?}");
     let text = std::fs::read_to_string(&second[0]).unwrap();
-    // After the header (the hello, then the recorder's `trace_host`).
-    let link: serde_json::Value = serde_json::from_str(text.lines().nth(2).unwrap()).unwrap();
+    // After the header (the hello, then the recorder's `trace_peer` and `trace_host`).
+    let link: serde_json::Value = serde_json::from_str(text.lines().nth(3).unwrap()).unwrap();
     assert_eq!(link["type"], "trace_resumes", "{text}");
     assert_eq!(
         link["file"].as_str(),

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod identity;
 #[path = "tui_tmux/jobs.rs"]
 mod jobs;
 #[path = "tui_tmux/tmux.rs"]

@@ -69,6 +69,10 @@ pub struct TraceReport {
     /// The host the daemon recorded on (its `trace_host` line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The session's uid as the daemon read it off the socket (its `trace_peer` line); none in
+    /// traces recorded before traces said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     /// What the trace says of its session as a member of its job, for `jobs`.
     #[serde(skip)]
     pub member: Option<jobs::Facts>,
@@ -195,6 +199,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
         job: None,
         rank: None,
         host: None,
+        uid: None,
         member: None,
         gpu: None,
         samples: 0,
@@ -311,6 +316,11 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 Some(RecorderLine::Resumes(_)) => continue,
                 Some(RecorderLine::Host(h)) => {
                     report.host = Some(h);
+                    continue;
+                }
+                // The header's, which every part repeats: the first one read is the session's.
+                Some(RecorderLine::Peer(uid)) => {
+                    report.uid = report.uid.or(Some(uid));
                     continue;
                 }
                 // The close the daemon saw: the crash is dated by it, not by the last sample.

@@ -64,6 +64,11 @@ fn rank(d: &Daemon, rank: u64) -> UnixStream {
     s
 }
 
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 fn first_failure_rank(d: &Daemon) -> Option<u64> {
     let snap = d.snapshot();
     let jobs = snap["jobs"].as_array()?;
@@ -97,7 +102,10 @@ fn two_daemons_show_one_job_and_its_first_failure_across_them() {
     let pane = tmux.wait_all(
         "jobs",
         &[
-            "■ llama (run run-7) · 8/8 ranks on node-a, node-b · running",
+            &format!(
+                "■ llama (run run-7, uid {}) · 8/8 ranks on node-a, node-b · running",
+                euid()
+            ),
             "llama r0/8",
             "llama r7/8",
         ],
@@ -142,4 +150,59 @@ fn two_daemons_show_one_job_and_its_first_failure_across_them() {
     tmux.keys("jobs", &["q"]);
     assert_eq!(tmux.wait_exit("jobs"), 0);
     tmux.assert_restored("jobs");
+}
+
+/// A user who opens (llama, run-7) first does not get root's ranks of it: the TUI shows two
+/// jobs, told apart by their uid, each with its own ranks and state.
+#[test]
+fn two_users_runs_of_one_name_and_run_id_are_two_jobs_on_screen() {
+    use super::identity::{as_uid, connect, is_root, OTHER};
+    if !is_root() {
+        return;
+    }
+    let Some(tmux) = Tmux::start() else { return };
+    let config = empty_config();
+    // One node with GPUs: the Overview lists trainers under its GPUs.
+    let two_gpus = scenario("two_gpus");
+    let d = Daemon::start(DaemonOpts {
+        scenario: Some(&two_gpus),
+        args: vec!["--interval".into(), "100ms".into()],
+        ..DaemonOpts::default()
+    });
+    let socket = d.socket.clone();
+    let mut bait = as_uid(OTHER, move || connect(&socket, "llama", "run-7", 0, 2, ""));
+    bait.steps(5);
+    let mut root: Vec<_> = (0..2)
+        .map(|r| connect(&d.socket, "llama", "run-7", r, 2, ""))
+        .collect();
+    for r in &mut root {
+        r.steps(5);
+    }
+    let addr = d.addr.to_string();
+    tmux.tui(
+        "identity",
+        config.path(),
+        &[],
+        &["--connect", &addr, "--refresh", "200ms"],
+    );
+    let pane = tmux.wait_all(
+        "identity",
+        &[
+            "■ llama (run run-7, uid 0) · 2/2 ranks · running",
+            &format!("■ llama (run run-7, uid {OTHER}) · 1/2 ranks · running"),
+        ],
+    );
+    assert_eq!(pane.matches("■ llama").count(), 2, "{pane}");
+    // The bait crashes: its job fails, root's runs on.
+    drop(bait);
+    tmux.wait_all(
+        "identity",
+        &[
+            "■ llama (run run-7, uid 0) · 2/2 ranks · running",
+            &format!("■ llama (run run-7, uid {OTHER}) · 1/2 ranks · failed"),
+        ],
+    );
+    tmux.keys("identity", &["q"]);
+    assert_eq!(tmux.wait_exit("identity"), 0);
+    drop(root);
 }

@@ -39,11 +39,13 @@ def run_id(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The run this rank belongs to, the same on every rank of one run (the daemon groups ranks
     into a job by it): $GPUMON_RUN_ID, $TORCHELASTIC_RUN_ID (torchrun), $SLURM_JOB_ID with
     .$SLURM_STEP_ID when set (srun), MASTER_ADDR:MASTER_PORT when both are set; else None.
-    Empty values count as unset."""
+    Empty values, and torchrun's default "none" (the same for every static multi-node run), count
+    as unset: the next source is used."""
     env = os.environ if env is None else env
 
     def get(name: str) -> str:
-        return env.get(name, "").strip()
+        value = env.get(name, "").strip()
+        return "" if no_run_id(value) else value
 
     value = get("GPUMON_RUN_ID") or get("TORCHELASTIC_RUN_ID")
     if not value and get("SLURM_JOB_ID"):
@@ -52,6 +54,11 @@ def run_id(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     if not value and get("MASTER_ADDR") and get("MASTER_PORT"):
         value = get("MASTER_ADDR") + ":" + get("MASTER_PORT")
     return clip_run_id(value) or None
+
+
+def no_run_id(value: str) -> bool:
+    """Whether `value` names no run: empty, or torchrun's default run id "none"."""
+    return value.strip().lower() in ("", "none")
 
 
 def clip_run_id(value: str) -> str:

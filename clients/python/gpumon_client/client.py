@@ -77,8 +77,9 @@ class Client:
         self.disabled = _env.disabled()
         # An explicit run_id wins; empty (or blank) counts as unset, like the environment's. A
         # non-str one (a Slurm job id passed as an int) is taken as its str, never raised on.
+        # torchrun's default "none" names no run either.
         given = run_id.strip() if isinstance(run_id, str) else ("" if run_id is None else str(run_id))
-        self.run_id = _env.clip_run_id(given) if given else _env.run_id()
+        self.run_id = _env.clip_run_id(given) if not _env.no_run_id(given) else _env.run_id()
         self.restart = _env.restart_count()
         self.job = job or os.environ.get("GPUMON_JOB") or None
         self.rank = rank if rank is not None else _env.int_env("RANK")

@@ -30,9 +30,23 @@ LAUNCHER_VARS = ("GPUMON_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_
     ({"SLURM_JOB_ID": "s", "MASTER_ADDR": "a", "MASTER_PORT": "1"}, "s"),
     # Empty is unset.
     ({"GPUMON_RUN_ID": "", "TORCHELASTIC_RUN_ID": "  ", "SLURM_JOB_ID": "s"}, "s"),
+    # torchrun's default run id for static multi-node runs (--master-addr/--master-port) is
+    # "none", the same for every run: unset, so Slurm's job id or the rendezvous address is used.
+    ({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "4242"}, "4242"),
+    ({"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "node-a", "MASTER_PORT": "29500"}, "node-a:29500"),
+    ({"GPUMON_RUN_ID": "None", "TORCHELASTIC_RUN_ID": "none"}, None),
 ])
 def test_run_id_comes_from_the_launcher(env, want):
     assert _env.run_id(env) == want
+
+
+@pytest.mark.parametrize("given", ["none", "", "  ", "NONE"])
+def test_an_explicit_run_id_of_none_falls_through_to_the_launcher(given, monkeypatch):
+    _clean(monkeypatch)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    src = StaticStatsSource(sample_stats.STATS, (100, 200), {})
+    assert Client("j", source=src, socket="/nonexistent", run_id=given).run_id == "77"
 
 
 def test_a_long_run_id_is_cut_on_a_character_boundary():

@@ -1,6 +1,7 @@
 //! `gpumon analyze`'s `jobs`: the traces' sessions grouped by run, across every node whose
 //! record directory was given, and judged by the daemon's own verdict (core::jobs). A trace is
-//! one member, named by its file; its host comes from its `trace_host` line.
+//! one member, named by its file; its host comes from its `trace_host` line, its uid from its
+//! `trace_peer` line (the daemon's reading of the socket, so traces of two users never merge).
 
 use super::TraceReport;
 use crate::core::apply::Core;
@@ -14,6 +15,8 @@ use crate::core::snapshot::jobs::{facts as live_facts, ByPid};
 pub struct Facts {
     pub job: String,
     pub run_id: Option<String>,
+    /// The trace's `trace_peer` uid: part of the job's identity, as live.
+    pub uid: Option<u32>,
     pub world_size: Option<u64>,
     pub conflicts: Vec<String>,
     pub member: Member,
@@ -34,6 +37,7 @@ pub fn facts(core: &Core, report: &TraceReport) -> Option<Facts> {
     Some(Facts {
         job: job.job.clone(),
         run_id: job.run_id.clone(),
+        uid: report.uid,
         world_size: job.world_size,
         conflicts: job.conflicts.clone(),
         member,
@@ -55,6 +59,7 @@ pub fn judge(traces: &mut [TraceReport], cfg: DetectConfig) -> Vec<JobView> {
         let joins = |b: &Basis| {
             b.job == f.job
                 && b.run_id == f.run_id
+                && b.uid == f.uid
                 && (f.run_id.is_some()
                     || (b.world_size == f.world_size && overlaps(&b.members, &f.member)))
         };
@@ -66,6 +71,7 @@ pub fn judge(traces: &mut [TraceReport], cfg: DetectConfig) -> Vec<JobView> {
             None => groups.push(Basis {
                 job: f.job.clone(),
                 run_id: f.run_id.clone(),
+                uid: f.uid,
                 world_size: f.world_size,
                 conflicts: f.conflicts.clone(),
                 members: vec![f.member.clone()],

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::core::trace::{self, RecorderLine, MAX_LINE};
 
-/// Lines looked at for the link: the hello, `trace_gpu`, `trace_host`, `trace_resumes`.
-const HEAD_LINES: usize = 5;
+/// Lines looked at for the link: the hello, `trace_gpu`, `trace_peer`, `trace_host`,
+/// `trace_resumes`, and one to spare.
+const HEAD_LINES: usize = 6;
 
 struct Head {
     instance: Option<String>,

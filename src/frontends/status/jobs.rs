@@ -30,8 +30,8 @@ pub fn section(snap: &Snapshot, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "\n{:<36} {:<8} {:>7}  VERDICT",
-        "JOB", "STATE", "RANKS"
+        "\n{:<36} {:>6} {:<8} {:>7}  VERDICT",
+        "JOB", "UID", "STATE", "RANKS"
     );
     for v in jobs {
         let world = v.world_size.map_or("?".into(), |w| w.to_string());
@@ -47,8 +47,10 @@ pub fn section(snap: &Snapshot, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "{:<36} {:<8} {:>7}  {verdict}",
-            truncate(&v.name(), 36),
+            "{:<36} {:>6} {:<8} {:>7}  {verdict}",
+            truncate(&v.run_name(), 36),
+            // Whose job: two users' runs of one name and run id are two rows.
+            v.uid.map_or("?".into(), |u| u.to_string()),
             v.state.as_str(),
             format!("{}/{world}", v.ranks.len()),
         );

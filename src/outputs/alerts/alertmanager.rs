@@ -120,6 +120,8 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             "pid": s.pid.to_string(),
             "job": opt(s.job.clone()),
             "run_id": opt(s.run_id.clone()),
+            // Whose run: the shipped inhibit matches on (job, run_id, uid).
+            "uid": opt(s.uid.map(|u| u.to_string())),
             "rank": opt(s.rank.map(|r| r.to_string())),
             "session": s.session,
             "finding": f.id,

@@ -126,6 +126,7 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
         session: "s-3".into(),
         job: Some("llama".into()),
         run_id: None,
+        uid: Some(1000),
         rank: Some(1),
         pid: 4242,
         ns_pid: Some(7),
@@ -142,6 +143,7 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
         ("uuid", "GPU-1"),
         ("pid", "4242"),
         ("job", "llama"),
+        ("uid", "1000"),
         ("rank", "1"),
         ("instance", "node1"),
     ] {

@@ -58,9 +58,11 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
             "namespace",
             "pod",
             "run_id",
+            "uid",
         ],
     )
-    // run_id joins a trainer's series to its job (gpumon_job_info); absent without one.
+    // run_id and uid join a trainer's series to its job (gpumon_job_info); run_id is absent
+    // without one.
     .omitting_empty(&["container", "namespace", "pod", "run_id"]);
     let g = |name: &'static str, help: &'static str| {
         Family::gauge(name, help, T).omitting_empty(OMITTED)
@@ -144,9 +146,10 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
         let torch = s.hello.torch.as_deref().unwrap_or("");
         let client = s.hello.client.as_deref().unwrap_or("");
         let run_id = s.hello.run_id.as_deref().unwrap_or("");
+        let uid = s.peer.uid.to_string();
         info.add(
             &[
-                gpu, uuid, pid, job, rank, &s.id, torch, client, container, ns, pod, run_id,
+                gpu, uuid, pid, job, rank, &s.id, torch, client, container, ns, pod, run_id, &uid,
             ],
             1.0,
         );
@@ -199,7 +202,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
     shadowed.add(&[], f64::from(hidden));
     let mut clamped = Family::new(
         "gpumon_ingest_timestamps_clamped_total",
-        "Samples whose ts was over an hour behind or five minutes ahead of their arrival: taken at their arrival time instead.",
+        "Samples whose ts was over an hour behind or five minutes ahead of their arrival (taken at their arrival time instead), and events dated before their session's previous line (taken at its time).",
         Kind::Counter,
         &[],
     );

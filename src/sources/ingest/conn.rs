@@ -252,12 +252,16 @@ impl Conn {
         match a {
             Applied::Opened(o) => {
                 if let Some(tap) = &self.tap {
-                    // Each part of the trace begins with the hello and the GPU it names.
+                    // Each part of the trace begins with the hello, the GPU it names and the
+                    // uid the socket gave (a client cannot say whose job its trace is).
                     let mut header = raw.to_vec();
                     if let Some(gpu) = &o.trace_gpu {
                         header.push(b'\n');
                         header.extend_from_slice(gpu);
                     }
+                    header.push(b'\n');
+                    header
+                        .extend_from_slice(&crate::core::trace::peer_line(self.link.peer.uid, now));
                     self.trace = Some(tap.start(&o.id, o.job.as_deref(), o.rank, now, &header));
                 }
                 let welcome = Reply::Welcome {

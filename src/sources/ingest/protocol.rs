@@ -300,9 +300,17 @@ fn hello(r: Raw) -> Result<Hello, Rejection> {
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
         caps: caps(r.caps)?,
         instance: label("instance", r.instance)?,
-        run_id: label("run_id", r.run_id)?,
+        run_id: label("run_id", r.run_id)?.filter(|r| !no_run_id(r)),
         restart: r.restart,
     })
+}
+
+/// A run id that names no run: empty, or torchrun's default `none` (its `--rdzv-id` when none
+/// was given, the same for every static multi-node run), which would make every such run of a
+/// job name one job.
+pub fn no_run_id(r: &str) -> bool {
+    let r = r.trim();
+    r.is_empty() || r.eq_ignore_ascii_case("none")
 }
 
 /// `caps`: at most `MAX_CAPS` names of at most `MAX_CAP` bytes; anything else refuses the hello.

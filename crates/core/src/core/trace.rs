@@ -65,6 +65,14 @@ pub fn host_line(host: &str, ts: f64) -> Vec<u8> {
     format!("{{\"type\":\"trace_host\",\"host\":{host},\"ts\":{ts:.3}}}").into_bytes()
 }
 
+/// The recorder's note of the session's socket peer: the uid the kernel gave for the
+/// connection (SO_PEERCRED), never the client's word, in the header every part of a trace
+/// begins with. `gpumon analyze` groups jobs by it, as the daemon did. No newline, as
+/// `gpu_line`.
+pub fn peer_line(uid: u32, ts: f64) -> Vec<u8> {
+    format!("{{\"type\":\"trace_peer\",\"uid\":{uid},\"ts\":{ts:.3}}}").into_bytes()
+}
+
 /// The recorder's note, after the hello of a session's first part, of the trace the same client
 /// (hello's `instance`) wrote last: its connection before a daemon restart or a reconnect, so
 /// `gpumon analyze` can read the two as one run. `file` is a name in the same directory.
@@ -109,6 +117,8 @@ pub enum RecorderLine {
     Resumes(String),
     /// `trace_host`: the host the daemon recorded on.
     Host(String),
+    /// `trace_peer`: the session's uid, as the daemon read it off the socket.
+    Peer(u32),
     /// `trace_closed`: when the connection closed without bye.
     Closed(f64),
     /// `trace_nvml`: NVML's figure for the process and when it was polled; none when the
@@ -143,6 +153,7 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
         file: Option<String>,
         host: Option<String>,
         // Numbers as any value, so one of the wrong type is named, not a parse error.
+        uid: Option<Value>,
         used_bytes: Option<Value>,
         ts: Option<Value>,
     }
@@ -155,6 +166,7 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
         "trace_end",
         "trace_resumes",
         "trace_host",
+        "trace_peer",
         "trace_closed",
         "trace_nvml",
     ];
@@ -186,6 +198,17 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
             }
             "trace_resumes" => RecorderLine::Resumes(m.file.ok_or_else(|| needs("file"))?),
             "trace_host" => RecorderLine::Host(m.host.ok_or_else(|| needs("host"))?),
+            "trace_peer" => {
+                let uid = m.uid.ok_or_else(|| needs("uid"))?;
+                let n = uid.as_u64().and_then(|u| u32::try_from(u).ok());
+                RecorderLine::Peer(n.ok_or_else(|| {
+                    format!(
+                        "trace_peer: uid = {} is not a uid (a whole number from 0 to {})",
+                        quote(&uid),
+                        u32::MAX
+                    )
+                })?)
+            }
             "trace_closed" => RecorderLine::Closed(ts.ok_or_else(|| needs("ts"))?),
             // "trace_nvml": both figures or neither (the daemon had none of the process's own).
             _ => match (used, ts) {

@@ -48,6 +48,7 @@ fn job(name: &str, run: &str, world: u64, members: Vec<Member>) -> JobView {
         Basis {
             job: name.into(),
             run_id: Some(run.into()),
+            uid: Some(1000),
             world_size: Some(world),
             members,
             ..Basis::default()
@@ -113,8 +114,8 @@ fn a_failed_job_says_which_rank_failed_first_and_who_followed() {
     assert_eq!(
         lines,
         [
-            "JOB                                  STATE      RANKS  VERDICT",
-            "train-ddp (run r-42)                 failed       4/4  failed: rank 2 oom on node-a at step 812, then 3 ranks within 1.8 s",
+            "JOB                                     UID STATE      RANKS  VERDICT",
+            "train-ddp (run r-42)                   1000 failed       4/4  failed: rank 2 oom on node-a at step 812, then 3 ranks within 1.8 s",
             &format!("  rank 2 oom: {OOM}"),
             "  followed: rank 0 crash +1.2s, rank 1 crash +1.5s, rank 3 crash +1.8s",
             "  memory: peaks 3.5 GiB-4.5 GiB (highest rank 2)",
@@ -140,8 +141,8 @@ fn a_running_job_shows_its_spread_headroom_forecast_findings_and_conflicts() {
     let out = table(&node(vec![v]), &origin());
     let lines = section(&out);
     assert_eq!(
-        lines[1].split_whitespace().collect::<Vec<_>>()[..5],
-        ["llm", "(run", "7)", "running", "2/2"]
+        lines[1].split_whitespace().collect::<Vec<_>>()[..6],
+        ["llm", "(run", "7)", "1000", "running", "2/2"]
     );
     assert!(lines[1].trim_end().ends_with(" -"), "{out}");
     assert_eq!(
@@ -186,4 +187,21 @@ fn the_json_output_carries_the_jobs() {
     assert_eq!(j["first_failure"]["kind"], "oom");
     assert_eq!(j["consequences"].as_array().map(Vec::len), Some(3));
     assert_eq!(j["memory"]["peak_max_rank"], 2);
+}
+
+#[test]
+fn two_users_runs_of_one_name_and_run_id_are_two_rows_told_apart_by_uid() {
+    let mut root = failed();
+    root.uid = Some(0);
+    let out = table(&node(vec![failed(), root]), &origin());
+    let rows: Vec<&str> = section(&out)
+        .into_iter()
+        .filter(|l| l.starts_with("train-ddp"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_ne!(rows[0], rows[1], "{out}");
+    let uid = |l: &str| l.split_whitespace().nth(3).map(str::to_string);
+    let mut uids: Vec<String> = rows.iter().filter_map(|l| uid(l)).collect();
+    uids.sort();
+    assert_eq!(uids, ["0", "1000"], "{out}");
 }

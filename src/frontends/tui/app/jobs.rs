@@ -1,5 +1,5 @@
-//! Jobs as the TUI shows them: each daemon's `jobs`, one per (`job`, `run_id`) across every
-//! daemon it is connected to. A run seen by several daemons is judged again as one by
+//! Jobs as the TUI shows them: each daemon's `jobs`, one per (`job`, `run_id`, uid) across
+//! every daemon it is connected to. A run seen by several daemons is judged again as one by
 //! `jobs::merge` (the earliest failure on any node is the cause), with the hosts whose clock is
 //! measured off by more than the tolerance named, so that it says "order unknown" instead of
 //! guessing; a job only one daemon sees stays as that daemon judged it (with its own cascade
@@ -51,14 +51,18 @@ impl Jobs {
             })
             .collect();
         // Each daemon's views, grouped by run; a job without a run id is its daemon's alone.
-        let mut runs: BTreeMap<(String, String), Vec<(usize, JobView)>> = BTreeMap::new();
+        type Run = (String, String, Option<u32>);
+        let mut runs: BTreeMap<Run, Vec<(usize, JobView)>> = BTreeMap::new();
         let mut groups: Vec<Vec<(usize, JobView)>> = Vec::new();
         for (n, node) in nodes.iter().enumerate() {
             let Some(snap) = &node.snap else { continue };
             for v in &snap.jobs {
                 let v = with_host(v.clone(), &snap.hostname);
                 match v.run_id.clone() {
-                    Some(run) => runs.entry((v.job.clone(), run)).or_default().push((n, v)),
+                    Some(run) => runs
+                        .entry((v.job.clone(), run, v.uid))
+                        .or_default()
+                        .push((n, v)),
                     None => groups.push(vec![(n, v)]),
                 }
             }
@@ -100,7 +104,15 @@ impl Jobs {
                 JobState::Ended => 2,
                 JobState::Unknown => 3,
             };
-            (order(a), &a.view.job, &a.view.run_id).cmp(&(order(b), &b.view.job, &b.view.run_id))
+            let key = |j: &Job| {
+                (
+                    order(j),
+                    j.view.job.clone(),
+                    j.view.run_id.clone(),
+                    j.view.uid,
+                )
+            };
+            key(a).cmp(&key(b))
         });
         for (i, (job, sessions)) in list.into_iter().enumerate() {
             out.of.extend(sessions.into_iter().map(|k| (k, i)));

@@ -72,7 +72,7 @@ fn pods_label_processes_and_sessions_and_are_left_out_outside_kubernetes() {
         )
     );
     assert!(line(r#"gpumon_trainer_info{gpu="",uuid="GPU-0",pid="10""#)
-        .contains(r#",container="4f1c2a9b8e3d",namespace="default",pod="myapp-pod"} 1"#));
+        .contains(r#",container="4f1c2a9b8e3d",namespace="default",pod="myapp-pod",uid=""#));
     assert!(
         line(r#"gpumon_leak_suspected{gpu="",uuid="GPU-0",pid="10""#).ends_with(
             r#"rank="",container="4f1c2a9b8e3d",namespace="default",pod="myapp-pod"} 0"#

@@ -619,3 +619,19 @@ fn hello_run_id_is_kept_as_sent_and_bounded() {
     let err = parse(br#"{"type":"hello","v":1,"restart":-1}"#).unwrap_err();
     assert_eq!(err.code, Code::BadField);
 }
+
+#[test]
+fn a_run_id_of_none_or_empty_names_no_run() {
+    // torchrun's default run id for static multi-node runs is "none", the same for every run.
+    for run in ["none", "NONE", "", "  "] {
+        let line = format!(r#"{{"type":"hello","v":1,"job":"llama","run_id":"{run}"}}"#);
+        let Message::Hello(h) = parse(line.as_bytes()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(h.run_id, None, "{run:?}");
+    }
+    let Message::Hello(h) = parse(br#"{"type":"hello","v":1,"run_id":"none-7"}"#).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.run_id.as_deref(), Some("none-7"));
+}

@@ -84,6 +84,10 @@ pub struct Subject {
     /// The run of the job (hello's `run_id`): with `job`, which job the finding is of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The session's uid, as the socket's peer credentials gave it: with `job` and `run_id`,
+    /// whose job (jobs.md); none for a finding of no session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     pub rank: Option<u64>,
     /// Host pid (SO_PEERCRED).
     pub pid: u32,

@@ -326,6 +326,7 @@ fn refresh(f: &mut Finding, p: &ProcessReading, k: &Known, since: Timestamp, now
         session: k.session.clone().unwrap_or_default(),
         job: k.job.clone(),
         run_id: k.run_id.clone(),
+        uid: None,
         rank: k.rank,
         pid: p.pid,
         ns_pid: k.ns_pid,

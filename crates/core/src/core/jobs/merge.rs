@@ -1,8 +1,10 @@
 //! Several daemons' views of jobs as one (`gpumon tui --connect A B`, `gpumon analyze` over
-//! record directories of several nodes): the members of one (`job`, `run_id`) from every host
-//! are judged together by the one verdict, so the first failure is the earliest on any node
-//! and the cascade spans nodes. Jobs without a run id are not merged across hosts: nothing
-//! says two nodes' `train.py` are one run.
+//! record directories of several nodes): the members of one (`job`, `run_id`, uid) from every
+//! host are judged together by the one verdict, so the first failure is the earliest on any
+//! node and the cascade spans nodes. Jobs without a run id are not merged across hosts: nothing
+//! says two nodes' `train.py` are one run. Nor are the ranks of different uids: a run whose
+//! ranks run as root on one node and as a user on another is one job per uid, as Prometheus's
+//! `by (job, run_id, uid)` sees it, so no user's failure is put into another's run.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +16,9 @@ use super::JobView;
 /// widest cascade window its daemons were judged with (`rules.cascade` when none says): a rank
 /// on a node that waits out NCCL's timeout is a consequence there, so it is one here too.
 pub fn merge(views: Vec<JobView>, skewed_hosts: &[String], rules: &Rules) -> Vec<JobView> {
-    let mut cascade: BTreeMap<(String, String), f64> = BTreeMap::new();
-    let mut by_run: BTreeMap<(String, String), Basis> = BTreeMap::new();
+    type Key = (String, String, Option<u32>);
+    let mut cascade: BTreeMap<Key, f64> = BTreeMap::new();
+    let mut by_run: BTreeMap<Key, Basis> = BTreeMap::new();
     let mut alone = Vec::new();
     for v in views {
         let Some(run) = v.run_id.clone() else {
@@ -23,15 +26,20 @@ pub fn merge(views: Vec<JobView>, skewed_hosts: &[String], rules: &Rules) -> Vec
             continue;
         };
         if let Some(c) = v.cascade_seconds.filter(|c| c.is_finite() && *c >= 0.0) {
-            let w = cascade.entry((v.job.clone(), run.clone())).or_insert(c);
+            let w = cascade
+                .entry((v.job.clone(), run.clone(), v.uid))
+                .or_insert(c);
             *w = w.max(c);
         }
-        let b = by_run.entry((v.job.clone(), run)).or_insert_with(|| Basis {
-            job: v.job.clone(),
-            run_id: v.run_id.clone(),
-            skewed_hosts: skewed_hosts.to_vec(),
-            ..Basis::default()
-        });
+        let b = by_run
+            .entry((v.job.clone(), run, v.uid))
+            .or_insert_with(|| Basis {
+                job: v.job.clone(),
+                run_id: v.run_id.clone(),
+                uid: v.uid,
+                skewed_hosts: skewed_hosts.to_vec(),
+                ..Basis::default()
+            });
         b.world_size = b.world_size.or(v.world_size);
         b.restarts = b.restarts.max(v.restarts);
         let earlier = match (&b.previous_failure, &v.previous_failure) {
@@ -125,6 +133,35 @@ mod tests {
         let m = merge(vec![a, b], &["b".to_string()], &Rules::default());
         let f = m[0].first_failure.as_ref().unwrap();
         assert_eq!(f.order_unknown, (4..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn one_run_id_under_two_uids_is_two_jobs_each_with_its_own_cause() {
+        // Node a runs ranks 0-3 as uid 1000, node b ranks 4-7 as root; b's rank 4 crashed
+        // first. Across uids nothing is merged: a's OOM stays a's cause, b's crash b's.
+        let mut a = node("a", 0..4, Some((3, Kind::Oom, 100.0)));
+        let mut b = node("b", 4..8, Some((4, Kind::Crash, 99.0)));
+        a.uid = Some(1000);
+        b.uid = Some(0);
+        let m = merge(vec![a, b], &[], &Rules::default());
+        assert_eq!(m.len(), 2, "{m:#?}");
+        let by_uid = |u: u32| m.iter().find(|j| j.uid == Some(u)).unwrap();
+        let (a, b) = (by_uid(1000), by_uid(0));
+        assert_eq!(a.ranks, vec![0, 1, 2, 3]);
+        assert_eq!(b.ranks, vec![4, 5, 6, 7]);
+        let fa = a.first_failure.as_ref().unwrap();
+        assert_eq!((fa.rank, fa.kind), (Some(3), Kind::Oom));
+        let fb = b.first_failure.as_ref().unwrap();
+        assert_eq!((fb.rank, fb.kind), (Some(4), Kind::Crash));
+        assert_ne!(a.name(), b.name());
+        // The same uid on both nodes is one job, as before.
+        let mut c = node("a", 0..4, Some((3, Kind::Oom, 100.0)));
+        let mut d = node("b", 4..8, Some((4, Kind::Crash, 99.0)));
+        c.uid = Some(1000);
+        d.uid = Some(1000);
+        let one = merge(vec![c, d], &[], &Rules::default());
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].uid, Some(1000));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Jobs: the sessions of one training run (jobs.md). A session joins the job of its (`job`,
-//! `run_id`), and only one whose sessions share its uid (root's sessions may join any), so
-//! another local user cannot put a failure into someone else's job. Sessions without `run_id`
+//! `run_id`, uid), the uid being its socket peer's, with no exception for root, so no local
+//! user can put a failure into someone else's job nor take a failure out of it. Sessions without `run_id`
 //! join a job of the same uid, `job` and `world_size` that still has a live session (their
 //! lives overlap); a run that starts after every rank of the last one ended is a new job.
 //!
@@ -77,6 +77,7 @@ impl Job {
         Basis {
             job: self.job.clone(),
             run_id: self.run_id.clone(),
+            uid: Some(self.uid),
             world_size: self.world_size,
             restarts: self.restarts,
             previous_failure: self.previous_failure.clone(),
@@ -153,7 +154,7 @@ impl Jobs {
         };
         let rules = self.rules;
         let records: usize = self.jobs.iter().map(|j| j.members.len()).sum();
-        if records >= MAX_RECORDS && !self.evict(|j| j.id != id) {
+        if records >= MAX_RECORDS && !self.make_room(uid, id) {
             self.ungrouped += 1;
             return None;
         }
@@ -189,18 +190,58 @@ impl Jobs {
     }
 
     fn find(&self, name: &str, run_id: Option<&str>, world: Option<u64>, uid: u32) -> Option<u64> {
-        let same = |j: &&Job| j.job == name && j.run_id.as_deref() == run_id;
+        // The uid is part of the identity, root's too: a job another user opened first under
+        // the same name and run id is not this session's, whoever this session is.
+        let same = |j: &&Job| j.uid == uid && j.job == name && j.run_id.as_deref() == run_id;
         let fits = |j: &&Job| match run_id {
             Some(_) => true,
             // Without a run id, only a job still running, of the same size.
             None => j.live() && j.world_size == world,
         };
-        let own = self.jobs.iter().filter(same).filter(fits);
-        let mine = own.clone().rfind(|j| j.uid == uid);
-        // Root's sessions may join any uid's job (a launcher that runs one rank as root).
-        let mut own = own;
-        mine.or_else(|| (uid == 0).then(|| own.next()).flatten())
-            .map(|j| j.id)
+        self.jobs.iter().filter(same).rfind(fits).map(|j| j.id)
+    }
+
+    /// Frees one record for a session of `uid` joining job `joining`, at `MAX_RECORDS`: the
+    /// uid holding the most records gives one up (the joiner's own uid on a tie), so one user's
+    /// hello-then-close flood costs only that user. False when that uid has nothing ended.
+    fn make_room(&mut self, uid: u32, joining: u64) -> bool {
+        let mut held: std::collections::BTreeMap<u32, usize> = Default::default();
+        for j in &self.jobs {
+            *held.entry(j.uid).or_default() += j.members.len();
+        }
+        let Some(hog) = held
+            .iter()
+            .max_by_key(|(u, n)| (**n, **u == uid))
+            .map(|(u, _)| *u)
+        else {
+            return false;
+        };
+        self.evict(|j| j.uid == hog && j.id != joining) || self.drop_ended_member(hog)
+    }
+
+    /// Drops the longest-ended member of a job of `uid`: one that ended cleanly first, then a
+    /// failed one that is not its job's cause (a crash flood's consequences).
+    fn drop_ended_member(&mut self, uid: u32) -> bool {
+        let mut best: Option<(bool, Timestamp, usize, usize)> = None;
+        for (ji, j) in self.jobs.iter().enumerate().filter(|(_, j)| j.uid == uid) {
+            for (mi, m) in j.members.iter().enumerate() {
+                let Some(ended) = m.ended else { continue };
+                if j.cause.as_deref() == Some(m.session.as_str()) {
+                    continue;
+                }
+                let key = (m.failure.is_some(), ended, ji, mi);
+                if best.is_none_or(|b| (key.0, key.1) < (b.0, b.1)) {
+                    best = Some(key);
+                }
+            }
+        }
+        match best {
+            Some((_, _, ji, mi)) => {
+                self.jobs[ji].members.remove(mi);
+                true
+            }
+            None => false,
+        }
     }
 
     fn create(&mut self, name: &str, h: &Hello, uid: u32, now: Timestamp) -> Option<u64> {
@@ -276,7 +317,14 @@ impl Jobs {
             Classified::default()
         };
         while self.jobs.iter().filter(|j| !j.live()).count() > ENDED_KEPT {
-            if !self.evict(|_| true) {
+            // The uid with the most ended jobs gives one up: another user's churn of short
+            // runs cannot push a failed job out before its hold.
+            let mut ended: std::collections::BTreeMap<u32, usize> = Default::default();
+            for j in self.jobs.iter().filter(|j| !j.live()) {
+                *ended.entry(j.uid).or_default() += 1;
+            }
+            let hog = ended.iter().max_by_key(|(_, n)| **n).map(|(u, _)| *u);
+            if !self.evict(|j| Some(j.uid) == hog) {
                 break;
             }
         }

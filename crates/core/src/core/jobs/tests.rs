@@ -47,11 +47,15 @@ fn ranks_of_one_run_are_one_job_and_two_runs_never_merge() {
     assert!(a.iter().all(|x| *x == a[0] && x.is_some()));
     let b = j.join("s-9", 99, 1000, &hello("llama", Some("r2"), 0, 4), 1.0);
     assert_ne!(a[0], b);
-    // Another user's session with the same job and run is not let in; root's is.
+    // Another user's session with the same job and run is not let in, root's neither: the uid
+    // is part of the identity.
     let other = j.join("s-10", 98, 1001, &hello("llama", Some("r1"), 1, 4), 1.0);
     assert_ne!(other, a[0]);
     let root = j.join("s-11", 97, 0, &hello("llama", Some("r1"), 1, 4), 1.0);
-    assert_eq!(root, a[0]);
+    assert!(root.is_some());
+    assert_ne!(root, a[0]);
+    assert_ne!(root, other);
+    assert_eq!(j.get(root.unwrap()).unwrap().uid, 0);
     // No job name: no job.
     let mut h = hello("x", None, 0, 1);
     h.job = None;
@@ -278,4 +282,112 @@ fn a_member_keeps_what_was_firing_as_it_ended_and_the_dead_job_tells_it() {
     assert_eq!(v.findings_at_failure.len(), 1);
     assert_eq!(v.findings_at_failure[0].ranks, vec![0, 1]);
     assert!(v.findings.is_empty());
+}
+
+#[test]
+fn a_user_who_opened_a_job_first_does_not_get_roots_ranks_of_that_name_and_run() {
+    // uid 1000 opens (llama, 42) first; root's 8 ranks then come and one runs out of memory.
+    let mut j = Jobs::default();
+    let bait = j
+        .join("s-a", 500, 1000, &hello("llama", Some("42"), 0, 8), 1.0)
+        .unwrap();
+    let roots: Vec<u64> = (0..8)
+        .map(|r| {
+            j.join(
+                &format!("s-{r}"),
+                10 + r as u32,
+                0,
+                &hello("llama", Some("42"), r, 8),
+                2.0,
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(roots.iter().all(|x| *x == roots[0] && *x != bait));
+    // The attacker crashes first; root's rank 5 then dies of its OOM: root's job names the OOM
+    // as its cause, not a consequence of the attacker's crash.
+    assert_eq!(
+        j.left(bait, "s-a", 10.0, crash(10.0), Vec::new()),
+        Classified::default()
+    );
+    let c = j.left(roots[0], "s-5", 11.0, oom(11.0), Vec::new());
+    assert_eq!(c.consequence_of, None);
+    assert!(c.relabel.is_empty());
+}
+
+#[test]
+fn one_users_hello_then_close_flood_leaves_the_shared_records_to_others() {
+    // 4 live sessions (4 jobs) and ~1,020 sessions that said hello and closed at once.
+    let mut j = Jobs::default();
+    let mut n = 0;
+    for k in 0..4u64 {
+        let run = format!("flood-{k}");
+        let id = j
+            .join(
+                &format!("live-{k}"),
+                1,
+                1000,
+                &hello("x", Some(&run), 0, 1024),
+                0.0,
+            )
+            .unwrap();
+        for r in 1..MAX_MEMBERS as u64 {
+            let s = format!("f-{k}-{r}");
+            if j.join(&s, 2, 1000, &hello("x", Some(&run), r, 1024), n as f64)
+                .is_some()
+            {
+                j.left(id, &s, n as f64 + 0.1, crash(n as f64 + 0.1), Vec::new());
+            }
+            n += 1;
+        }
+    }
+    let records: usize = j.iter().map(|x| x.members.len()).sum();
+    assert_eq!(records, MAX_RECORDS, "the flood fills every record");
+    // Another user's 8 ranks are all grouped, into one job.
+    let ids: Vec<Option<u64>> = (0..8u64)
+        .map(|r| {
+            j.join(
+                &format!("v-{r}"),
+                100,
+                2000,
+                &hello("bert", Some("7"), r, 8),
+                9e3,
+            )
+        })
+        .collect();
+    assert!(ids.iter().all(|x| x.is_some() && *x == ids[0]), "{ids:?}");
+    assert_eq!(j.get(ids[0].unwrap()).unwrap().members.len(), 8);
+    let records: usize = j.iter().map(|x| x.members.len()).sum();
+    assert!(records <= MAX_RECORDS, "{records}");
+    // The flooder's live sessions are all still grouped: only its ended ones made room.
+    let live: usize = j
+        .iter()
+        .filter(|x| x.uid == 1000)
+        .map(|x| x.members.iter().filter(|m| m.ended.is_none()).count())
+        .sum();
+    assert_eq!(live, 4);
+}
+
+#[test]
+fn another_users_churn_of_ended_jobs_does_not_push_out_a_failed_job() {
+    let mut j = Jobs::default();
+    let victim = j
+        .join("v", 1, 2000, &hello("bert", Some("7"), 0, 1), 0.0)
+        .unwrap();
+    j.left(victim, "v", 1.0, oom(1.0), Vec::new());
+    for i in 0..1000u64 {
+        let run = format!("churn-{i}");
+        let id = j
+            .join(
+                &format!("c-{i}"),
+                2,
+                1000,
+                &hello("x", Some(&run), 0, 1),
+                2.0 + i as f64,
+            )
+            .unwrap();
+        j.left(id, &format!("c-{i}"), 2.5 + i as f64, None, Vec::new());
+    }
+    assert!(j.get(victim).is_some(), "the victim's failed job is kept");
+    assert!(j.iter().filter(|x| !x.live()).count() <= ENDED_KEPT);
 }

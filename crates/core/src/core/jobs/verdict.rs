@@ -40,6 +40,9 @@ impl Default for Rules {
 pub struct Basis {
     pub job: String,
     pub run_id: Option<String>,
+    /// Whose job it is: the uid of its sessions' socket peer (none: a trace recorded before
+    /// traces said it).
+    pub uid: Option<u32>,
     pub world_size: Option<u64>,
     pub restarts: u64,
     pub previous_failure: Option<FirstFailure>,
@@ -86,6 +89,7 @@ pub fn verdict(b: Basis, rules: &Rules) -> JobView {
         sessions: b.members.iter().map(|m| m.session.clone()).collect(),
         job: b.job,
         run_id: b.run_id,
+        uid: b.uid,
         world_size: b.world_size,
         ranks,
         hosts,

@@ -168,6 +168,11 @@ pub struct StrayRank {
 pub struct JobView {
     pub job: String,
     pub run_id: Option<String>,
+    /// Whose job it is: the uid the daemon read off its sessions' socket (SO_PEERCRED), part of
+    /// the job's identity with `job` and `run_id`. Null only for traces recorded before traces
+    /// said it.
+    #[serde(default)]
+    pub uid: Option<u32>,
     pub world_size: Option<u64>,
     pub ranks: Vec<u64>,
     pub sessions: Vec<String>,
@@ -210,8 +215,19 @@ pub struct JobView {
 }
 
 impl JobView {
-    /// The job as one line names it: `llama-ft` or `llama-ft (run 1234)`.
+    /// The job as one line names it: `llama-ft (uid 1000)` or `llama-ft (run 1234, uid 1000)`;
+    /// two users' runs of one name and run id are two jobs, and read as two.
     pub fn name(&self) -> String {
+        match (&self.run_id, self.uid) {
+            (Some(r), Some(u)) => format!("{} (run {r}, uid {u})", self.job),
+            (None, Some(u)) => format!("{} (uid {u})", self.job),
+            _ => self.run_name(),
+        }
+    }
+
+    /// The job's name and run without its uid: `llama-ft (run 1234)`, for a table whose own
+    /// column says the uid.
+    pub fn run_name(&self) -> String {
         match &self.run_id {
             Some(r) => format!("{} (run {r})", self.job),
             None => self.job.clone(),

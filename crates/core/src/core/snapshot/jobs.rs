@@ -51,6 +51,7 @@ pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
             .cmp(&live(b))
             .then_with(|| a.job.cmp(&b.job))
             .then_with(|| a.run_id.cmp(&b.run_id))
+            .then_with(|| a.uid.cmp(&b.uid))
     });
     out
 }

@@ -85,6 +85,9 @@ pub struct Session {
     pub started: Timestamp,
     pub last_sample: Option<(Timestamp, Sample)>,
     pub last_arrival: Option<Timestamp>,
+    /// The time of the session's latest sample or event, as taken: a later event is dated no
+    /// earlier, so no rank can backdate an OOM to take over as its job's cause after the fact.
+    pub latest_ts: Option<Timestamp>,
     pub samples: u64,
     pub retries: Counter,
     pub ooms: OomCount,
@@ -280,6 +283,7 @@ impl Sessions {
             session: id.clone(),
             job: hello.job.clone(),
             run_id: hello.run_id.clone(),
+            uid: Some(peer.uid),
             rank: hello.rank,
             pid: peer.pid,
             ns_pid: hello.ns_pid,
@@ -294,6 +298,7 @@ impl Sessions {
                 started: now,
                 last_sample: None,
                 last_arrival: None,
+                latest_ts: None,
                 samples: 0,
                 retries: Counter::default(),
                 ooms: OomCount::default(),
@@ -370,12 +375,20 @@ impl Sessions {
         let point = point(&s.stats, s.step, s.phase.is_train());
         sess.series.push(s.ts, point);
         sess.samples += 1;
+        sess.latest_ts = Some(sess.latest_ts.map_or(s.ts, |t| t.max(s.ts)));
         sess.last_arrival = Some(now);
         sess.last_sample = Some((s.ts, s));
     }
 
-    pub fn event(&mut self, key: u64, e: Event) {
+    pub fn event(&mut self, key: u64, mut e: Event) {
         if let Some(sess) = self.live.get_mut(&key) {
+            // Dated no earlier than the session's previous line: clamped to it, and counted
+            // with the other clamped times (a trainer's lines are sent in the order they happen).
+            if let Some(prev) = sess.latest_ts.filter(|p| e.ts < *p) {
+                e.ts = prev;
+                self.timestamps_clamped += 1;
+            }
+            sess.latest_ts = Some(sess.latest_ts.map_or(e.ts, |t| t.max(e.ts)));
             sess.alloc_limit = e.alloc_limit.or(sess.alloc_limit);
             if e.kind == EventKind::Oom {
                 sess.ooms.event();

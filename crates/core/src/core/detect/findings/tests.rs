@@ -10,6 +10,7 @@ fn crash(session: u64, job: &str, ts: Timestamp) -> Finding {
             session: format!("s-{session}"),
             job: Some(job.into()),
             run_id: None,
+            uid: None,
             rank: Some(session),
             pid: 100 + session as u32,
             ns_pid: None,

@@ -207,6 +207,99 @@ fn another_users_session_cannot_join_the_job() {
     let ours = snap.jobs.iter().find(|j| j.sessions.len() == 8).unwrap();
     assert_eq!(ours.first_failure.as_ref().unwrap().rank, Some(5));
     assert_eq!(snap.jobs.len(), 2, "mallory's session is a job of its own");
+    let uids: Vec<Option<u32>> = snap.jobs.iter().map(|j| j.uid).collect();
+    assert!(
+        uids.contains(&Some(1000)) && uids.contains(&Some(1001)),
+        "{uids:?}"
+    );
+    let theirs = snap.jobs.iter().find(|j| j.uid == Some(1001)).unwrap();
+    assert_ne!(theirs.name(), ours.name());
+}
+
+#[test]
+fn root_is_no_exception_a_job_another_user_opened_first_gets_none_of_roots_ranks() {
+    let mut s = Sessions::new(SessionLimits::default());
+    let mallory = Peer {
+        pid: 666,
+        uid: 1001,
+        gid: 1001,
+    };
+    let (m, _) = s.open(mallory, hello(0), 5.0);
+    let root = |r: u64| Peer {
+        pid: 2000 + r as u32,
+        uid: 0,
+        gid: 0,
+    };
+    let keys: Vec<u64> = (0..8).map(|r| s.open(root(r), hello(r), 10.0).0).collect();
+    for (r, k) in keys.iter().enumerate() {
+        s.sample(*k, sample(1, 11.0, r as u64), 11.0);
+    }
+    s.close(m, Ending::Crash, 60.0);
+    s.event(keys[5], oom(100.0));
+    s.close(keys[5], Ending::Crash, 100.2);
+    let five = s
+        .firing()
+        .find(|f| f.kind == Kind::Oom && f.subject.rank == Some(5))
+        .cloned()
+        .unwrap();
+    assert_eq!(five.severity, Severity::Critical, "root's OOM still pages");
+    assert!(five.consequence_of.is_none(), "{five:#?}");
+    assert_eq!(five.subject.uid, Some(0));
+    let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
+    store.sessions = s;
+    let snap = Snapshot::build(&store, "h", 0.0);
+    let roots = snap.jobs.iter().find(|j| j.uid == Some(0)).unwrap();
+    assert_eq!(roots.ranks, (0..8).collect::<Vec<u64>>());
+    let f = roots.first_failure.as_ref().unwrap();
+    assert_eq!((f.rank, f.kind), (Some(5), Kind::Oom));
+}
+
+#[test]
+fn a_rank_cannot_backdate_an_oom_before_its_own_lines_to_take_over_as_the_cause() {
+    let mut s = Sessions::new(SessionLimits::default());
+    let keys = job_of_8(&mut s);
+    s.event(keys[5], oom(100.0));
+    s.close(keys[5], Ending::Crash, 100.2);
+    // Rank 3 keeps sending (a sample dated 101), then an OOM dated a second before rank 5's:
+    // it is taken at its own previous line's time, 101, and follows rank 5's.
+    s.sample(keys[3], sample(21, 101.0, 3), 101.0);
+    let clamped = s.timestamps_clamped;
+    s.event(keys[3], oom(99.0));
+    assert_eq!(s.timestamps_clamped, clamped + 1);
+    s.close(keys[3], Ending::Crash, 101.3);
+    let five = s
+        .firing()
+        .find(|f| f.kind == Kind::Oom && f.subject.rank == Some(5))
+        .cloned()
+        .unwrap();
+    assert_eq!(five.severity, Severity::Critical);
+    assert!(five.consequence_of.is_none(), "{five:#?}");
+    let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
+    store.sessions = s;
+    let snap = Snapshot::build(&store, "h", 0.0);
+    let f = snap.jobs[0].first_failure.as_ref().unwrap();
+    assert_eq!((f.rank, f.kind, f.ts), (Some(5), Kind::Oom, 100.0));
+    let three = snap.jobs[0]
+        .consequences
+        .iter()
+        .find(|c| c.rank == Some(3))
+        .unwrap();
+    assert_eq!((three.kind, three.ts), (Kind::Oom, 101.0));
+}
+
+#[test]
+fn an_event_dated_after_the_sessions_last_line_keeps_its_time() {
+    let mut s = Sessions::new(SessionLimits::default());
+    let keys = job_of_8(&mut s);
+    let clamped = s.timestamps_clamped;
+    s.event(keys[2], oom(30.5));
+    s.close(keys[2], Ending::Crash, 31.0);
+    assert_eq!(s.timestamps_clamped, clamped);
+    let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
+    store.sessions = s;
+    let snap = Snapshot::build(&store, "h", 0.0);
+    let f = snap.jobs[0].first_failure.as_ref().unwrap();
+    assert_eq!((f.rank, f.ts), (Some(2), 30.5));
 }
 
 #[test]
