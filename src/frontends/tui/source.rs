@@ -33,16 +33,15 @@ fn fetch(
         since.unwrap_or("")
     );
     let mut resp = client.get(&url).map_err(|e| format!("{base}: {e}"))?;
-    let mut body = resp
+    let body = resp
         .body_mut()
         .with_config()
         .limit(64 << 20)
         .read_to_vec()
         .map_err(|e| format!("{base}: {e}"))?;
-    // ratatui drops control characters when it draws, not the bidirectional ones: those go
-    // here, once per poll, so no trainer's name reorders what the screen shows.
-    crate::util::printable::strip_bidi(&mut body);
-    serde_json::from_slice(&body)
+    // Every string escaped by the one rule as it is parsed, once per poll: ratatui would drop
+    // an escape's control character and draw the rest of it, and draw the invisible ones.
+    serde_json::from_slice(&crate::util::printable::json_strings(&body))
         .map_err(|e| format!("{base} answered, but not with a gpumon snapshot: {e}"))
 }
 
