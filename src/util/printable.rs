@@ -114,21 +114,27 @@ fn escape(s: &str, keep_newline: bool) -> Cow<'_, str> {
 fn may_hold_escaped(text: &[u8], keep_newline: bool) -> bool {
     let newline = if keep_newline { b'\n' } else { 0xff };
     text.iter().fold(false, |hit, &b| {
-        hit | ((b < 0x20 && b != newline)
-            | (b == 0x7f)
-            // U+0080–U+00BF; U+0340–U+037F; U+0600–U+06FF; U+0700–U+073F.
-            | (b == 0xc2)
-            | (b == 0xcd)
-            | (b == 0xd8)
-            | (b == 0xdb)
-            | (b == 0xdc)
-            // U+0800–U+3FFF: 0890, 08E2, 115F, 17B4, 180B, 200B..., 3164.
-            | (0xe0..=0xe3).contains(&b)
-            // U+F000–U+FFFF; U+10000–U+3FFFF; U+C0000–U+FFFFF.
-            | (b == 0xef)
-            | (b == 0xf0)
-            | (b == 0xf3))
+        hit | ((b < 0x20 && b != newline) | may_start_escaped(b))
     })
+}
+
+/// Whether `b` is DEL or a UTF-8 lead byte that starts some escaped character: the test of
+/// [`may_hold_escaped`] beyond C0. Never a continuation byte (0x80–0xBF), so text scanned for
+/// these bytes is stopped only at the start of a character.
+fn may_start_escaped(b: u8) -> bool {
+    (b == 0x7f)
+        // U+0080–U+00BF; U+0340–U+037F; U+0600–U+06FF; U+0700–U+073F.
+        | (b == 0xc2)
+        | (b == 0xcd)
+        | (b == 0xd8)
+        | (b == 0xdb)
+        | (b == 0xdc)
+        // U+0800–U+3FFF: 0890, 08E2, 115F, 17B4, 180B, 200B..., 3164.
+        | (0xe0..=0xe3).contains(&b)
+        // U+F000–U+FFFF; U+10000–U+3FFFF; U+C0000–U+FFFFF.
+        | (b == 0xef)
+        | (b == 0xf0)
+        | (b == 0xf3)
 }
 
 /// Every string in a JSON document, map keys included, through [`printable`]: a whole snapshot

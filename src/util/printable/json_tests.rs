@@ -107,3 +107,16 @@ fn the_json_log_writer_passes_each_line_through_json_ascii() {
         "{\"job\":\"a\\u202eb\\u009b\"}\n"
     );
 }
+
+#[test]
+fn an_escaped_character_is_found_at_any_place_in_the_blocks_scanned() {
+    for at in 0..200 {
+        for c in ["\u{200b}", "\\u001b", "\u{9b}", "\u{7f}", "\\n"] {
+            let text = format!("{{\"a\":\"{}{c}{}\"}}", "x".repeat(at), "y".repeat(at % 7));
+            let v = through(text.as_bytes());
+            let s = v["a"].as_str().unwrap();
+            assert!(s.starts_with(&"x".repeat(at)), "{at} {c}");
+            assert!(!s.chars().any(escaped) && s.contains("\\u{"), "{at} {c}: {s}");
+        }
+    }
+}

@@ -272,3 +272,11 @@ fn every_string_in_a_document_is_escaped_keys_too() {
         })
     );
 }
+
+#[test]
+fn the_scan_stops_only_at_the_start_of_a_character() {
+    // json_strings skips to these bytes: never a continuation byte, never ASCII but DEL.
+    for b in (0u8..0x7f).chain(0x80..0xc0) {
+        assert!(!may_start_escaped(b), "{b:#x}");
+    }
+}
