@@ -110,6 +110,24 @@ fn analyze_shows_hostile_jobs_and_paths_escaped() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(raw(&out.stdout), Vec::<String>::new(), "{text}");
     assert_eq!(missing(&text), Vec::<&str>::new(), "{text}");
+    // The JSON report keeps the true strings, nothing raw.
+    let out = Command::new(BIN)
+        .args(["--config", "/dev/null", "analyze", "--format", "json"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(raw(&out.stdout), Vec::<String>::new());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut jobs: Vec<&str> = v["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["job"].as_str())
+        .collect();
+    let mut want = HOSTILE.to_vec();
+    jobs.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(jobs, want);
 
     // A path named by a hostile string (a file in a shared directory, a name in a script):
     // named in the error escaped. A NUL cannot be in a path.

@@ -116,7 +116,10 @@ fn an_escaped_character_is_found_at_any_place_in_the_blocks_scanned() {
             let v = through(text.as_bytes());
             let s = v["a"].as_str().unwrap();
             assert!(s.starts_with(&"x".repeat(at)), "{at} {c}");
-            assert!(!s.chars().any(escaped) && s.contains("\\u{"), "{at} {c}: {s}");
+            assert!(
+                !s.chars().any(escaped) && s.contains("\\u{"),
+                "{at} {c}: {s}"
+            );
         }
     }
 }
