@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         return match write_stdout(&gpumon::config::example()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                gpumon::util::stderr::line(&format!("gpumon config: cannot write to stdout: {e}"));
+                error_line(&format!("gpumon config: cannot write to stdout: {e}"));
                 ExitCode::FAILURE
             }
         };
@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         return match gpumon::frontends::demo::run_trainer(a) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                gpumon::util::stderr::line(&format!("gpumon demo-trainer: {e:#}"));
+                error_line(&format!("gpumon demo-trainer: {e:#}"));
                 ExitCode::FAILURE
             }
         };
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
     let config = match cli.resolve() {
         Ok(c) => c,
         Err(e) => {
-            gpumon::util::stderr::line(&format!("gpumon: {e}"));
+            error_line(&format!("gpumon: {e}"));
             return ExitCode::from(ConfigError::EXIT_CODE);
         }
     };
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         Command::Status(s) => gpumon::frontends::status::fetch(&config.machine(), &s.source)
             .and_then(|(snap, origin)| {
                 let out = if s.json {
-                    serde_json::to_string_pretty(&snap)? + "\n"
+                    json_ascii(serde_json::to_string_pretty(&snap)?) + "\n"
                 } else {
                     gpumon::frontends::status::table(&snap, &origin)
                 };
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            gpumon::util::stderr::line(&format!("gpumon: {e:#}"));
+            error_line(&format!("gpumon: {e:#}"));
             // What only a config change can fix is final for systemd (RestartPreventExitStatus).
             if e.downcast_ref::<ConfigError>().is_some() {
                 ExitCode::from(ConfigError::EXIT_CODE)
@@ -108,19 +108,20 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
     let (report, errors) = gpumon::frontends::analyze::analyze(&a.traces, config.detect());
     let out = match a.format {
         gpumon::cli::AnalyzeFormat::Json => {
-            serde_json::to_string(&report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-                + "\n"
+            json_ascii(
+                serde_json::to_string(&report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+            ) + "\n"
         }
         gpumon::cli::AnalyzeFormat::Text => gpumon::frontends::analyze::text(&report),
     };
     if let Err(e) = write_stdout(&out) {
-        gpumon::util::stderr::line(&format!(
+        error_line(&format!(
             "gpumon analyze: cannot write the report to stdout: {e}"
         ));
         return ExitCode::from(2);
     }
     for e in &errors {
-        gpumon::util::stderr::line(&format!("gpumon analyze: {e}"));
+        error_line(&format!("gpumon analyze: {e}"));
     }
     if !errors.is_empty() {
         ExitCode::from(2)
@@ -128,6 +129,22 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// An error on stderr, through the one escaping rule (`gpumon::util::printable`): errors quote
+/// what a daemon, a trainer or a file said (serde's "unknown variant `…`" quotes the value), and
+/// none of it may drive the terminal or start a line of its own.
+fn error_line(s: &str) {
+    gpumon::util::stderr::line(&gpumon::util::printable::printable(s));
+}
+
+/// JSON gpumon wrote, for a terminal as much as a program: the characters the escaping rule
+/// names, which serde_json leaves raw, written as `\uXXXX` (the same document to a decoder).
+fn json_ascii(json: String) -> String {
+    match gpumon::util::printable::json_ascii(&json) {
+        std::borrow::Cow::Borrowed(_) => json,
+        std::borrow::Cow::Owned(o) => o,
     }
 }
 
@@ -319,13 +336,18 @@ fn init_tracing(config: &Config) -> tracing_appender::non_blocking::WorkerGuard 
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .log_internal_errors(false)
-        .with_writer(writer);
+        .log_internal_errors(false);
     match config.log_format {
-        LogFormat::Json => builder.json().init(),
+        // JSON-escaped by serde_json, but C1 controls, bidi and invisible characters raw: the
+        // log is `cat` to a terminal too.
+        LogFormat::Json => builder
+            .with_writer(gpumon::util::printable::JsonAscii(writer))
+            .json()
+            .init(),
         // A trainer's strings reach log lines (finding messages, job names): escaped there as on
         // `gpumon status`.
         LogFormat::Text => builder
+            .with_writer(writer)
             .fmt_fields(gpumon::util::printable::LogFields)
             .init(),
     }

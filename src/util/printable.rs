@@ -1,26 +1,79 @@
-//! The one rule for showing a trainer's text to a person: `gpumon status`, `gpumon analyze`'s
-//! text, the text log. A trainer names its job, files, functions and errors, and any of those
-//! can hold bytes a terminal obeys (clear the screen, retitle the window, rewrite the line).
+//! The one rule for showing text to a person: `gpumon status`, `gpumon analyze`'s text, the
+//! TUI, the text log, and every error `main` prints. A trainer names its job, files, functions
+//! and errors, a daemon (or whatever answers on its port) sends snapshots and error texts, and
+//! any of those can hold characters a terminal obeys (clear the screen, retitle the window,
+//! write the clipboard, rewrite the line) or draws as nothing.
 //!
 //! What is escaped, as `\u{…}` (the hex of the code point, the way Rust writes it):
 //! - every control character (Unicode category Cc): C0 (U+0000–U+001F, so ESC, BEL, CR, LF and
 //!   TAB too), DEL (U+007F) and C1 (U+0080–U+009F, where U+009B is a one-character CSI);
-//! - the bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069): they
-//!   draw no glyph but reorder what follows, so `gro.py` can be shown for `yp.org`
-//!   ("Trojan Source", CVE-2021-42574).
+//! - every format character (category Cf, as of Unicode 15.1): the bidirectional marks,
+//!   embeddings, overrides and isolates (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069),
+//!   which draw no glyph but reorder what follows, so `gro.py` can be shown for `yp.org`
+//!   ("Trojan Source", CVE-2021-42574); the zero-width and invisible ones (U+00AD soft hyphen,
+//!   U+180E, U+200B–U+200D, U+2060–U+2064, U+206A–U+206F, U+FEFF), which hide text in plain
+//!   sight and make a terminal and gpumon count columns differently; the tags (U+E0001,
+//!   U+E0020–U+E007F), invisible ASCII; and the rest (U+0600–U+0605, U+06DD, U+070F,
+//!   U+0890–U+0891, U+08E2, U+FFF9–U+FFFB, U+110BD, U+110CD, U+13430–U+1343F,
+//!   U+1BCA0–U+1BCA3, U+1D173–U+1D17A), which join or hide what is next to them;
+//! - the line and paragraph separators (U+2028, U+2029: categories Zl, Zp), which some
+//!   terminals and editors take for a newline;
+//! - the other default-ignorable code points, which fonts draw as nothing: U+034F, the Hangul
+//!   fillers (U+115F, U+1160, U+3164, U+FFA0), U+17B4–U+17B5, the variation selectors
+//!   (U+180B–U+180D, U+180F, U+FE00–U+FE0F, U+E0100–U+E01EF: an emoji's U+FE0F is one a
+//!   terminal may draw one column wide or two), and those unassigned yet (U+2065, U+FFF0–U+FFF8,
+//!   the rest of U+E0000–U+E0FFF).
 //!
-//! Everything else is kept, backslashes included: the escape is for a reader, not a decoder,
-//! and JSON outputs never go through here (they carry the true string, escaped as JSON).
-//! The TUI keeps a rule of its own for the controls: ratatui drops every grapheme that holds a
-//! control character when it draws (so a hostile name loses its escapes rather than showing
-//! them); the bidirectional controls, which it would draw, are removed from each snapshot it
-//! fetches ([`strip_bidi`]).
+//! The cost: an emoji joined by U+200D, or one asking for colour by U+FE0F, shows its parts
+//! with the joiner as `\u{200d}`; a Persian word with U+200C shows it. Honest columns are
+//! worth it in a monitor's table. Combining marks and wide characters are drawn as they are.
+//!
+//! Everything else is kept, backslashes included: the escape is for a reader, not a decoder.
+//! The JSON outputs (`status --json`, `analyze --format json`, the JSON log) carry the true
+//! string, with these characters written as JSON's `\uXXXX` ([`json_ascii`]): still the same
+//! string to a decoder, and inert when the file is `cat` to a terminal.
+//! The TUI reads a daemon's snapshot through [`json_strings`], which writes every string's
+//! escaped characters as `\u{…}` text before it is parsed: so ratatui, which would drop a
+//! grapheme holding a control character and draw the rest of the escape sequence, and
+//! measures widths by its own tables, only ever sees what this rule leaves.
 
 use std::borrow::Cow;
 
+mod json;
+
+pub use json::{json_ascii, json_strings, JsonAscii};
+
 /// True for a character that is escaped (see the module's list).
 pub fn escaped(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{34f}'
+                | '\u{600}'..='\u{605}'
+                | '\u{61c}'
+                | '\u{6dd}'
+                | '\u{70f}'
+                | '\u{890}'..='\u{891}'
+                | '\u{8e2}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                | '\u{110bd}'
+                | '\u{110cd}'
+                | '\u{13430}'..='\u{1343f}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
 }
 
 /// `s` for one line of a terminal: every escaped character written as `\u{1b}`, newlines too,
@@ -53,37 +106,35 @@ fn escape(s: &str, keep_newline: bool) -> Cow<'_, str> {
 }
 
 /// Whether UTF-8 text may hold a character [`escaped`] escapes (newlines aside when
-/// `keep_newline`): each is a byte below 0x20, DEL, or starts with 0xC2 (C1) or 0xE2 (the
-/// bidirectional controls), so text with none of those bytes is clean without a look at its
-/// characters. A whole report is checked this way, and every string of a snapshot. Clean text
-/// is read to its end anyway, so the fold does not stop early: the compiler makes it vector
-/// code.
+/// `keep_newline`): each is a byte below 0x20, DEL, or starts with one of the lead bytes
+/// below (C2 for C1 and U+00AD, E2 for U+2000–U+2FFF, F3 for the tags...), so text with none
+/// of those bytes is clean without a look at its characters. A whole report is checked this
+/// way, and every string of a snapshot. Clean text is read to its end anyway, so the fold
+/// does not stop early: the compiler makes it vector code.
 fn may_hold_escaped(text: &[u8], keep_newline: bool) -> bool {
     let newline = if keep_newline { b'\n' } else { 0xff };
     text.iter().fold(false, |hit, &b| {
-        hit | ((b < 0x20 && b != newline) | (b == 0x7f) | (b == 0xc2) | (b == 0xe2))
+        hit | ((b < 0x20 && b != newline) | may_start_escaped(b))
     })
 }
 
-/// Removes the bidirectional controls (see [`escaped`]) from UTF-8 text, in place: for the TUI,
-/// which draws them as text. Each is three bytes (E2 80 AA–AE, E2 81 A6–A9), so what is left is
-/// still UTF-8, and still JSON when the text was (serde_json writes them raw, never as `\u`).
-pub fn strip_bidi(text: &mut Vec<u8>) {
-    let bidi = |w: &[u8]| matches!(w, [0xe2, 0x80, 0xaa..=0xae] | [0xe2, 0x81, 0xa6..=0xa9]);
-    if !text.windows(3).any(bidi) {
-        return;
-    }
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        if text.get(i..i + 3).is_some_and(bidi) {
-            i += 3;
-        } else {
-            out.push(text[i]);
-            i += 1;
-        }
-    }
-    *text = out;
+/// Whether `b` is DEL or a UTF-8 lead byte that starts some escaped character: the test of
+/// [`may_hold_escaped`] beyond C0. Never a continuation byte (0x80–0xBF), so text scanned for
+/// these bytes is stopped only at the start of a character.
+fn may_start_escaped(b: u8) -> bool {
+    (b == 0x7f)
+        // U+0080–U+00BF; U+0340–U+037F; U+0600–U+06FF; U+0700–U+073F.
+        | (b == 0xc2)
+        | (b == 0xcd)
+        | (b == 0xd8)
+        | (b == 0xdb)
+        | (b == 0xdc)
+        // U+0800–U+3FFF: 0890, 08E2, 115F, 17B4, 180B, 200B..., 3164.
+        | (0xe0..=0xe3).contains(&b)
+        // U+F000–U+FFFF; U+10000–U+3FFFF; U+C0000–U+FFFFF.
+        | (b == 0xef)
+        | (b == 0xf0)
+        | (b == 0xf3)
 }
 
 /// Every string in a JSON document, map keys included, through [`printable`]: a whole snapshot

@@ -98,10 +98,13 @@ impl Daemon {
         let sink = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = listen_addr(&line) {
+                let addr = listen_addr(&line);
+                // Recorded before the address goes out: a test that starts on it may look for
+                // this very line at once.
+                sink.lock().unwrap().push(line);
+                if let Some(addr) = addr {
                     let _ = tx.send(addr);
                 }
-                sink.lock().unwrap().push(line);
             }
         });
         let addr = rx

@@ -88,10 +88,9 @@ fn fetch(
     if body.len() as u64 > MAX_ANSWER {
         return Err(too_big(&format!("more than {MAX_ANSWER}")));
     }
-    // ratatui drops control characters when it draws, not the bidirectional ones: those go
-    // here, once per poll, so no trainer's name reorders what the screen shows.
-    crate::util::printable::strip_bidi(&mut body);
-    let snap = serde_json::from_slice(&body)
+    // Every string escaped by the one rule as it is parsed, once per poll: ratatui would drop
+    // an escape's control character and draw the rest of it, and draw the invisible ones.
+    let snap = serde_json::from_slice(&crate::util::printable::json_strings(&body))
         .map_err(|e| format!("{base} answered, but not with a gpumon snapshot: {e}"))?;
     Ok(Fetched::Snapshot(Box::new(snap), etag))
 }

@@ -76,23 +76,6 @@ fn a_value_with_nothing_to_escape_is_not_copied() {
     assert_eq!(copy["job"], "evil\\u{1b}[2J\\u{a}");
 }
 
-#[test]
-fn bidi_controls_are_stripped_from_utf8_and_the_json_stays_valid() {
-    let v =
-        serde_json::json!({"job": "gro\u{202e}yp.\u{2066}x\u{2069}", "ok": "caf\u{e9} \u{2028}"});
-    let mut bytes = serde_json::to_vec(&v).unwrap();
-    strip_bidi(&mut bytes);
-    let back: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(back["job"], "groyp.x");
-    assert_eq!(
-        back["ok"], "caf\u{e9} \u{2028}",
-        "other characters are kept"
-    );
-    let mut plain = b"{\"a\":\"b\"}".to_vec();
-    strip_bidi(&mut plain);
-    assert_eq!(plain, b"{\"a\":\"b\"}");
-}
-
 use super::*;
 
 #[test]
@@ -121,14 +104,109 @@ fn c0_del_and_c1_controls_are_escaped() {
 }
 
 #[test]
-fn bidirectional_controls_are_escaped_and_other_format_characters_kept() {
+fn bidirectional_and_invisible_characters_are_escaped_and_visible_ones_kept() {
     assert_eq!(printable("a\u{202e}yp.org"), "a\\u{202e}yp.org");
-    for c in ['\u{202a}', '\u{202d}', '\u{2066}', '\u{2069}'] {
-        assert!(escaped(c), "{c:?}");
+    assert_eq!(printable("a\u{200b}b\u{feff}"), "a\\u{200b}b\\u{feff}");
+    assert_eq!(printable("tag\u{e0041}"), "tag\\u{e0041}");
+    for c in [
+        '\u{202a}',
+        '\u{202d}',
+        '\u{2066}',
+        '\u{2069}',
+        '\u{200e}',
+        '\u{200f}',
+        '\u{61c}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{200b}',
+        '\u{200d}',
+        '\u{feff}',
+        '\u{2060}',
+        '\u{2064}',
+        '\u{180e}',
+        '\u{ad}',
+        '\u{34f}',
+        '\u{3164}',
+        '\u{fe0f}',
+        '\u{e0001}',
+        '\u{e01ef}',
+    ] {
+        assert!(escaped(c), "U+{:04X}", c as u32);
     }
-    // The zero-width joiner makes emoji; the marks around the range are ordinary text.
-    for c in ['\u{200d}', '\u{2029}', '\u{206a}', '\u{200e}'] {
-        assert!(!escaped(c), "{c:?}");
+    // Their neighbours, combining marks and wide characters are text.
+    for c in [
+        '\u{ac}',
+        '\u{ae}',
+        '\u{200a}',
+        '\u{2010}',
+        '\u{2027}',
+        '\u{202f}',
+        '\u{205f}',
+        '\u{2070}',
+        '\u{301}',
+        '\u{e9}',
+        '\u{65e5}',
+        '\u{1f600}',
+        '\u{fffd}',
+        '\u{e1000}',
+    ] {
+        assert!(!escaped(c), "U+{:04X}", c as u32);
+    }
+}
+
+/// The escaped set is what the module's doc lists: every Cc, Cf, Zl and Zp character, and the
+/// other default-ignorable code points, over all of Unicode; and the quick byte test never
+/// misses one.
+#[test]
+fn the_escaped_set_is_the_documented_one_over_all_of_unicode() {
+    let listed = |c: u32| {
+        matches!(c,
+            0..=0x1f | 0x7f..=0x9f
+            // Cf (Unicode 15.1).
+            | 0xad | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x890..=0x891 | 0x8e2 | 0x180e
+            | 0x200b..=0x200f | 0x202a..=0x202e | 0x2060..=0x2064 | 0x2066..=0x206f | 0xfeff
+            | 0xfff9..=0xfffb | 0x110bd | 0x110cd | 0x13430..=0x1343f | 0x1bca0..=0x1bca3
+            | 0x1d173..=0x1d17a | 0xe0001 | 0xe0020..=0xe007f
+            // Zl, Zp.
+            | 0x2028 | 0x2029
+            // Default_Ignorable_Code_Point beyond Cf.
+            | 0x34f | 0x115f..=0x1160 | 0x17b4..=0x17b5 | 0x180b..=0x180d | 0x180f | 0x2065
+            | 0x3164 | 0xfe00..=0xfe0f | 0xffa0 | 0xfff0..=0xfff8 | 0xe0000..=0xe0fff)
+    };
+    let mut n = 0;
+    for c in (0..=0x10ffffu32).filter_map(char::from_u32) {
+        assert_eq!(escaped(c), listed(c as u32), "U+{:04X}", c as u32);
+        if escaped(c) {
+            n += 1;
+            let text = format!("ab{c}cd");
+            assert!(
+                may_hold_escaped(text.as_bytes(), false),
+                "U+{:04X}",
+                c as u32
+            );
+            assert!(matches!(printable(&text), Cow::Owned(_)));
+        }
+    }
+    // 65 Cc, 170 Cf, U+2028, U+2029, and the default-ignorables outside Cf.
+    assert_eq!(n, 4273, "the size of the set");
+}
+
+#[path = "../../../tests/common/hostile.rs"]
+pub(super) mod hostile;
+
+/// The shared corpus: escaped, each reads as one line of visible text, and escaping is
+/// idempotent (the TUI's strings are escaped on arrival and again where a screen lays them).
+#[test]
+fn the_hostile_corpus_leaves_nothing_a_terminal_obeys() {
+    for s in hostile::HOSTILE {
+        let shown = printable(s);
+        assert!(!shown.chars().any(escaped), "{s:?} -> {shown:?}");
+        assert!(
+            shown.chars().all(|c| !c.is_whitespace() || c == ' '),
+            "{shown:?}"
+        );
+        assert_eq!(printable(&shown), shown, "idempotent");
+        assert!(hostile::first_escape(&shown).len() <= 12, "{shown}");
     }
 }
 
@@ -193,4 +271,12 @@ fn every_string_in_a_document_is_escaped_keys_too() {
             "map": {"k\\u{9b}": {"deep": "\\u{d}"}}
         })
     );
+}
+
+#[test]
+fn the_scan_stops_only_at_the_start_of_a_character() {
+    // json_strings skips to these bytes: never a continuation byte, never ASCII but DEL.
+    for b in (0u8..0x7f).chain(0x80..0xc0) {
+        assert!(!may_start_escaped(b), "{b:#x}");
+    }
 }

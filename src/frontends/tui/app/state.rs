@@ -7,6 +7,7 @@ use super::rows::{self, RowKey};
 use crate::core::model::Timestamp;
 use crate::frontends::tui::finding::{Finding, FindingView};
 use crate::frontends::tui::geometry;
+use crate::util::printable::{printable, printable_copy};
 
 pub use super::action::{Action, Screen};
 pub use super::lists::{FindingList, ProcTable};
@@ -169,6 +170,9 @@ impl App {
         };
         match update {
             Update::Snapshot(snap) => {
+                // Read in this process: /proc's process names and NVML's errors, escaped here
+                // as a daemon's answer is escaped where it is read (source.rs).
+                let snap = printable_copy(&*snap).map_or(snap, Box::new);
                 self.now = self.now.max(snap.ts);
                 node.absorb(*snap);
             }
@@ -193,7 +197,7 @@ impl App {
                     _ => ts,
                 };
                 node.link = Link::Down {
-                    error,
+                    error: printable(&error).into_owned(),
                     since,
                     retry_in_s,
                     attempt,

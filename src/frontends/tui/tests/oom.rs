@@ -194,8 +194,8 @@ fn the_first_listed_of_an_explained_oom_and_an_attributed_leak_is_shown() {
     }
 }
 
-/// Strings from a trainer reach the terminal without their control characters, wherever the
-/// explanation puts them.
+/// Strings from a trainer reach the terminal with their control characters escaped, not
+/// dropped (which left the rest of each sequence drawn), wherever the explanation puts them.
 #[test]
 fn control_characters_from_the_trainer_never_reach_the_terminal() {
     let hostile = "x\u{1b}[2J\u{1b}]0;owned\u{7}\r\n\u{8}\u{9b}y";
@@ -227,8 +227,13 @@ fn control_characters_from_the_trainer_never_reach_the_terminal() {
                 .filter(|s| s.chars().any(char::is_control))
                 .collect();
             assert!(bad.is_empty(), "{w}x{h}: {bad:?}\n{}", text(&t));
-            // The text around them still shows.
-            assert!(text(&t).contains("x[2J]0;owned"), "{w}x{h}:\n{}", text(&t));
+            // Shown escaped, and no residue of a dropped one.
+            let shown = text(&t);
+            assert!(
+                shown.contains("x\\u{1b}[2J\\u{1b}]0;owned"),
+                "{w}x{h}:\n{shown}"
+            );
+            assert!(!shown.contains("x[2J"), "{w}x{h}:\n{shown}");
         }
     }
 }

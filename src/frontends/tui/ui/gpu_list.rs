@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::fmt::{clip, plural};
+use super::fmt::{clip, pad, plural};
 use super::gauge::gauge;
 use super::header::disconnected;
 use super::spark::{bar, buckets, short, spark_range};
@@ -113,7 +113,7 @@ fn compact(node: &Node, g: &GpuView, width: u16, now: Timestamp, t: Theme) -> Li
     let name = r.identity.name.trim_start_matches("NVIDIA ");
     let mut s = vec![
         Span::styled(format!("{:>2} ", r.identity.index), t.bold()),
-        Span::raw(format!("{:<16} ", clip(name, 16))),
+        Span::raw(format!("{} ", pad(&clip(name, 16), 16))),
     ];
     match (r.state, r.memory) {
         (GpuState::Ok, Some(m)) => {

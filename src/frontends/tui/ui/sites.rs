@@ -5,7 +5,7 @@
 
 use ratatui::text::{Line, Span};
 
-use super::fmt::{ago, plural, thousands};
+use super::fmt::{self, ago, plural, thousands};
 use super::theme::Theme;
 use crate::core::detect::attribution::{Attribution, Site};
 use crate::core::detect::peak::Peak;
@@ -157,7 +157,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for w in text.split_whitespace() {
-        if !cur.is_empty() && cur.chars().count() + 1 + w.chars().count() > width {
+        if !cur.is_empty() && fmt::width(&cur) + 1 + fmt::width(w) > width {
             out.push(std::mem::take(&mut cur));
         }
         if !cur.is_empty() {

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 use std::cmp::Ordering;
 
-use super::fmt::{clip, plural};
+use super::fmt::{self, clip, pad as pad_cells, plural};
 use super::job_lines::lines as job_lines;
 use super::theme::Theme;
 use crate::core::jobs::JobState;
@@ -82,7 +82,7 @@ pub(super) fn trainers(f: &mut Frame, area: Rect, app: &App, t: Theme) {
     };
     let indent = |g: &Group| if g.job.is_some() { INDENT } else { 0 };
     let name_need = rows()
-        .map(|(g, r)| r.cell(Column::Name).chars().count() + indent(g))
+        .map(|(g, r)| fmt::width(r.cell(Column::Name)) + indent(g))
         .max()
         .unwrap_or(0);
     let badges_need = rows().map(|(_, r)| badges_width(r)).max().unwrap_or(0);
@@ -271,8 +271,8 @@ fn row(r: &ProcRow, cols: &[(Column, usize)], indent: usize, t: Theme) -> Line<'
             }
             Column::Name => {
                 let w = w.saturating_sub(indent);
-                let name = clip(r.cell(*c), w);
-                spans.push(Span::raw(format!("{:indent$}{name:<w$}", "")));
+                let name = pad_cells(&clip(r.cell(*c), w), w);
+                spans.push(Span::raw(format!("{:indent$}{name}", "")));
             }
             _ => spans.push(Span::raw(format!("{:<w$}", pad(r.cell(*c), *c, *w)))),
         }

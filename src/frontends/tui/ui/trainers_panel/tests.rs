@@ -95,3 +95,33 @@ fn a_job_s_lines_come_before_its_ranks_and_a_cut_says_what_is_below() {
         "{three}"
     );
 }
+
+/// Names are measured in cells, not characters: after a wide (CJK) name, or one with combining
+/// marks, the columns start where they start on every other row.
+#[test]
+fn wide_and_combining_names_keep_the_columns_aligned() {
+    use crate::frontends::tui::app::state::{Action, Update};
+    let mut app = fixtures::demo_like();
+    let mut s = app.nodes[0].snap.clone().unwrap();
+    s.sessions[0].job = Some("训练-日本語-モデル".into());
+    s.sessions[1].job = Some("cafe\u{301}-e\u{301}te\u{301}".into());
+    app.update(Action::Data {
+        node: 0,
+        update: Update::Snapshot(Box::new(s)),
+    });
+    for w in [80, 120, 160] {
+        let shown = drawn_of(&app, w, 8);
+        assert!(shown.contains("训练-日本語-モデル"), "{shown}");
+        // Where each row's FLOOR figure ends, in cells.
+        let ends: Vec<usize> = shown
+            .lines()
+            .filter(|l| l.contains(" r0/1"))
+            .map(|l| {
+                let at = l.find("iB").unwrap_or_else(|| panic!("{w}: {l}"));
+                ratatui::text::Span::raw(&l[..at]).width()
+            })
+            .collect();
+        assert_eq!(ends.len(), 4, "{w}:\n{shown}");
+        assert!(ends.iter().all(|e| *e == ends[0]), "{w}: {ends:?}\n{shown}");
+    }
+}
