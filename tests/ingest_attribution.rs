@@ -298,7 +298,14 @@ fn a_trainer_that_cannot_attribute_leaves_the_finding_and_says_why() {
         session_events(&d, "attribution_failed"),
         ["unavailable: torch.cuda is not available"]
     );
-    assert!(leak_finding(&d).unwrap().get("attribution").is_none());
+    let leak = leak_finding(&d).unwrap();
+    assert!(leak.get("attribution").is_none());
+    // The message itself says why no line is named: status, alerts and the webhook show it.
+    let message = leak["message"].as_str().unwrap();
+    assert!(
+        message.ends_with("; no line is named: the trainer cannot record allocation history (torch.cuda is not available)"),
+        "{message}"
+    );
 }
 
 /// The one trace file the recorder wrote in `dir` (beside its own note file).

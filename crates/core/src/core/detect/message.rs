@@ -257,6 +257,39 @@ pub fn attributed(a: &Attribution) -> Option<String> {
     Some(m)
 }
 
+/// The clause a leak gets instead of a line when its trainer answered but named none: why no
+/// line is named ("no line is named: the trainer cannot record allocation history (torch.cuda
+/// is not available)"), so that every output of the finding says it, not only the TUI's detail.
+/// None when the attribution names a line.
+pub fn unattributed(a: &Attribution) -> Option<String> {
+    let detail = a
+        .detail
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    let why = match a.error.as_deref() {
+        Some("unavailable") => {
+            format!("the trainer cannot record allocation history{detail}")
+        }
+        Some("failed") => format!("recording allocation history failed{detail}"),
+        Some("cut_short") => {
+            "the trainer stopped reporting before its recording window ended".to_string()
+        }
+        Some(code) => format!("the trainer could not attribute ({code}){}", detail),
+        None if a.top().is_some() => return None,
+        None => match (a.step_from, a.step_to) {
+            (Some(from), Some(to)) if to > from => format!(
+                "no allocation site grew in steps {}\u{2013}{}",
+                thousands(from),
+                thousands(to)
+            ),
+            _ => "no allocation site grew while history was recording".to_string(),
+        },
+    };
+    Some(format!("no line is named: {why}"))
+}
+
 /// One clause naming what held the memory at the step peak: "at the step peak 52% of live
 /// memory (2.0 GiB) was allocated at model.py:88 in attention". None when the trainer found no
 /// site or could not say (its error is shown apart).

@@ -250,6 +250,9 @@ impl Sessions {
                 }
                 let detail = format!("{error}: {}", a.detail.as_deref().unwrap_or(""));
                 event(sess, a.ts, "attribution_failed", detail);
+                // The finding says why it names no line, wherever it is shown.
+                let target = if replay { None } else { finding.as_deref() };
+                sess.detect.unattributed(target, &a, &mut self.findings);
             }
             None => {
                 // Live, only the finding asked about takes it: a leak raised again meanwhile
