@@ -362,6 +362,13 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
     {
         let answered = a.finding.as_ref().and_then(|id| seen.get(id));
         if let Some(f) = answered.and_then(|i| report.findings.get_mut(*i)) {
+            if f.attribution.is_none() {
+                // Its message says why no line is named, as the live finding's does.
+                if let Some(why) = crate::core::detect::message::unattributed(a) {
+                    f.message.push_str("; ");
+                    f.message.push_str(&why);
+                }
+            }
             f.attribution.get_or_insert_with(|| a.clone());
         }
     }
