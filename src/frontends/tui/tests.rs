@@ -185,6 +185,13 @@ fn every_column_and_header_word_is_explained_in_the_help() {
     assert!(screen.contains("0 unsent"), "{screen}");
     assert!(!screen.contains("dropped"), "{screen}");
     assert_eq!(super::app::state::HELP_PAGES, ui::help::PAGES.len());
+    // Every line of the help fits its overlay whole: none is cut mid-word.
+    for (_, rows) in ui::help::PAGES {
+        for (key, what) in rows {
+            assert!(key.chars().count() <= 16, "{key}");
+            assert!(what.chars().count() <= ui::help::MEANING, "{what}");
+        }
+    }
 }
 
 #[test]

@@ -39,7 +39,7 @@ const WORDS: [(&str, &str); 19] = [
     ("RESERVED", "held by PyTorch's caching allocator"),
     ("FRAG", "(reserved − allocated) / reserved"),
     ("OUTSIDE", "NVML used − reserved: memory outside PyTorch"),
-    ("", "(CUDA context, NCCL); ? unknown: enter says why"),
+    ("", "(CUDA context, NCCL); ? unknown: enter: why"),
     ("RETRY", "cudaMalloc retries after freeing the cache"),
     ("STEP", "the trainer's latest training step"),
     ("r0/8", "rank 0 of a run of 8 ranks (world size)"),
@@ -53,9 +53,15 @@ const WORDS: [(&str, &str); 19] = [
     ("NVML UP/DOWN", "whether the GPU driver answers"),
 ];
 
+/// The overlay's width: a key column of 16, its margins, and room for what it means.
+pub const WIDTH: u16 = 66;
+/// Characters a meaning may have without being cut at `WIDTH` (border, " key ", margin).
+#[cfg(test)]
+pub const MEANING: usize = WIDTH as usize - 2 - 18;
+
 pub fn render(f: &mut Frame, area: Rect, page: usize, t: Theme) {
     let (title, rows) = PAGES[page.min(PAGES.len() - 1)];
-    let w = 66.min(area.width);
+    let w = WIDTH.min(area.width);
     let h = (rows.len() as u16 + 2).min(area.height);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
