@@ -365,8 +365,14 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
             if f.attribution.is_none() {
                 // Its message says why no line is named, as the live finding's does.
                 if let Some(why) = crate::core::detect::message::unattributed(a) {
-                    f.message.push_str("; ");
-                    f.message.push_str(&why);
+                    // Before the forecast, as the live message has it.
+                    let forecast = crate::core::detect::message::forecast(&f.evidence);
+                    let at = if f.message.ends_with(&forecast) {
+                        f.message.len() - forecast.len()
+                    } else {
+                        f.message.len()
+                    };
+                    f.message.insert_str(at, &format!("; {why}"));
                 }
             }
             f.attribution.get_or_insert_with(|| a.clone());

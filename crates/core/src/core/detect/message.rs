@@ -185,7 +185,7 @@ fn outside(e: &Evidence, verb: &str) -> String {
 }
 
 /// "; at this rate the GPU is full in ~3 h (step ~40,000)": the forecast of a growing floor.
-fn forecast(e: &Evidence) -> String {
+pub fn forecast(e: &Evidence) -> String {
     let (Some(secs), Some(steps)) = (e.oom_eta_seconds, e.oom_eta_steps) else {
         return String::new();
     };
@@ -287,7 +287,12 @@ pub fn unattributed(a: &Attribution) -> Option<String> {
             _ => "no allocation site grew while history was recording".to_string(),
         },
     };
-    Some(format!("no line is named: {why}"))
+    Some(no_line(&why))
+}
+
+/// "no line is named: {why}": the clause a leak without a line gets.
+pub fn no_line(why: &str) -> String {
+    format!("no line is named: {why}")
 }
 
 /// One clause naming what held the memory at the step peak: "at the step peak 52% of live

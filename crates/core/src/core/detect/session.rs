@@ -263,15 +263,32 @@ impl SessionDetect {
         a: &Attribution,
         findings: &mut Findings,
     ) -> Option<String> {
+        self.no_line(id, message::unattributed(a)?, a.ts, findings)
+    }
+
+    /// Why the leak finding (the one named `id`, when given) names no line, when no trainer's
+    /// answer says it (the trainer cannot be asked): `clause`, on its message from `ts` until it
+    /// resolves. Nothing changes, and the sinks hear nothing, when it says so already or has
+    /// its line. Returns the id of the finding it went on.
+    pub fn no_line(
+        &mut self,
+        id: Option<&str>,
+        clause: String,
+        ts: Timestamp,
+        findings: &mut Findings,
+    ) -> Option<String> {
         let t = self.tracks.iter_mut().find(|t| {
-            t.current
-                .as_ref()
-                .is_some_and(|f| f.kind == Kind::Leak && id.is_none_or(|id| f.id == id))
+            t.current.as_ref().is_some_and(|f| {
+                f.kind == Kind::Leak && f.attribution.is_none() && id.is_none_or(|id| f.id == id)
+            })
         })?;
-        t.no_line = message::unattributed(a);
+        if t.no_line.as_deref() == Some(clause.as_str()) {
+            return None;
+        }
+        t.no_line = Some(clause);
         let f = t.current.as_mut()?;
         f.message = describe(f, t.no_line.as_deref());
-        f.updated_ts = f.updated_ts.max(a.ts);
+        f.updated_ts = f.updated_ts.max(ts);
         findings.updated(f);
         Some(f.id.clone())
     }
@@ -307,12 +324,30 @@ pub fn crash_id(session: &str) -> String {
 /// why no line is named); with a step peak, by what held the memory then.
 fn describe(f: &Finding, no_line: Option<&str>) -> String {
     let mut m = message::describe(f.kind, &f.evidence);
+    let why = f
+        .attribution
+        .as_ref()
+        .filter(|a| message::attributed(a).is_none())
+        .and_then(message::unattributed)
+        .or_else(|| {
+            no_line
+                .map(String::from)
+                .filter(|_| f.attribution.is_none())
+        });
+    if let Some(why) = why {
+        // Before the forecast: a cut message keeps its last clause, and the time left matters
+        // more than why no line is named.
+        let forecast = message::forecast(&f.evidence);
+        let at = if m.ends_with(&forecast) {
+            m.len() - forecast.len()
+        } else {
+            m.len()
+        };
+        m.insert_str(at, &format!("; {why}"));
+    }
     let clauses = [
-        // A leak the trainer answered for names its line, or says why it names none.
-        f.attribution
-            .as_ref()
-            .and_then(|a| message::attributed(a).or_else(|| message::unattributed(a)))
-            .or_else(|| no_line.map(String::from)),
+        // A leak the trainer answered for names its line (its last clause, kept by any cut).
+        f.attribution.as_ref().and_then(message::attributed),
         f.peak.as_ref().and_then(message::at_peak),
     ];
     for clause in clauses.into_iter().flatten() {
