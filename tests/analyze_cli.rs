@@ -289,6 +289,11 @@ fn a_replayed_error_answer_says_why_there_are_no_sites() {
         text.contains("attribution unavailable: torch.cuda is not available"),
         "{text}"
     );
+    // The leak's own message says why no line is named, as it does live.
+    assert!(
+        text.contains("; no line is named: the trainer cannot record allocation history (torch.cuda is not available); at this rate"),
+        "{text}"
+    );
     assert!(!text.contains("bad line"), "{text}");
 }
 

@@ -69,6 +69,40 @@ fn alerts(rules: &str) -> Vec<(String, String)> {
     out
 }
 
+/// docs/operations.md lists every alert of the rules file with its severity and `for`, as the
+/// rules say them (GpumonJobFailed was once left out).
+#[test]
+fn operations_md_lists_every_alert_with_its_severity_and_for() {
+    let ops = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let section = ops
+        .split("\n## Alerts\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    let field = |block: &str, key: &str| -> String {
+        block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let rules = read(RULES);
+    let alerts = alerts(&rules);
+    assert!(alerts.iter().any(|(n, _)| n == "GpumonJobFailed"));
+    for (name, block) in &alerts {
+        let row = format!(
+            "| {name} | {} | {} |",
+            field(block, "severity:"),
+            field(block, "for:")
+        );
+        assert!(
+            section.contains(&row),
+            "docs/operations.md, Alerts, lacks {row}"
+        );
+    }
+}
+
 #[test]
 fn every_alert_is_labelled_annotated_and_tested_firing_and_quiet() {
     let rules = read(RULES);

@@ -227,7 +227,13 @@ fn a_trainer_without_the_capability_is_never_asked() {
             .contains("answers no open request"),
         "{err}"
     );
-    assert!(leak_finding(&d).unwrap().get("attribution").is_none());
+    let leak = leak_finding(&d).unwrap();
+    assert!(leak.get("attribution").is_none());
+    let message = leak["message"].as_str().unwrap();
+    assert!(
+        says_before_forecast(message, "; no line is named: the trainer's client does not record allocation history (its hello announced no `attribution`)"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -298,7 +304,24 @@ fn a_trainer_that_cannot_attribute_leaves_the_finding_and_says_why() {
         session_events(&d, "attribution_failed"),
         ["unavailable: torch.cuda is not available"]
     );
-    assert!(leak_finding(&d).unwrap().get("attribution").is_none());
+    let leak = leak_finding(&d).unwrap();
+    assert!(leak.get("attribution").is_none());
+    // The message itself says why no line is named: status, alerts and the webhook show it.
+    let message = leak["message"].as_str().unwrap();
+    assert!(
+        says_before_forecast(message, "; no line is named: the trainer cannot record allocation history (torch.cuda is not available)"),
+        "{message}"
+    );
+}
+
+/// `message` has `clause`, before its forecast when it has one (a cut keeps the last clause,
+/// and the time left matters more).
+fn says_before_forecast(message: &str, clause: &str) -> bool {
+    match (message.find(clause), message.find("; at this rate ")) {
+        (Some(at), Some(forecast)) => at < forecast,
+        (Some(at), None) => message.ends_with(clause) && at > 0,
+        (None, _) => false,
+    }
 }
 
 /// The one trace file the recorder wrote in `dir` (beside its own note file).

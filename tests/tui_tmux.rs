@@ -243,10 +243,22 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
         });
     }
 
+    // At 80x24 the selected finding's pane keeps what to do: the end of the leak's hint.
+    tmux.at_size("main", (80, 24), "┌ Selected", "the leak's remedy", |p| {
+        p.split(" Selected ").nth(1).is_some_and(|s| {
+            ["hint:", "`loss.detach()`", "instead"]
+                .iter()
+                .all(|w| s.contains(w))
+        })
+    });
+
     tmux.keys("main", &["?"]);
     tmux.wait_text("main", "gpumon tui: keys");
+    // `?` again: every column and word the screens abbreviate, then any key closes.
+    tmux.keys("main", &["?"]);
+    tmux.wait_all("main", &["columns and words", "PID (NS)", "unsent"]);
     tmux.keys("main", &["x"]);
-    tmux.wait("main", "help closed", |p| !p.contains("gpumon tui: keys"));
+    tmux.wait("main", "help closed", |p| !p.contains("columns and words"));
 
     // The daemon goes away: the TUI says so and keeps retrying instead of crashing.
     drop(trainer);

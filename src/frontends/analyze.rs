@@ -410,6 +410,19 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
     {
         let answered = a.finding.as_ref().and_then(|id| seen.get(id));
         if let Some(f) = answered.and_then(|i| report.findings.get_mut(*i)) {
+            if f.attribution.is_none() {
+                // Its message says why no line is named, as the live finding's does.
+                if let Some(why) = crate::core::detect::message::unattributed(a) {
+                    // Before the forecast, as the live message has it.
+                    let forecast = crate::core::detect::message::forecast(&f.evidence);
+                    let at = if f.message.ends_with(&forecast) {
+                        f.message.len() - forecast.len()
+                    } else {
+                        f.message.len()
+                    };
+                    f.message.insert_str(at, &format!("; {why}"));
+                }
+            }
             f.attribution.get_or_insert_with(|| a.clone());
         }
     }

@@ -13,6 +13,7 @@ use crate::frontends::local::{LocalNode, Machine};
 use crate::units::{bytes, opt};
 
 mod jobs;
+mod legend;
 mod orphans;
 
 /// The flags that choose where `gpumon status` looks (flattened into its command line).
@@ -95,7 +96,9 @@ fn from_daemon(client: &DaemonClient, url: &str) -> anyhow::Result<Snapshot> {
 /// the true strings).
 pub fn table(snap: &Snapshot, origin: &Origin) -> String {
     let escaped = crate::util::printable::printable_copy(snap);
-    let out = layout(escaped.as_ref().unwrap_or(snap), origin);
+    let snap = escaped.as_ref().unwrap_or(snap);
+    let mut out = layout(snap, origin);
+    legend::section(snap, &mut out);
     // A second guard, should a string have escaped the copy.
     crate::util::printable::printable_lines(&out).into_owned()
 }
@@ -247,6 +250,7 @@ fn trainers(snap: &Snapshot, out: &mut String) {
                 badges.join(", ")
             },
         );
+        legend::outside_unknown(s, out);
         memory(s, out);
     }
     for m in messages {

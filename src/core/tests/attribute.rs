@@ -235,6 +235,17 @@ fn sessions_that_cannot_answer_or_a_disabled_policy_are_never_asked() {
         assert_eq!(r.leak().map(|f| f.state), Some(FindingState::Firing));
         assert!(r.requests.is_empty(), "{caps:?} {policy:?}");
         assert!(r.events("attribution_requested").is_empty());
+        // The leak says why it names no line, through every refresh since.
+        let why = if policy.enabled {
+            "; no line is named: the trainer's client does not record allocation history (its hello announced no `attribution`)"
+        } else {
+            "; no line is named: attribution is off in the daemon's config ([attribution] enabled = false)"
+        };
+        let message = &r.leak().unwrap().message;
+        assert!(
+            says_before_forecast(message, why),
+            "{caps:?} {policy:?}: {message}"
+        );
     }
     // A replay (gpumon analyze) asks nobody: nobody could answer.
     let mut r = Rig::with(Sessions::new(SessionLimits::default()), &["attribution"]);
@@ -391,6 +402,22 @@ fn a_trainer_that_cannot_attribute_is_not_asked_again() {
     assert_eq!(r.requests.len(), 1);
     assert!(r.s.request_due(r.key, ts(r.step) + 1e5).is_none());
     assert!(r.leak().unwrap().attribution.is_none());
+    // Its answer, not "cannot be asked", says why no line is named, through every refresh.
+    let message = &r.leak().unwrap().message;
+    assert!(
+        says_before_forecast(message, "; no line is named: the trainer cannot record allocation history (torch.cuda is not available)"),
+        "{message}"
+    );
+}
+
+/// `message` has `clause`, before its forecast when it has one (a cut keeps the last clause,
+/// and the time left matters more).
+fn says_before_forecast(message: &str, clause: &str) -> bool {
+    match (message.find(clause), message.find("; at this rate ")) {
+        (Some(at), Some(forecast)) => at < forecast,
+        (Some(at), None) => message.ends_with(clause) && at > 0,
+        (None, _) => false,
+    }
 }
 
 #[test]

@@ -18,12 +18,20 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
         } else {
             format!(" on {}", j.hosts.join(", "))
         };
+        // A trace without a rank is named by its session below, never as an empty "ranks ".
+        let ranks = match j.ranks.as_slice() {
+            [] => "no rank".to_string(),
+            [r] => format!("rank {r}"),
+            rs => format!("ranks {}", ranks_text(rs)),
+        };
+        let traces = match j.members.len() {
+            1 => "1 trace".to_string(),
+            n => format!("{n} traces"),
+        };
         let _ = writeln!(
             out,
-            "job {}: {} traces, ranks {}{hosts}: {}",
+            "job {}: {traces}, {ranks}{hosts}: {}",
             j.name(),
-            j.members.len(),
-            ranks_text(&j.ranks),
             j.state.as_str()
         );
         if let Some(f) = &j.first_failure {
@@ -94,3 +102,6 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,7 +11,10 @@ use crate::units::{bytes, opt};
 /// rows must match byte for byte.
 fn old_table(snap: &Snapshot, origin: &Origin) -> String {
     let escaped = crate::util::printable::printable_copy(snap);
-    let out = old_layout(escaped.as_ref().unwrap_or(snap), origin);
+    let snap = escaped.as_ref().unwrap_or(snap);
+    let mut out = old_layout(snap, origin);
+    // New with the legend, not part of what `format!` wrote.
+    super::legend::section(snap, &mut out);
     crate::util::printable::printable_lines(&out).into_owned()
 }
 
@@ -146,7 +149,8 @@ fn old_trainers(snap: &Snapshot, out: &mut String) {
                 badges.join(", ")
             },
         );
-        // New with the memory split, not part of what `format!` wrote.
+        // New with the memory split and the outside's reason, not part of what `format!` wrote.
+        super::legend::outside_unknown(s, out);
         super::memory(s, out);
     }
     for m in messages {

@@ -388,6 +388,20 @@ pub fn firing_leak() -> App {
     )])
 }
 
+/// `firing_leak` with the leak's hint as the daemon words it (`message::hint`): three lines at
+/// 80 columns, more than the Findings pane has for it there.
+pub fn firing_leak_worded() -> App {
+    let mut s = firing_leak_snapshot();
+    let hint =
+        crate::core::detect::message::hint(crate::core::detect::Kind::Leak, &Default::default());
+    for f in s.findings.iter_mut() {
+        if f.kind == crate::core::detect::Kind::Leak {
+            f.hint = hint.clone();
+        }
+    }
+    app(vec![(daemon("http://127.0.0.1:9477"), vec![snap(s)])])
+}
+
 fn firing_leak_snapshot() -> Snapshot {
     snapshot(
         "gpu-node-1",

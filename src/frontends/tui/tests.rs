@@ -119,9 +119,79 @@ fn findings_screens() {
     screens("findings_multi_node", fixtures::multi_node(), &show);
 }
 
+/// At 80x24 the Selected pane keeps the hint's remedy (what to do), not only its explanation,
+/// however long the message above it.
+#[test]
+fn the_80x24_findings_pane_shows_the_remedy() {
+    let mut app = fixtures::firing_leak_worded();
+    app.update(Action::Show(Screen::Findings));
+    app.update(Action::Down);
+    let screen = text(&draw(&mut app, 80, 24));
+    let pane = screen.split(" Selected ").nth(1).unwrap();
+    assert!(pane.contains("● leak"), "{screen}");
+    for words in ["hint:", "`loss.item()`", "`loss.detach()`", "instead"] {
+        assert!(pane.contains(words), "{words} is cut:\n{screen}");
+    }
+    screens_at(
+        "findings_leak_selected",
+        fixtures::firing_leak_worded(),
+        &[Action::Show(Screen::Findings), Action::Down],
+        &SIZES,
+    );
+}
+
 #[test]
 fn help_overlay() {
     screens("help", fixtures::healthy(), &[Action::ToggleHelp]);
+    screens(
+        "help_words",
+        fixtures::healthy(),
+        &[Action::ToggleHelp, Action::HelpPage],
+    );
+}
+
+/// Every column title and header word the screens abbreviate is on the help's second page, at
+/// 80x24: none is left for the user to guess.
+#[test]
+fn every_column_and_header_word_is_explained_in_the_help() {
+    let mut app = fixtures::firing_leak();
+    app.update(Action::ToggleHelp);
+    app.update(Action::HelpPage);
+    let page = text(&draw(&mut app, 80, 24));
+    let mut words: Vec<&str> = Column::ALL
+        .iter()
+        .filter(|c| {
+            !matches!(
+                c,
+                Column::Node | Column::Gpu | Column::User | Column::Container
+            )
+        })
+        .map(|c| c.title())
+        .filter(|t| *t != "PROCESS / JOB")
+        .collect();
+    words.extend([
+        "r0/8", "conns", "rejected", "unsent", "outside", "near", "frag",
+    ]);
+    for w in words {
+        assert!(
+            page.contains(w),
+            "{w} is not explained in the help:\n{page}"
+        );
+    }
+    // The header says what the help explains: replies not sent, not "dropped" trainer lines.
+    app.update(Action::HelpPage);
+    assert!(!app.help, "past the last page the help closes");
+    let screen = text(&draw(&mut app, 80, 24));
+    assert!(screen.contains("0 unsent"), "{screen}");
+    assert!(!screen.contains("dropped"), "{screen}");
+    assert_eq!(super::app::state::HELP_PAGES, ui::help::PAGES.len());
+    // Every line of the help fits its overlay whole: none is cut mid-word.
+    for (_, rows) in ui::help::PAGES {
+        for (key, what) in rows {
+            assert!(key.chars().count() <= 16, "{key}");
+            assert!(what.chars().count() <= ui::help::MEANING, "{what}");
+        }
+    }
 }
 
 #[test]

@@ -54,6 +54,8 @@ pub enum Action {
     Open,
     Back,
     ToggleHelp,
+    /// The help's next page (closing it after the last).
+    HelpPage,
     /// Trainer chart: floor only, or floor, peak and reserved.
     ToggleZoom,
     SortNext,

@@ -41,6 +41,7 @@ fn key(app: &App, k: &KeyEvent) -> Option<Action> {
     if app.help {
         return Some(match k.code {
             KeyCode::Char('q') => Action::Quit,
+            KeyCode::Char('?' | ' ') | KeyCode::PageDown | KeyCode::Tab => Action::HelpPage,
             _ => Action::ToggleHelp,
         });
     }

@@ -10,6 +10,9 @@ use crate::frontends::tui::geometry;
 use crate::util::printable::{printable, printable_copy};
 
 pub use super::action::{Action, Screen};
+
+/// Pages of the help overlay (ui::help::PAGES): keys, then columns and words.
+pub const HELP_PAGES: usize = 2;
 pub use super::lists::{FindingList, ProcTable};
 pub use super::node::{authority, Link, Node, Origin, Update, HISTORY_SECS};
 
@@ -21,6 +24,8 @@ pub struct App {
     pub detail: Option<RowKey>,
     detail_from: Screen,
     pub help: bool,
+    /// The help's page: keys, then columns and words.
+    pub help_page: usize,
     /// Trainer chart on the floor alone; None: alone while a leak is active, else all lines.
     pub floor_zoom: Option<bool>,
     pub width: u16,
@@ -45,6 +50,7 @@ impl App {
             detail: None,
             detail_from: Screen::Processes,
             help: false,
+            help_page: 0,
             floor_zoom: None,
             width: 80,
             height: 24,
@@ -79,7 +85,18 @@ impl App {
                 self.quit = true;
                 return false;
             }
-            Action::ToggleHelp => self.help = !self.help,
+            Action::ToggleHelp => {
+                self.help = !self.help;
+                self.help_page = 0;
+            }
+            Action::HelpPage => {
+                // Past the last page the help closes, as any other key does.
+                self.help_page += 1;
+                if self.help_page >= HELP_PAGES {
+                    self.help = false;
+                    self.help_page = 0;
+                }
+            }
             Action::ToggleZoom => {
                 if self.detail.is_none() {
                     return false;

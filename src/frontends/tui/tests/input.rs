@@ -81,6 +81,10 @@ fn keys_and_mouse_map_to_actions_by_mode() {
         action(&app, &click(1, 1)),
         Some(Action::ToggleHelp)
     ));
+    assert!(matches!(
+        action(&app, &key(KeyCode::Char('?'))),
+        Some(Action::HelpPage)
+    ));
 }
 
 #[test]

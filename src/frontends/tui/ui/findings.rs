@@ -3,11 +3,12 @@
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph, Wrap};
+use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
 use super::fmt::{ago, clip, clip_keeping_last, duration};
 use super::notice;
+use super::sites::wrap;
 use super::theme::Theme;
 use crate::frontends::tui::app::state::{App, Origin};
 use crate::frontends::tui::finding::{Finding, FindingView, State};
@@ -137,29 +138,48 @@ fn status(app: &App, node: usize, f: &Finding, width: u16, t: Theme) -> Line<'st
 }
 
 fn detail(f: &mut Frame, area: Rect, app: &App, node: usize, fi: &Finding, t: Theme) {
+    let width = usize::from(area.width.saturating_sub(2)).max(1);
+    let rows = usize::from(area.height.saturating_sub(2));
     // Inside the border: a status line cut to fit rather than wrapped onto the message's line.
     let mut lines = vec![status(app, node, fi, area.width.saturating_sub(2), t)];
-    lines.push(Line::from(fi.message.clone()));
-    if fi.survived() {
-        lines.push(Line::styled(
+    let survived = fi.survived().then(|| {
+        Line::styled(
             "survived: the run went on (samples came after the OOM)",
             t.ok(),
-        ));
-    }
+        )
+    });
     // An explained OOM's first remedy is for its pattern; the hint is for any OOM.
     let remedy = fi.explanation().and_then(|e| e.remedies.first());
     let tip = match (remedy, &fi.hint) {
-        (Some(r), _) => Some(("fix: ", r)),
-        (None, Some(h)) => Some(("hint: ", h)),
+        (Some(r), _) => Some(("fix: ", r.as_str())),
+        (None, Some(h)) => Some(("hint: ", h.as_str())),
         (None, None) => None,
     };
-    if let Some((label, text)) = tip {
-        lines.push(Line::from(vec![
-            Span::styled(label, t.accent()),
-            Span::raw(text.clone()),
-        ]));
+    // The remedy is what a small pane must keep: the tip gets its room first (all but the
+    // status line and one line of message), the message what is left.
+    let fixed = 1 + usize::from(survived.is_some());
+    let tip_lines = tip
+        .map(|(label, text)| fitted(label, text, width, rows.saturating_sub(fixed + 1).max(1)))
+        .unwrap_or_default();
+    let message_rows = rows.saturating_sub(fixed + tip_lines.len()).max(1);
+    for l in wrap(&shortened(&fi.message, width, message_rows), width) {
+        lines.push(Line::from(l));
     }
-    if !fi.subject.session.is_empty() || fi.subject.pid != 0 {
+    lines.extend(survived);
+    for (i, l) in tip_lines.into_iter().enumerate() {
+        match (i, tip) {
+            (0, Some((label, _))) => {
+                let rest = l.strip_prefix(label).unwrap_or(&l).to_string();
+                lines.push(Line::from(vec![
+                    Span::styled(label, t.accent()),
+                    Span::raw(rest),
+                ]));
+            }
+            _ => lines.push(Line::from(l)),
+        }
+    }
+    // The footer says it too: this line only where there is room for it.
+    if (!fi.subject.session.is_empty() || fi.subject.pid != 0) && lines.len() < rows {
         lines.push(Line::styled(
             "enter: open the trainer's chart and events",
             t.dim(),
@@ -168,10 +188,32 @@ fn detail(f: &mut Frame, area: Rect, app: &App, node: usize, fi: &Finding, t: Th
     let block = Block::bordered()
         .border_style(t.border())
         .title(Span::styled(" Selected ", t.bold()));
-    f.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: false })
-            .block(block),
-        area,
-    );
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// `label` and `text` in lines of `width`, at most `rows`: whole when they fit; else the remedy
+/// alone (what follows the hint's "why: "), then cut keeping its last clause, so that what to
+/// do is never what the cut removes.
+fn fitted(label: &str, text: &str, width: usize, rows: usize) -> Vec<String> {
+    let whole = wrap(&format!("{label}{text}"), width);
+    if whole.len() <= rows {
+        return whole;
+    }
+    let remedy = text.split_once(": ").map_or(text, |(_, r)| r);
+    let tip = format!("{label}{}", shortened(remedy, width, rows));
+    let mut out = wrap(&tip, width);
+    out.truncate(rows);
+    out
+}
+
+/// `s` cut (keeping its last clause) until its words fit `rows` lines of `width`.
+fn shortened(s: &str, width: usize, rows: usize) -> String {
+    let mut max = (width * rows).max(1);
+    loop {
+        let cut = clip_keeping_last(s, max);
+        if wrap(&cut, width).len() <= rows || max <= width {
+            return cut;
+        }
+        max -= width.div_ceil(4).max(1);
+    }
 }

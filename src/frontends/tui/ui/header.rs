@@ -164,7 +164,9 @@ fn ingest(i: Option<IngestView>, t: Theme) -> Vec<Span<'static>> {
         )),
         Span::styled(format!("{} rejected", i.rejected), bad(i.rejected)),
         Span::raw(" · "),
-        Span::styled(format!("{} dropped", i.dropped), bad(i.dropped)),
+        // Replies the daemon could not send (a trainer not reading), not lost trainer lines:
+        // the help's second page says so.
+        Span::styled(format!("{} unsent", i.dropped), bad(i.dropped)),
     ]
 }
 

@@ -76,6 +76,9 @@ fn head(job: &Job, t: Theme) -> Line<'static> {
     let seen = v.ranks.len() as u64;
     let mut ranks = match v.world_size {
         Some(n) => format!("{seen}/{n} ranks"),
+        // Processes that sent no rank are no "job of 0 ranks": say what they are.
+        None if seen == 0 && v.members.len() <= 1 => "one process, no rank".to_string(),
+        None if seen == 0 => format!("{} processes, no ranks", v.members.len()),
         None => format!("{seen} ranks"),
     };
     if v.state == JobState::Running && (job.live as u64) < seen {

@@ -6,7 +6,7 @@ pub mod fmt;
 mod gauge;
 mod gpu_list;
 mod header;
-mod help;
+pub(crate) mod help;
 mod job_lines;
 pub mod layout;
 mod ledger;
@@ -54,7 +54,7 @@ pub fn render(f: &mut Frame, app: &App) {
     }
     header::footer(f, a.footer, app, theme);
     if app.help {
-        help::render(f, area, theme);
+        help::render(f, area, app.help_page, theme);
     }
 }
 

@@ -185,7 +185,7 @@ fn outside(e: &Evidence, verb: &str) -> String {
 }
 
 /// "; at this rate the GPU is full in ~3 h (step ~40,000)": the forecast of a growing floor.
-fn forecast(e: &Evidence) -> String {
+pub fn forecast(e: &Evidence) -> String {
     let (Some(secs), Some(steps)) = (e.oom_eta_seconds, e.oom_eta_steps) else {
         return String::new();
     };
@@ -255,6 +255,44 @@ pub fn attributed(a: &Attribution) -> Option<String> {
         f => m.push_str(&format!(" in {f}")),
     }
     Some(m)
+}
+
+/// The clause a leak gets instead of a line when its trainer answered but named none: why no
+/// line is named ("no line is named: the trainer cannot record allocation history (torch.cuda
+/// is not available)"), so that every output of the finding says it, not only the TUI's detail.
+/// None when the attribution names a line.
+pub fn unattributed(a: &Attribution) -> Option<String> {
+    let detail = a
+        .detail
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    let why = match a.error.as_deref() {
+        Some("unavailable") => {
+            format!("the trainer cannot record allocation history{detail}")
+        }
+        Some("failed") => format!("recording allocation history failed{detail}"),
+        Some("cut_short") => {
+            "the trainer stopped reporting before its recording window ended".to_string()
+        }
+        Some(code) => format!("the trainer could not attribute ({code}){}", detail),
+        None if a.top().is_some() => return None,
+        None => match (a.step_from, a.step_to) {
+            (Some(from), Some(to)) if to > from => format!(
+                "no allocation site grew in steps {}\u{2013}{}",
+                thousands(from),
+                thousands(to)
+            ),
+            _ => "no allocation site grew while history was recording".to_string(),
+        },
+    };
+    Some(no_line(&why))
+}
+
+/// "no line is named: {why}": the clause a leak without a line gets.
+pub fn no_line(why: &str) -> String {
+    format!("no line is named: {why}")
 }
 
 /// One clause naming what held the memory at the step peak: "at the step peak 52% of live

@@ -21,6 +21,9 @@ struct Track {
     det: Box<dyn Detector>,
     life: Lifecycle,
     current: Option<Finding>,
+    /// Why the current finding names no line, when its trainer answered that it could not say
+    /// (an `attribution` error): a clause of its message through every refresh.
+    no_line: Option<String>,
     /// Times this kind fired in this session, for distinct ids when it fires again.
     raised: u32,
 }
@@ -64,6 +67,7 @@ impl SessionDetect {
             det,
             life: Lifecycle::new(raise, clear),
             current: None,
+            no_line: None,
             raised: 0,
         };
         Self {
@@ -244,8 +248,47 @@ impl SessionDetect {
             .filter_map(|t| t.current.as_mut())
             .find(|f| f.kind == Kind::Leak && id.is_none_or(|id| f.id == id))?;
         f.attribution = Some(a.clone());
-        f.message = describe(f);
+        f.message = describe(f, None);
         f.updated_ts = f.updated_ts.max(a.ts);
+        findings.updated(f);
+        Some(f.id.clone())
+    }
+
+    /// A trainer's answer that it could not attribute (`error` set): the leak finding (the one
+    /// named `id`, when given) keeps no attribution, but its message says why it names no line,
+    /// in every output, until it resolves. Returns the id of the finding it went on.
+    pub fn unattributed(
+        &mut self,
+        id: Option<&str>,
+        a: &Attribution,
+        findings: &mut Findings,
+    ) -> Option<String> {
+        self.no_line(id, message::unattributed(a)?, a.ts, findings)
+    }
+
+    /// Why the leak finding (the one named `id`, when given) names no line, when no trainer's
+    /// answer says it (the trainer cannot be asked): `clause`, on its message from `ts` until it
+    /// resolves. Nothing changes, and the sinks hear nothing, when it says so already or has
+    /// its line. Returns the id of the finding it went on.
+    pub fn no_line(
+        &mut self,
+        id: Option<&str>,
+        clause: String,
+        ts: Timestamp,
+        findings: &mut Findings,
+    ) -> Option<String> {
+        let t = self.tracks.iter_mut().find(|t| {
+            t.current.as_ref().is_some_and(|f| {
+                f.kind == Kind::Leak && f.attribution.is_none() && id.is_none_or(|id| f.id == id)
+            })
+        })?;
+        if t.no_line.as_deref() == Some(clause.as_str()) {
+            return None;
+        }
+        t.no_line = Some(clause);
+        let f = t.current.as_mut()?;
+        f.message = describe(f, t.no_line.as_deref());
+        f.updated_ts = f.updated_ts.max(ts);
         findings.updated(f);
         Some(f.id.clone())
     }
@@ -265,7 +308,7 @@ impl SessionDetect {
             .filter_map(|t| t.current.as_mut())
             .find(|f| f.kind == Kind::NearLimit && id.is_none_or(|id| f.id == id))?;
         f.peak = Some(p.clone());
-        f.message = describe(f);
+        f.message = describe(f, None);
         f.updated_ts = f.updated_ts.max(p.ts);
         findings.updated(f);
         Some(f.id.clone())
@@ -277,11 +320,33 @@ pub fn crash_id(session: &str) -> String {
     format!("{session}/crash")
 }
 
-/// The finding's message: with an attribution, followed by where the growth was allocated;
-/// with a step peak, by what held the memory then.
-fn describe(f: &Finding) -> String {
+/// The finding's message: with an attribution, followed by where the growth was allocated (or
+/// why no line is named); with a step peak, by what held the memory then.
+fn describe(f: &Finding, no_line: Option<&str>) -> String {
     let mut m = message::describe(f.kind, &f.evidence);
+    let why = f
+        .attribution
+        .as_ref()
+        .filter(|a| message::attributed(a).is_none())
+        .and_then(message::unattributed)
+        .or_else(|| {
+            no_line
+                .map(String::from)
+                .filter(|_| f.attribution.is_none())
+        });
+    if let Some(why) = why {
+        // Before the forecast: a cut message keeps its last clause, and the time left matters
+        // more than why no line is named.
+        let forecast = message::forecast(&f.evidence);
+        let at = if m.ends_with(&forecast) {
+            m.len() - forecast.len()
+        } else {
+            m.len()
+        };
+        m.insert_str(at, &format!("; {why}"));
+    }
     let clauses = [
+        // A leak the trainer answered for names its line (its last clause, kept by any cut).
         f.attribution.as_ref().and_then(message::attributed),
         f.peak.as_ref().and_then(message::at_peak),
     ];
@@ -303,7 +368,10 @@ fn apply(
     let kind = t.det.kind();
     match t.life.step(sig.active, Pos { step, ts }) {
         Change::Quiet => {}
-        Change::Dropped => t.current = None,
+        Change::Dropped => {
+            t.current = None;
+            t.no_line = None;
+        }
         Change::Pending | Change::Fired | Change::Firing => {
             if !sig.active {
                 // Firing but not seen this time: keep the last evidence until it resolves.
@@ -340,7 +408,7 @@ fn apply(
             let was = f.severity;
             f.severity = severity(kind, &sig.evidence);
             f.evidence = sig.evidence;
-            f.message = describe(f);
+            f.message = describe(f, t.no_line.as_deref());
             f.updated_ts = ts;
             if f.state == FindingState::Firing && f.severity != was {
                 // An OOM the trainer went on from is no failure to page for (and a new one is
@@ -357,6 +425,7 @@ fn apply(
             }
         }
         Change::Resolved => {
+            t.no_line = None;
             if let Some(mut f) = t.current.take() {
                 f.state = FindingState::Resolved;
                 f.resolved_ts = Some(ts);

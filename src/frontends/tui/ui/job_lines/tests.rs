@@ -138,3 +138,29 @@ fn the_memory_line_leaves_out_whole_parts_that_do_not_fit() {
         "  OOM in ~14m (rank 0) · peaks 10.0 GiB–13.0 GiB, top rank 3 (median 12.0 GiB)"
     );
 }
+
+#[test]
+fn a_lone_process_is_no_job_of_0_ranks() {
+    let mut lone = member(0, Some((Kind::Crash, 10.0)));
+    lone.rank = None;
+    let j = job(Basis {
+        job: "train".into(),
+        members: vec![lone.clone()],
+        ..Basis::default()
+    });
+    assert_eq!(j.view.state, JobState::Failed);
+    let head = text(&lines(&j, 120, 12.0, Theme::new(false)))[0].clone();
+    assert_eq!(head, "■ train · one process, no rank · failed");
+    let mut other = lone.clone();
+    other.session = "s-9".into();
+    other.ended = None;
+    other.failure = None;
+    let two = job(Basis {
+        job: "train".into(),
+        members: vec![lone, other],
+        ..Basis::default()
+    });
+    let head = text(&lines(&two, 120, 12.0, Theme::new(false)))[0].clone();
+    assert!(head.contains("· 2 processes, no ranks ·"), "{head}");
+    assert!(!head.contains("0 ranks"), "{head}");
+}

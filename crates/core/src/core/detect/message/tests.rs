@@ -160,3 +160,38 @@ fn formats() {
     assert_eq!(duration_coarse(90_000.0), "1d01h");
     assert_eq!(round_step(31_012), 31_000);
 }
+
+#[test]
+fn a_leak_without_a_line_says_why() {
+    let mut a = attribution(vec![]);
+    a.error = Some("unavailable".into());
+    a.detail = Some("torch.cuda is not available".into());
+    assert_eq!(
+        unattributed(&a).as_deref(),
+        Some("no line is named: the trainer cannot record allocation history (torch.cuda is not available)")
+    );
+    a.error = Some("failed".into());
+    a.detail = Some("RuntimeError: snapshot".into());
+    assert_eq!(
+        unattributed(&a).as_deref(),
+        Some("no line is named: recording allocation history failed (RuntimeError: snapshot)")
+    );
+    a.error = Some("cut_short".into());
+    assert!(unattributed(&a)
+        .unwrap()
+        .contains("stopped reporting before"));
+    a.error = Some("newer_code".into());
+    a.detail = None;
+    assert_eq!(
+        unattributed(&a).as_deref(),
+        Some("no line is named: the trainer could not attribute (newer_code)")
+    );
+    // Answered, but nothing grew: that is said too, with the window.
+    assert_eq!(
+        unattributed(&attribution(vec![])).as_deref(),
+        Some("no line is named: no allocation site grew in steps 610\u{2013}730")
+    );
+    // A line named: no such clause.
+    let named = attribution(vec![("train.py", 27, "kept_outputs", 1 << 20)]);
+    assert_eq!(unattributed(&named), None);
+}

@@ -208,7 +208,17 @@ impl Sessions {
                 event(sess, now, "attribution_failed", detail);
             }
         }
-        if !policy.enabled {
+        // A leak this daemon will not ask about says why it names no line.
+        let cannot = if !policy.enabled {
+            Some("attribution is off in the daemon's config ([attribution] enabled = false)")
+        } else if !sess.asking.capable {
+            Some("the trainer's client does not record allocation history (its hello announced no `attribution`)")
+        } else {
+            None
+        };
+        if let Some(why) = cannot {
+            let clause = crate::core::detect::message::no_line(why);
+            sess.detect.no_line(None, clause, now, &mut self.findings);
             return None;
         }
         let leak = sess
@@ -250,6 +260,9 @@ impl Sessions {
                 }
                 let detail = format!("{error}: {}", a.detail.as_deref().unwrap_or(""));
                 event(sess, a.ts, "attribution_failed", detail);
+                // The finding says why it names no line, wherever it is shown.
+                let target = if replay { None } else { finding.as_deref() };
+                sess.detect.unattributed(target, &a, &mut self.findings);
             }
             None => {
                 // Live, only the finding asked about takes it: a leak raised again meanwhile
