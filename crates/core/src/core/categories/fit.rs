@@ -153,7 +153,9 @@ pub(super) fn fit(
     near_limit: u64,
 ) -> Option<BatchFit> {
     let c = &split.measured;
-    let batch = c.batch_size.filter(|b| *b > 0)?;
+    // A batch past the bound (a trace from before the wire refused one) is none the fit can
+    // answer: it would be answered with one up to 256 times smaller.
+    let batch = c.batch_size.filter(|b| *b > 0 && *b <= MAX_BATCH)?;
     let peak = split.peak_bytes?;
     let limit = budget.limit?;
     if !c.activations_known() || c.activations_bytes == 0 {

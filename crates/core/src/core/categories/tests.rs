@@ -334,6 +334,10 @@ fn no_batch_fits_says_so_plainly_when_the_fixed_part_is_over_the_limit() {
     let mut t = Tracker::default();
     t.take(split(Some(16), 4 * GIB), 1.0, peak(9 * GIB));
     let e = t.evidence(at(GIB, None), None).expect("e");
+    // A batch past what the fit answers (an old trace) gets no batch remedy, not a smaller one.
+    let mut big = Tracker::default();
+    big.take(split(Some(MAX_BATCH + 1), 4 * GIB), 1.0, peak(9 * GIB));
+    assert!(big.fit(at(80 * GIB, None)).is_none());
     let text = remedies_text(&e);
     assert!(
         text.starts_with(
