@@ -395,6 +395,10 @@ impl GpuSource for Named {
     fn proc_view(&mut self) -> Option<crate::core::model::ProcView> {
         self.inner.proc_view()
     }
+
+    fn simulated(&mut self) -> Option<String> {
+        self.inner.simulated()
+    }
 }
 
 impl Drop for Named {

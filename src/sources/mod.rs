@@ -20,6 +20,12 @@ pub trait GpuSource: Send {
     fn proc_view(&mut self) -> Option<ProcView> {
         None
     }
+
+    /// What the library is when it is not a real NVML (crates/fake-nvml's identity): its
+    /// readings are a scenario's, not this machine's. None for a real NVML.
+    fn simulated(&mut self) -> Option<String> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -11,6 +11,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
+mod fake;
+
 use super::procinfo::ProcCache;
 use super::{GpuSource, SourceError};
 use crate::core::model::*;
@@ -23,6 +25,8 @@ pub struct NvmlSource {
     lib_path: String,
     nvml: Option<Nvml>,
     driver_version: Option<String>,
+    /// Set when the library is crates/fake-nvml (`fake.rs`).
+    fake: Option<fake::Fake>,
     /// Identity by index, so a GPU that is lost keeps its name and UUID in reports.
     identities: HashMap<u32, GpuIdentity>,
     procs: ProcCache,
@@ -37,6 +41,7 @@ impl NvmlSource {
             lib_path: lib_path.into(),
             nvml: None,
             driver_version: None,
+            fake: None,
             identities: HashMap::new(),
             procs: ProcCache::with_root(procfs),
             rows: PidMap::default(),
@@ -59,6 +64,19 @@ impl NvmlSource {
                 },
             })?;
         self.driver_version = nvml.sys_driver_version().ok();
+        self.fake = fake::identify(&path);
+        if let Some(f) = &self.fake {
+            tracing::warn!(
+                library = %path,
+                identity = %f.identity,
+                "the NVML library is a fake one: its GPUs and processes are a scenario's, not this machine's{}",
+                if f.host_pids() {
+                    ""
+                } else {
+                    " (orphaned memory is judged for zombies only: a pid it lists may never have run here)"
+                }
+            );
+        }
         self.identities.clear();
         self.nvml = Some(nvml);
         Ok(())
@@ -102,7 +120,14 @@ impl GpuSource for NvmlSource {
     }
 
     fn proc_view(&mut self) -> Option<ProcView> {
-        Some(self.procs.view())
+        match &self.fake {
+            Some(f) if !f.host_pids() => Some(ProcView::Simulated),
+            _ => Some(self.procs.view()),
+        }
+    }
+
+    fn simulated(&mut self) -> Option<String> {
+        self.fake.as_ref().map(|f| f.identity.clone())
     }
 }
 

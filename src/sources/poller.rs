@@ -43,6 +43,7 @@ pub fn run(
                 log_gpu_changes(&reading, &mut gpu_states);
                 backoff.reset();
                 status.proc_view = source.proc_view();
+                status.simulated = source.simulated();
                 status.record_ok(reading.ts, duration);
                 let text = encode(&status, Some(&reading));
                 let sent = aggregator.offer_collection(Collection {

@@ -15,6 +15,7 @@ from .messages import Armed, Attribution, Bye, Categories, Event, Hello, Peak, S
 VERSION = 1
 CLIENT = "gpumon-py/" + __version__
 MAX_LINE = 65536  # bytes, newline included
+MAX_BATCH = 1 << 24  # the largest `categories.batch_size` the daemon takes (its batch fit's bound)
 
 # The memory_stats() keys the protocol names. Samples carry these by default: the full dict has
 # ~150 keys the daemon would ignore, and each costs serialisation time on every step.
@@ -158,7 +159,12 @@ def categories(
 ) -> Categories:
     """A sample's `categories` (design/categories.md): bytes as integers, `batch_size` an integer
     or null (always present), `fp32_bytes` (of the parameters and gradients, those in float32)
-    when given, `partial` (reasons, each at most MAX_STR bytes) only when known partial."""
+    when given, `partial` (reasons, each at most MAX_STR bytes) only when known partial. The
+    daemon refuses the whole sample for a batch past MAX_BATCH or fp32_bytes above parameters and
+    gradients: a first dimension that large (a packed token stream) is sent as unknown, and the
+    float32 figure is kept within its bound."""
+    if batch_size is not None and int(batch_size) > MAX_BATCH:
+        batch_size = None
     msg: Categories = {
         "step": int(step),
         "parameters_bytes": int(parameters_bytes),
@@ -169,7 +175,7 @@ def categories(
         "batch_size": None if batch_size is None else int(batch_size),
     }
     if fp32_bytes is not None:
-        msg["fp32_bytes"] = int(fp32_bytes)
+        msg["fp32_bytes"] = min(int(fp32_bytes), int(parameters_bytes) + int(gradients_bytes))
     if partial:
         msg["partial"] = [clip(str(reason)) for reason in list(partial)[:MAX_PARTIAL]]
     return msg

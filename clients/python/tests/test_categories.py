@@ -371,3 +371,13 @@ def test_an_arming_asks_for_a_split_at_the_next_step(daemon):
     client.armer = None
     client.close()
     assert [e[:3] for e in starter.log] == [("arm", 0), ("finish", 0, 3), ("arm", 0), ("finish", 0, 6)]
+
+
+def test_the_split_stays_within_what_the_daemon_takes():
+    # A packed token stream's first dimension is no batch the daemon's fit can use: unknown,
+    # rather than a sample the daemon refuses whole.
+    assert protocol.categories(1, 0, 0, 0, 0, 0, protocol.MAX_BATCH)["batch_size"] == protocol.MAX_BATCH
+    assert protocol.categories(1, 0, 0, 0, 0, 0, protocol.MAX_BATCH + 1)["batch_size"] is None
+    # fp32_bytes is a part of parameters and gradients.
+    assert protocol.categories(1, 10, 6, 0, 0, 0, 4, fp32_bytes=100)["fp32_bytes"] == 16
+    assert protocol.categories(1, 10, 6, 0, 0, 0, 4, fp32_bytes=8)["fp32_bytes"] == 8

@@ -80,12 +80,14 @@ class Tight(StaticStatsSource):
 
 def expected_largest(split, limit):
     """docs/categories.md, computed apart from the daemon: what does not scale stays, the
-    activations and temporaries scale with the batch; the margin is a twentieth of the limit."""
+    activations and temporaries scale with the batch; the margin is a twentieth of the limit, or
+    near_limit's (512 MiB, at most a tenth of the cap: here the limit is the cap) when more."""
     act, other, batch, peak = (split["activations_bytes"], split["other_bytes"], split["batch_size"],
                                split["peak_bytes"])
     per_sample = act / batch * (1 + other / act)
     fixed = peak - per_sample * batch
-    return math.floor((limit - limit // 20 - fixed) / per_sample)
+    margin = max(limit // 20, min(512 << 20, limit // 10))
+    return max(0, math.floor((limit - margin - fixed) / per_sample))
 
 
 def test_the_split_and_the_batch_that_fits_reach_every_output(recorded_daemon):

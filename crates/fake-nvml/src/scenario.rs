@@ -17,6 +17,11 @@ pub struct Scenario {
     pub cuda_driver_version: i32,
     /// When set, every `nvmlInit*` fails with this error.
     pub init_error: Option<ErrorName>,
+    /// Whether the processes listed are meant as this host's (a test's own processes, a pid
+    /// no kernel gives), so a reader may judge a pid missing from /proc as exited. By default
+    /// they are the scenario's own, and most exist on no host (`fakeNvmlIdentity` says which).
+    #[serde(default)]
+    pub host_pids: bool,
     #[serde(default, rename = "gpu")]
     pub gpus: Vec<Gpu>,
 }

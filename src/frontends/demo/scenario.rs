@@ -42,7 +42,7 @@ fn timeline(p: Profile) -> String {
 /// The node with the single trainers' `children` and the job's `ranks`, each with its pid.
 pub fn toml(children: &[(Profile, u32)], ranks: &[(u64, u32)]) -> String {
     let mut s = String::from(
-        "# Written by `gpumon demo`: a simulated node.\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\ncuda_driver_version = 12040\n",
+        "# Written by `gpumon demo`: a simulated node. Its processes are the demo's own, this host's.\nhost_pids = true\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\ncuda_driver_version = 12040\n",
     );
     let busy = [
         "{ points = [[0, 93], [7, 97], [13, 91]], repeat = 20.0 }",

@@ -200,6 +200,7 @@ pub fn snapshot(
         driver_version: Some("550.54.15".into()),
         last_poll_ts: Some(NOW),
         last_poll_duration_seconds: 0.002,
+        simulated: None,
     };
     s.gpus = gpus;
     // The daemon joins each process to its live session; these made-up nodes join on pid and GPU.

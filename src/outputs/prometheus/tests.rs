@@ -273,8 +273,15 @@ fn family_text_is_the_library_encoding() {
 #[test]
 fn a_split_exports_memory_by_category_and_the_largest_safe_batch() {
     use crate::core::categories::Categories;
+    use crate::core::detect::DetectConfig;
+    use crate::core::store::sessions::{SessionLimits, Sessions};
     use crate::core::trainer::{Hello, Peer, Sample, Stats};
     let mut store = new_store();
+    // Byte counts in thousands: near_limit's margin (which the fit keeps too) scaled to them.
+    store.sessions = Sessions::new(SessionLimits::default()).with_detect(DetectConfig {
+        headroom_margin_bytes: 512,
+        ..DetectConfig::default()
+    });
     store.apply(reading(), 0.002);
     let mut ids = Vec::new();
     for (pid, job, partial) in [

@@ -11,7 +11,7 @@ use crate::core::model::Timestamp;
 mod fit;
 mod text;
 
-pub use fit::{BatchFit, FitBasis};
+pub use fit::{near_limit_margin, BatchFit, Budget, FitBasis, MAX_BATCH};
 pub use text::{remedies_text, split_text};
 
 /// One measured step, as the client sends it (`sample.categories`): bytes of this device's
@@ -131,31 +131,58 @@ impl Split {
 /// Batch sizes remembered with the activations measured at them (distinct sizes, newest kept).
 const FIT_POINTS: usize = 16;
 
+/// What was measured at one batch size: the most activations, and the highest allocator peak
+/// of the samples that carried those splits (None when none had one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    pub batch: u64,
+    pub activations: u64,
+    pub peak: Option<u64>,
+}
+
 /// A session's splits: the latest, and the activations seen per batch size, to learn how the
 /// step's memory scales with the batch.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tracker {
     latest: Option<Split>,
-    /// (batch size, most activations bytes seen at it), one per batch size, oldest first.
-    points: Vec<(u64, u64)>,
+    /// One per batch size, oldest first.
+    points: Vec<Point>,
     /// Splits taken (the metric's freshness, the TUI's "measured n times").
     pub measured: u64,
+    /// near_limit's configured margin (`detect.headroom_margin_bytes`): a batch the fit says
+    /// fits keeps at least near_limit's headroom, so the two never contradict each other.
+    near_limit_margin: u64,
 }
 
 impl Tracker {
-    /// Takes a split measured in a sample with this allocator peak. Per batch size the most activations
-    /// seen are kept: with variable sequence lengths the batch that fits is the one that fits
-    /// the longest sequences seen, not the latest.
+    /// A tracker for a session whose near_limit fires under `near_limit_margin` bytes of headroom.
+    pub fn new(near_limit_margin: u64) -> Self {
+        Self {
+            near_limit_margin,
+            ..Self::default()
+        }
+    }
+
+    /// Takes a split measured in a sample with this allocator peak. Per batch size the most
+    /// activations and the highest peak seen are kept: with variable sequence lengths the batch
+    /// that fits is the one that fits the longest sequences seen, not the latest.
     pub fn take(&mut self, c: Categories, ts: Timestamp, allocated_peak: Option<u64>) {
         if let (Some(b), true) = (c.batch_size, c.activations_known()) {
             if b > 0 && c.activations_bytes > 0 {
-                match self.points.iter_mut().find(|(pb, _)| *pb == b) {
-                    Some(p) => p.1 = p.1.max(c.activations_bytes),
+                match self.points.iter_mut().find(|p| p.batch == b) {
+                    Some(p) => {
+                        p.activations = p.activations.max(c.activations_bytes);
+                        p.peak = p.peak.max(allocated_peak);
+                    }
                     None => {
                         if self.points.len() == FIT_POINTS {
                             self.points.remove(0);
                         }
-                        self.points.push((b, c.activations_bytes));
+                        self.points.push(Point {
+                            batch: b,
+                            activations: c.activations_bytes,
+                            peak: allocated_peak,
+                        });
                     }
                 }
             }
@@ -168,21 +195,17 @@ impl Tracker {
         self.latest.as_ref()
     }
 
-    /// How the step peak scales with the batch, against what the allocator can hold (`limit`,
-    /// `detect::Obs::limit`) less a margin (`fit::margin`); None when the split cannot say.
-    pub fn fit(&self, limit: Option<u64>, inactive_split: Option<u64>) -> Option<BatchFit> {
-        fit::fit(self.latest.as_ref()?, &self.points, limit?, inactive_split)
+    /// How the step peak scales with the batch, against what the allocator can hold less a
+    /// margin (`fit::margin`); None when the split cannot say.
+    pub fn fit(&self, budget: Budget) -> Option<BatchFit> {
+        let near = near_limit_margin(self.near_limit_margin, budget.cap);
+        fit::fit(self.latest.as_ref()?, &self.points, budget, near)
     }
 
     /// The split and its remedies, for a finding's evidence.
-    pub fn evidence(
-        &self,
-        limit: Option<u64>,
-        inactive_split: Option<u64>,
-        world_size: Option<u64>,
-    ) -> Option<CategoryEvidence> {
+    pub fn evidence(&self, budget: Budget, world_size: Option<u64>) -> Option<CategoryEvidence> {
         let split = self.latest.clone()?;
-        let fit = self.fit(limit, inactive_split);
+        let fit = self.fit(budget);
         let remedies = Remedies::of(&split, fit.as_ref(), world_size);
         Some(CategoryEvidence {
             split,
@@ -244,14 +267,18 @@ impl Remedies {
         };
         let checkpointing_bytes =
             Some(c.activations_bytes).filter(|b| *b > 0 && c.activations_known());
-        let bf16_bytes = c.fp32_bytes.map(|b| b / 2).filter(|b| *b > 0);
+        // Never more than half of parameters and gradients (the wire refuses more; a trace
+        // written by an older daemon is read through the same apply).
+        let bf16_bytes = c
+            .fp32_bytes
+            .map(|b| b.min(c.parameters_bytes.saturating_add(c.gradients_bytes)) / 2)
+            .filter(|b| *b > 0);
         let sharding = match world_size {
-            Some(w) if w > 1 && c.optimizer_state_bytes > 0 && !c.sharded() => {
-                Some(ShardingRemedy {
-                    ranks: w,
-                    frees_bytes: c.optimizer_state_bytes / w * (w - 1),
-                })
-            }
+            Some(w) if w > 1 && !c.sharded() => Some(ShardingRemedy {
+                ranks: w,
+                frees_bytes: sharded_away(c.optimizer_state_bytes, w),
+            })
+            .filter(|s| s.frees_bytes > 0),
             _ => None,
         };
         Self {
@@ -261,6 +288,13 @@ impl Remedies {
             sharding,
         }
     }
+}
+
+/// What sharding `state` bytes over `ranks` takes off each rank: all but its share, the share
+/// rounded up (the largest rank's), exact at any size.
+fn sharded_away(state: u64, ranks: u64) -> u64 {
+    let share = (u128::from(state)).div_ceil(u128::from(ranks.max(1)));
+    state.saturating_sub(u64::try_from(share).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

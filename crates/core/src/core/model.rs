@@ -184,6 +184,9 @@ pub enum ProcView {
     /// The daemon's own PID namespace's (a container without hostPID), or one that hides
     /// other users' processes (hidepid).
     Own,
+    /// The NVML library is a fake one (crates/fake-nvml) whose scenario's pids are not this
+    /// host's: a pid missing from /proc never ran here.
+    Simulated,
     /// Could not tell (not a proc filesystem, links unreadable).
     #[serde(other)]
     Unknown,

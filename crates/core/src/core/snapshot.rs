@@ -183,6 +183,10 @@ pub struct NvmlView {
     pub driver_version: Option<String>,
     pub last_poll_ts: Option<Timestamp>,
     pub last_poll_duration_seconds: f64,
+    /// Set when the library is a fake NVML (crates/fake-nvml): its identity, e.g.
+    /// "fake-nvml 0.1.0; pids: scenario". The GPUs and processes are a scenario's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -285,6 +289,7 @@ impl Snapshot {
             library,
             last_poll_ts,
             last_poll_duration_seconds,
+            simulated,
             ..
         } = store.nvml.clone();
         Self {
@@ -298,6 +303,7 @@ impl Snapshot {
                 driver_version: latest.and_then(|r| r.driver_version.clone()),
                 last_poll_ts,
                 last_poll_duration_seconds,
+                simulated,
             },
             host_pids: store.sessions.orphans.host_pids(),
             gpus,

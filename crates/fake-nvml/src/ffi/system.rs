@@ -58,3 +58,20 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
         unsafe { put_str(name, length, &full[..cut]) }
     })
 }
+
+/// What the library is, for a reader that asks (gpumon does): "fake-nvml 0.1.0; pids: scenario"
+/// or "…; pids: host" (the scenario's `host_pids`). No real NVML exports this symbol, so its
+/// presence alone tells a fake library, whatever driver version a scenario claims.
+#[no_mangle]
+pub unsafe extern "C" fn fakeNvmlIdentity(out: *mut c_char, length: c_uint) -> Ret {
+    guard(|| {
+        let ctx = Ctx::now()?;
+        let pids = if ctx.scenario().host_pids {
+            "host"
+        } else {
+            "scenario"
+        };
+        let id = format!("fake-nvml {}; pids: {pids}", env!("CARGO_PKG_VERSION"));
+        unsafe { put_str(out, length, &id) }
+    })
+}

@@ -83,7 +83,7 @@ fn the_split_is_measured_at_step_3_every_300_s_and_once_at_a_short_batch() {
 /// limit), scaled in proportion from the first split, fitted once the short batch was seen.
 #[test]
 fn the_daemon_fits_14_proportional_then_fitted() {
-    use crate::core::categories::{FitBasis, Tracker};
+    use crate::core::categories::{Budget, FitBasis, Tracker};
     let mut tracker = Tracker::default();
     let mut fits = Vec::new();
     for step in [3, 249, 250] {
@@ -96,7 +96,13 @@ fn the_daemon_fits_14_proportional_then_fitted() {
         );
         // As the daemon's limit: what the allocator has plus what the device has free.
         let limit = crate::frontends::demo::job::device_free(1, t) + stats.reserved.unwrap();
-        let fit = tracker.fit(Some(limit), stats.inactive_split).unwrap();
+        let fit = tracker
+            .fit(Budget {
+                limit: Some(limit),
+                cap: None,
+                inactive_split: stats.inactive_split,
+            })
+            .unwrap();
         fits.push((fit.basis, fit.largest_safe_batch));
     }
     assert_eq!(

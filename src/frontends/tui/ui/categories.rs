@@ -245,8 +245,8 @@ fn basis(f: &BatchFit, now: u64) -> String {
             };
             // Rounded up, as the findings' messages say it: the error is at most this.
             let within = f
-                .max_error_ratio
-                .map(|e| format!(" within {:.0}%", (e * 100.0).ceil()))
+                .stated_error_percent()
+                .map(|e| format!(" within {e}%"))
                 .unwrap_or_default();
             format!("fitted on {on}{within}")
         }

@@ -5,13 +5,11 @@
 use serde_json::Value;
 
 use super::{byte_value, not_a, too_long, Code, Rejection};
-use crate::core::categories::Categories;
+use crate::core::categories::{Categories, MAX_BATCH};
 
 /// Most `partial` reasons kept, and the longest (the client sends a handful of short ones).
 const MAX_PARTIAL: usize = 16;
 const MAX_REASON: usize = 512;
-/// Largest batch size taken as real.
-const MAX_BATCH: u64 = 1 << 32;
 
 pub(super) fn categories(v: Option<Value>) -> Result<Option<Box<Categories>>, Rejection> {
     let map = match v {
@@ -51,11 +49,11 @@ pub(super) fn categories(v: Option<Value>) -> Result<Option<Box<Categories>>, Re
             return Err(not_a(
                 "categories.batch_size",
                 &other,
-                "a batch size (an integer up to 2^32, or null)",
+                "a batch size (an integer up to 2^24, the most the batch fit answers, or null)",
             ))
         }
     };
-    Ok(Some(Box::new(Categories {
+    let c = Categories {
         step,
         parameters_bytes: need("parameters_bytes")?,
         gradients_bytes: need("gradients_bytes")?,
@@ -65,7 +63,20 @@ pub(super) fn categories(v: Option<Value>) -> Result<Option<Box<Categories>>, Re
         batch_size,
         fp32_bytes: byte_value("categories.fp32_bytes", field("fp32_bytes"))?,
         partial: partial(map.get("partial"))?,
-    })))
+    };
+    // fp32_bytes is a part of parameters and gradients: more would size a bf16 remedy that
+    // frees memory the split never held.
+    let whole = c.parameters_bytes.saturating_add(c.gradients_bytes);
+    if let Some(f) = c.fp32_bytes.filter(|f| *f > whole) {
+        return Err(Rejection::new(
+            Code::BadField,
+            format!(
+                "categories.fp32_bytes is {f}, more than parameters_bytes + gradients_bytes \
+                 ({whole}); send the float32 part of those two (0 for a bf16 model)"
+            ),
+        ));
+    }
+    Ok(Some(Box::new(c)))
 }
 
 fn partial(v: Option<&Value>) -> Result<Vec<String>, Rejection> {

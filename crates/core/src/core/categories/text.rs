@@ -1,7 +1,7 @@
 //! The split and its remedies in words: one wording for findings' messages, `gpumon status`,
 //! the TUI and `gpumon analyze`.
 
-use super::{CategoryEvidence, FitBasis, Split};
+use super::{BatchFit, CategoryEvidence, FitBasis, Split, MAX_BATCH};
 use crate::units::bytes;
 
 /// "parameters 2.0 GiB, gradients 2.0 GiB, optimizer state 4.0 GiB, activations 9.1 GiB,
@@ -36,28 +36,7 @@ pub fn remedies_text(e: &CategoryEvidence) -> String {
     let r = &e.remedies;
     let mut out = Vec::new();
     if let (Some(b), Some(fit)) = (r.batch, e.fit.as_ref()) {
-        let how = match fit.basis {
-            FitBasis::Proportional => format!(
-                "activations and temporaries scaled from batch {} in proportion",
-                b.current
-            ),
-            FitBasis::Fitted => format!(
-                "fitted on batches {}{}",
-                list(&fit.batch_sizes),
-                fit.max_error_ratio
-                    .map(|e| format!(", within {:.0}%", (e * 100.0).ceil()))
-                    .unwrap_or_default()
-            ),
-        };
-        out.push(match b.fits {
-            0 => format!(
-                "no batch fits: what does not scale with it takes {} of the {} the allocator can hold",
-                bytes(fit.fixed_bytes),
-                bytes(fit.limit_bytes)
-            ),
-            n if n < b.current => format!("a batch of {n} fits (now {}; {how})", b.current),
-            n => format!("a batch of up to {n} fits (now {}; {how})", b.current),
-        });
+        out.push(batch_text(b.current, b.fits, fit));
     }
     if let Some(x) = r.checkpointing_bytes {
         out.push(format!("activation checkpointing frees up to {}", bytes(x)));
@@ -76,6 +55,47 @@ pub fn remedies_text(e: &CategoryEvidence) -> String {
         ));
     }
     out.join("; ")
+}
+
+/// "a batch of 15 fits (now 16; how it was predicted)", or why none does.
+fn batch_text(current: u64, fits: u64, fit: &BatchFit) -> String {
+    let how = match fit.basis {
+        FitBasis::Proportional => format!(
+            "activations and temporaries scaled from batch {} in proportion",
+            fit.batch_sizes.first().copied().unwrap_or(current)
+        ),
+        FitBasis::Fitted => format!(
+            "fitted on batches {}{}",
+            list(&fit.batch_sizes),
+            line_error(fit)
+        ),
+    };
+    match fits {
+        0 if fit.fixed_bytes > fit.limit_bytes => format!(
+            "no batch fits: what does not scale with it ({}) is over the {} the allocator can hold",
+            bytes(fit.fixed_bytes),
+            bytes(fit.limit_bytes)
+        ),
+        0 if fit.limit_bytes == 0 => "no batch fits: the allocator can hold nothing".to_string(),
+        0 => format!(
+            "no batch fits: what does not scale with it takes {} of the {} the allocator can hold, less the {} kept free",
+            bytes(fit.fixed_bytes),
+            bytes(fit.limit_bytes),
+            bytes(fit.margin_bytes)
+        ),
+        n if n < current => format!("a batch of {n} fits (now {current}; {how})"),
+        n if n >= MAX_BATCH => {
+            format!("any batch up to {n} fits (now {current}; {how})")
+        }
+        n => format!("a batch of up to {n} fits (now {current}; {how})"),
+    }
+}
+
+/// ", within 2%": only where it says something (`BatchFit::stated_error_percent`).
+fn line_error(fit: &BatchFit) -> String {
+    fit.stated_error_percent()
+        .map(|e| format!(", within {e}%"))
+        .unwrap_or_default()
 }
 
 /// "8, 12 and 16".

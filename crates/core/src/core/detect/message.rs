@@ -52,15 +52,26 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
                     if r == 1 { "" } else { "s" }
                 ));
             }
+            // A peak past the limit (a cap set below what the trainer already held) has no
+            // headroom: "-9.90 GiB of headroom" reads as a typo, "over by" does not.
             match (e.headroom_bytes, e.alloc_limit) {
+                (Some(h), Some(cap)) if h < 0 => parts.push(format!(
+                    "the step peak is over the {} allowed by {}",
+                    bytes_fine(cap),
+                    bytes_fine(h.unsigned_abs())
+                )),
+                (Some(h), None) if h < 0 => parts.push(format!(
+                    "the step peak is over what the allocator can hold by {}",
+                    bytes(h.unsigned_abs())
+                )),
                 (Some(h), Some(cap)) => parts.push(format!(
                     "headroom at the step peak is {} of the {} allowed",
-                    signed_bytes(h, bytes_fine),
+                    bytes_fine(h.unsigned_abs()),
                     bytes_fine(cap)
                 )),
                 (Some(h), None) => parts.push(format!(
                     "headroom at the step peak is {}",
-                    signed_bytes(h, bytes)
+                    bytes(h.unsigned_abs())
                 )),
                 (None, _) => {}
             }
@@ -344,14 +355,6 @@ fn round_step(n: u64) -> u64 {
     }
     let mag = 10u64.pow((n as f64).log10().floor() as u32 - 1);
     (n + mag / 2) / mag * mag
-}
-
-fn signed_bytes(v: i64, fmt: fn(u64) -> String) -> String {
-    if v < 0 {
-        format!("-{}", fmt(v.unsigned_abs()))
-    } else {
-        fmt(v as u64)
-    }
 }
 
 #[cfg(test)]

@@ -249,14 +249,19 @@ impl Obs<'_> {
         min_known(device, self.alloc_limit)
     }
 
+    /// What a batch must fit under at this sample: its limit, cap and split blocks.
+    pub fn budget(&self) -> crate::core::categories::Budget {
+        crate::core::categories::Budget {
+            limit: self.limit(),
+            cap: self.cap(),
+            inactive_split: self.sample.stats.inactive_split,
+        }
+    }
+
     /// The split, the batch that fits and the remedies, against this sample's limit.
     pub fn categories(&self) -> Option<Box<crate::core::categories::CategoryEvidence>> {
         self.categories?
-            .evidence(
-                self.limit(),
-                self.sample.stats.inactive_split,
-                self.world_size,
-            )
+            .evidence(self.budget(), self.world_size)
             .map(Box::new)
     }
 

@@ -12,6 +12,7 @@
 
 use super::window::Recent;
 use super::{Detector, Evidence, Kind, Obs, Signal};
+use crate::core::categories::near_limit_margin;
 
 /// Retries are counted over the last `RETRY_STEPS` steps or `RETRY_SECS` seconds, whichever
 /// reaches further back: bursts in the corpus and in real runs come 20–300 steps apart.
@@ -27,8 +28,6 @@ const TIGHT_SECS: f64 = 10.0;
 const TIGHT_KEEP: usize = 3;
 /// Tight samples needed in that window: at least this many, and at least half of them.
 const TIGHT_MIN: usize = 2;
-/// Under an allocator cap the margin is at most 1/`CAP_MARGIN_DIV` of the cap.
-const CAP_MARGIN_DIV: u64 = 10;
 
 pub struct NearLimit {
     margin: u64,
@@ -42,8 +41,7 @@ pub struct NearLimit {
 impl NearLimit {
     /// The margin for this sample: the configured one, or a tenth of the cap when that is less.
     fn margin(&self, obs: &Obs) -> u64 {
-        obs.cap()
-            .map_or(self.margin, |cap| self.margin.min(cap / CAP_MARGIN_DIV))
+        near_limit_margin(self.margin, obs.cap())
     }
 
     pub fn new(margin_bytes: u64) -> Self {

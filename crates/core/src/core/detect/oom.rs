@@ -11,7 +11,7 @@
 
 use super::explanation::Explanation;
 use super::{cap, Detector, Evidence, Kind, Obs, Pos, Signal};
-use crate::core::categories::{CategoryEvidence, Tracker};
+use crate::core::categories::{Budget, CategoryEvidence, Tracker};
 use crate::core::trainer::EventKind;
 use crate::core::trainer::EventRecord;
 
@@ -32,7 +32,7 @@ pub struct Oom {
     /// The session's splits as of the latest sample (copied only when a new one arrives), and
     /// that sample's limit, split blocks and world size: an `oom` event comes without them.
     split: Option<Tracker>,
-    limits: (Option<u64>, Option<u64>, Option<u64>),
+    limits: (Budget, Option<u64>),
     evidence: Evidence,
     /// Whether the finding was told this evidence, and the activity it was told last.
     told: bool,
@@ -49,7 +49,7 @@ impl Oom {
             device_total: None,
             outside: None,
             split: None,
-            limits: (None, None, None),
+            limits: (Budget::default(), None),
             evidence: Evidence::default(),
             told: true,
             told_active: false,
@@ -85,7 +85,7 @@ impl Detector for Oom {
                 self.split = Some(t.clone());
             }
         }
-        self.limits = (obs.limit(), s.stats.inactive_split, obs.world_size);
+        self.limits = (obs.budget(), obs.world_size);
         if obs.ooms_total > self.last_total {
             self.last_total = obs.ooms_total;
             self.last_oom = Some(now);
@@ -151,11 +151,8 @@ impl Detector for Oom {
 impl Oom {
     /// The split and its remedies against the latest sample's limit.
     fn categories(&self) -> Option<Box<CategoryEvidence>> {
-        let (limit, inactive, world) = self.limits;
-        self.split
-            .as_ref()?
-            .evidence(limit, inactive, world)
-            .map(Box::new)
+        let (budget, world) = self.limits;
+        self.split.as_ref()?.evidence(budget, world).map(Box::new)
     }
 
     /// A sample after the OOM: the trainer caught it and went on.

@@ -34,6 +34,9 @@ pub enum HostPids {
     /// /proc is not the host's and none of NVML's pids is in it (a container without
     /// hostPID): nothing is judged.
     Hidden,
+    /// The NVML library is a fake one listing a scenario's pids (`ProcView::Simulated`): only
+    /// zombies are judged (a zombie is in this host's /proc; a missing pid never ran here).
+    Simulated,
     #[serde(other)]
     Unknown,
 }
@@ -44,8 +47,10 @@ pub fn host_pids(
     view: Option<ProcView>,
     states: impl Iterator<Item = Option<ProcState>>,
 ) -> Option<HostPids> {
-    if view == Some(ProcView::Host) {
-        return Some(HostPids::Visible);
+    match view {
+        Some(ProcView::Host) => return Some(HostPids::Visible),
+        Some(ProcView::Simulated) => return Some(HostPids::Simulated),
+        _ => {}
     }
     let (mut listed, mut found) = (0usize, 0usize);
     for s in states.flatten() {
@@ -66,7 +71,10 @@ pub fn exited(seen: Option<HostPids>, state: Option<ProcState>) -> bool {
         (
             Some(HostPids::Visible),
             Some(ProcState::Zombie | ProcState::Gone)
-        ) | (Some(HostPids::Partial), Some(ProcState::Zombie))
+        ) | (
+            Some(HostPids::Partial | HostPids::Simulated),
+            Some(ProcState::Zombie)
+        )
     )
 }
 
@@ -251,6 +259,7 @@ impl Orphans {
         let bit = match seen {
             HostPids::Hidden => 1,
             HostPids::Partial => 2,
+            HostPids::Simulated => 4,
             HostPids::Visible | HostPids::Unknown => return,
         };
         if self.said & bit != 0 {
@@ -263,6 +272,11 @@ impl Orphans {
                  (a container without hostPID), so orphaned GPU memory (a process that exited and still \
                  holds memory) is not detected; run it with hostPID, or mount the host's /proc and point \
                  procfs at it"
+            );
+        } else if seen == HostPids::Simulated {
+            tracing::info!(
+                "the NVML library is a fake one listing a scenario's processes: orphaned GPU memory is \
+                 judged for zombies only (a pid missing from /proc never ran on this host)"
             );
         } else {
             tracing::info!(

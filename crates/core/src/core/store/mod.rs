@@ -44,6 +44,10 @@ pub struct NvmlStatus {
     /// Which processes the source's /proc shows (whether a pid missing there has exited).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proc_view: Option<crate::core::model::ProcView>,
+    /// The library's identity when it is a fake NVML (crates/fake-nvml): readings are a
+    /// scenario's, not this machine's GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<String>,
 }
 
 impl NvmlStatus {

@@ -134,7 +134,7 @@ impl Session {
             categories: None,
             world_size: None,
         };
-        self.categories.fit(obs.limit(), last.stats.inactive_split)
+        self.categories.fit(obs.budget())
     }
 }
 
@@ -315,7 +315,7 @@ impl Sessions {
                 arming,
                 nvml: None,
                 job,
-                categories: Tracker::default(),
+                categories: Tracker::new(self.detect.headroom_margin_bytes),
             },
         );
         (key, id)

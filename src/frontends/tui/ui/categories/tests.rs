@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::categories::{Categories, Tracker};
+use crate::core::categories::{Budget, Categories, Tracker};
 use crate::frontends::tui::fixtures;
 
 const GIB: u64 = 1 << 30;
@@ -23,7 +23,10 @@ fn session(splits: &[(Categories, u64)], limit: u64) -> SessionView {
     for (c, peak) in splits {
         tracker.take(c.clone(), 0.0, Some(*peak));
     }
-    s.batch_fit = tracker.fit(Some(limit), None);
+    s.batch_fit = tracker.fit(Budget {
+        limit: Some(limit),
+        ..Budget::default()
+    });
     s.largest_safe_batch = s.batch_fit.as_ref().map(|f| f.largest_safe_batch);
     s.categories = tracker.latest().cloned();
     s

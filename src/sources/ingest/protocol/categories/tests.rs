@@ -95,3 +95,48 @@ fn partial_reasons_are_bounded_in_count_and_length() {
     let (_, message) = rejected(&sample_with(&format!(r#"{SPLIT},"partial":[7]}}"#)));
     assert!(message.contains("categories.partial[0] = 7"), "{message}");
 }
+
+#[test]
+fn a_batch_past_what_the_fit_answers_is_refused_naming_the_bound() {
+    // 2^24 is the most the batch fit answers: a larger batch would be answered with a smaller one.
+    let ok = sample_with(&format!(
+        "{}}}",
+        SPLIT.replace("\"batch_size\":32", "\"batch_size\":16777216")
+    ));
+    assert!(parse(ok.as_bytes()).is_ok(), "{ok}");
+    let line = sample_with(&format!(
+        "{}}}",
+        SPLIT.replace("\"batch_size\":32", "\"batch_size\":16777217")
+    ));
+    let (code, message) = rejected(&line);
+    assert_eq!(code, Code::BadField);
+    assert!(
+        message.contains("categories.batch_size = 16777217") && message.contains("2^24"),
+        "{message}"
+    );
+}
+
+#[test]
+fn fp32_bytes_above_parameters_and_gradients_is_refused_naming_both() {
+    // Parameters 4000 + gradients 4000: 8000 float32 bytes at most.
+    let ok = sample_with(&format!(r#"{SPLIT},"fp32_bytes":8000}}"#));
+    assert!(parse(ok.as_bytes()).is_ok(), "{ok}");
+    let (code, message) = rejected(&sample_with(&format!(r#"{SPLIT},"fp32_bytes":8001}}"#)));
+    assert_eq!(code, Code::BadField);
+    assert!(
+        message.contains("categories.fp32_bytes is 8001")
+            && message.contains("parameters_bytes + gradients_bytes (8000)"),
+        "{message}"
+    );
+    // A 0-byte model (parameters not on this device) has no float32 bytes to halve.
+    let zero = SPLIT
+        .replace("\"parameters_bytes\":4000", "\"parameters_bytes\":0")
+        .replace("\"gradients_bytes\":4000", "\"gradients_bytes\":0");
+    let (_, message) = rejected(&sample_with(&format!(
+        r#"{zero},"fp32_bytes":1125899906842624}}"#
+    )));
+    assert!(
+        message.contains("categories.fp32_bytes is 1125899906842624"),
+        "{message}"
+    );
+}

@@ -195,3 +195,26 @@ fn a_leak_without_a_line_says_why() {
     let named = attribution(vec![("train.py", 27, "kept_outputs", 1 << 20)]);
     assert_eq!(unattributed(&named), None);
 }
+
+#[test]
+fn a_peak_past_the_limit_is_over_it_not_a_negative_headroom() {
+    // A cap set below what the trainer already held: the peak is 9.90 GiB past it.
+    let over = -(9_900 * (1i64 << 30) / 1000);
+    let e = Evidence {
+        headroom_bytes: Some(over),
+        alloc_limit: Some(1),
+        ..Evidence::default()
+    };
+    assert_eq!(
+        describe(Kind::NearLimit, &e),
+        "the step peak is over the 1 B allowed by 9.90 GiB"
+    );
+    let e = Evidence {
+        headroom_bytes: Some(-(3 << 30)),
+        ..Evidence::default()
+    };
+    assert_eq!(
+        describe(Kind::NearLimit, &e),
+        "the step peak is over what the allocator can hold by 3.0 GiB"
+    );
+}

@@ -380,3 +380,20 @@ fn a_gpu_that_could_not_be_read_keeps_its_finding() {
         f.message
     );
 }
+
+#[test]
+fn on_a_fake_library_s_scenario_pids_only_zombies_are_judged() {
+    use crate::core::model::{ProcState, ProcView};
+    // Whatever /proc says of the listed pids: the scenario's pids ran on no host.
+    let seen = host_pids(
+        Some(ProcView::Simulated),
+        [Some(ProcState::Gone), Some(ProcState::Gone)].into_iter(),
+    );
+    assert_eq!(seen, Some(HostPids::Simulated));
+    assert!(!exited(seen, Some(ProcState::Gone)));
+    assert!(!exited(seen, Some(ProcState::Running)));
+    // A zombie is in this host's /proc: a real process that exited.
+    assert!(exited(seen, Some(ProcState::Zombie)));
+    // The host's /proc on a real NVML: a pid never seen alive is judged exited all the same.
+    assert!(exited(Some(HostPids::Visible), Some(ProcState::Gone)));
+}
