@@ -11,7 +11,7 @@ use crate::units::bytes;
 pub fn jobs(out: &mut String, jobs: &[JobView]) {
     for j in jobs
         .iter()
-        .filter(|j| j.members.len() > 1 || j.first_failure.is_some())
+        .filter(|j| j.members.len() > 1 || j.first_failure.is_some() || j.stop.is_some())
     {
         let hosts = if j.hosts.is_empty() {
             String::new()
@@ -26,7 +26,12 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
             ranks_text(&j.ranks),
             j.state.as_str()
         );
-        if let Some(f) = &j.first_failure {
+        let head = match (&j.first_failure, &j.stop) {
+            (Some(f), _) => Some(("first failure", f)),
+            (None, Some(f)) => Some(("stopped first", f)),
+            (None, None) => None,
+        };
+        if let Some((what, f)) = head {
             let host = f
                 .host
                 .as_deref()
@@ -35,7 +40,7 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
             let step = f.step.map(|s| format!(" at step {s}")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  first failure: {} {}{host}{step}",
+                "  {what}: {} {}{host}{step}",
                 who(f.rank, &f.session),
                 f.kind
             );

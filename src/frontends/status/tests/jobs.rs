@@ -30,6 +30,8 @@ fn member(rank: u64, failure: Option<(Kind, f64)>) -> Member {
             ts: OOM_AT + after,
             step: Some(812),
             message: if kind == Kind::Oom { OOM } else { "no bye" }.into(),
+            exception: None,
+            signal: None,
         }),
         peak_bytes: Some(if rank == 2 {
             4 * GIB + GIB / 2

@@ -97,7 +97,7 @@ impl Jobs {
             let order = |j: &Job| match j.view.state {
                 JobState::Failed => 0,
                 JobState::Running => 1,
-                JobState::Ended => 2,
+                JobState::Stopped | JobState::Ended => 2,
                 JobState::Unknown => 3,
             };
             (order(a), &a.view.job, &a.view.run_id).cmp(&(order(b), &b.view.job, &b.view.run_id))

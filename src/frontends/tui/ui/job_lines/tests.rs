@@ -19,6 +19,8 @@ fn member(r: u64, failure: Option<(Kind, f64)>) -> Member {
             ts,
             step: Some(7),
             message: "CUDA out of memory\u{1b}[2J".into(),
+            exception: None,
+            signal: None,
         }),
         peak_bytes: Some((10 + r) << 30),
         headroom_bytes: None,
@@ -72,6 +74,8 @@ fn every_line_fits_its_width_and_says_where_it_was_cut() {
         ts: 100.0,
         step: Some(812),
         message: "x".repeat(300),
+        exception: None,
+        signal: None,
     });
     members[3].ended = Some(100.0);
     for (r, m) in members.iter_mut().enumerate() {
@@ -84,6 +88,8 @@ fn every_line_fits_its_width_and_says_where_it_was_cut() {
                 ts: 101.0 + r as f64 * 0.05,
                 step: None,
                 message: String::new(),
+                exception: None,
+                signal: None,
             });
         }
     }
