@@ -253,7 +253,7 @@ def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon:
 
 # What the client reads from the environment into its output: unset while generating, so the
 # fixtures are the same bytes under srun or torchrun (SLURM_JOB_ID, MASTER_ADDR, RANK...) as anywhere.
-PINNED_ENV = _env.HELLO_VARS + ("GPUMON_DISABLE", "GPUMON_ATTRIBUTION", "GPUMON_OOM_HISTORY")
+PINNED_ENV = _env.HELLO_VARS + ("GPUMON_DISABLE", "GPUMON_ATTRIBUTION", "GPUMON_OOM_HISTORY", "GPUMON_SIGNALS")
 
 
 @contextlib.contextmanager

@@ -118,3 +118,18 @@ def test_an_uncaught_exception_says_its_type(sock_path, tmp_path):
         marks = [m for m in d.messages() if m.get("kind") == "mark"]
     assert marks[-1]["ending"] == "exception" and marks[-1]["exception"] == "ValueError"
     assert marks[-1]["detail"].startswith("trainer died: ValueError: bad batch") and len(marks[-1]["detail"]) <= 400
+
+
+def test_gpumon_signals_0_installs_no_handler(sock_path, tmp_path):
+    script = tmp_path / "off.py"
+    script.write_text(
+        "import signal, sys\n"
+        "from gpumon_client import Client, StaticStatsSource\n"
+        "c = Client('x', source=StaticStatsSource({}), socket=sys.argv[1])\n"
+        "print(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)\n"
+    )
+    for value, untouched in (("0", "True"), ("", "False")):
+        env = dict(os.environ, PYTHONPATH=ROOT, GPUMON_SIGNALS=value)
+        out = subprocess.run([sys.executable, str(script), sock_path], env=env, capture_output=True, text=True,
+                             timeout=30).stdout
+        assert out.strip() == untouched, value
