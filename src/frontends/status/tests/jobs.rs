@@ -189,3 +189,32 @@ fn the_json_output_carries_the_jobs() {
     assert_eq!(j["consequences"].as_array().map(Vec::len), Some(3));
     assert_eq!(j["memory"]["peak_max_rank"], 2);
 }
+
+#[test]
+fn a_stopped_job_says_it_was_stopped_and_by_which_signal() {
+    let members = (0..2)
+        .map(|r| {
+            let mut m = member(r, Some((Kind::Stopped, 0.1 * r as f64)));
+            if let Some(f) = m.failure.as_mut() {
+                f.message = "the trainer was stopped by SIGINT at step 812".into();
+                f.signal = Some("SIGINT".into());
+            }
+            m
+        })
+        .collect();
+    let out = table(&node(vec![job("train-ddp", "r-7", 2, members)]), &origin());
+    let lines = section(&out);
+    let row = lines.iter().find(|l| l.starts_with("train-ddp")).unwrap();
+    assert!(row.contains(" stopped "), "{out}");
+    assert!(
+        row.contains("stopped: rank 0 by SIGINT on node-a at step 812, then 1 rank within 0.1 s"),
+        "{out}"
+    );
+    assert!(!out.contains("failed"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("rank 0 stopped: the trainer was stopped by SIGINT")),
+        "{out}"
+    );
+}
