@@ -218,3 +218,19 @@ fn a_stopped_job_says_it_was_stopped_and_by_which_signal() {
         "{out}"
     );
 }
+
+#[test]
+fn the_exception_a_rank_died_of_is_named_and_reaches_the_terminal_escaped() {
+    let mut ms: Vec<Member> = (0..2)
+        .map(|r| member(r, Some((Kind::Crash, r as f64))))
+        .collect();
+    if let Some(f) = ms[0].failure.as_mut() {
+        f.exception = Some("RuntimeError: boom\u{1b}[2J".into());
+    }
+    let out = table(&node(vec![job("train-ddp", "r-8", 2, ms)]), &origin());
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert!(
+        out.contains("failed: rank 0 crash (RuntimeError: boom\\u{1b}[2J)"),
+        "{out}"
+    );
+}
