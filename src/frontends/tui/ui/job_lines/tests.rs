@@ -144,3 +144,34 @@ fn the_memory_line_leaves_out_whole_parts_that_do_not_fit() {
         "  OOM in ~14m (rank 0) · peaks 10.0 GiB–13.0 GiB, top rank 3 (median 12.0 GiB)"
     );
 }
+
+#[test]
+fn a_stopped_job_is_told_as_stopped_not_as_a_failure() {
+    let mut ms: Vec<Member> = (0..3)
+        .map(|r| member(r, Some((Kind::Stopped, 10.0 + r as f64 * 0.1))))
+        .collect();
+    for m in &mut ms {
+        if let Some(f) = m.failure.as_mut() {
+            f.message = "the trainer was stopped by SIGINT at step 7".into();
+            f.signal = Some("SIGINT\u{1b}[2J".into());
+        }
+    }
+    let j = job(Basis {
+        job: "llama".into(),
+        world_size: Some(3),
+        members: ms,
+        ..Basis::default()
+    });
+    let lines = text(&lines(&j, 200, 12.0, Theme::new(false)));
+    let all = lines.join("\n");
+    assert!(lines[0].ends_with("· stopped"), "{all}");
+    assert!(
+        lines[1].contains("■ stopped: rank 0 by SIGINT\\u{1b}[2J on node-a at step 7"),
+        "{all}"
+    );
+    assert!(!all.contains('✗') && !all.contains("failed"), "{all}");
+    assert!(
+        all.contains("↳ followed: 2 ranks (1,2) stopped within 0.2 s"),
+        "{all}"
+    );
+}
