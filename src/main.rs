@@ -125,7 +125,13 @@ fn run_analyze(a: &gpumon::cli::AnalyzeArgs, config: &Config) -> ExitCode {
     }
     if !errors.is_empty() {
         ExitCode::from(2)
-    } else if report.traces.iter().any(|t| !t.findings.is_empty()) {
+    } else if report
+        .traces
+        .iter()
+        .flat_map(|t| &t.findings)
+        // A stop is how a run ended, not something wrong with it.
+        .any(|f| f.kind != gpumon::core::detect::Kind::Stopped)
+    {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -151,3 +151,34 @@ fn the_reply_fixtures_match_what_the_daemon_sends() {
         );
     }
 }
+
+/// The client's SIGTERM line, replayed by `gpumon analyze` as a trace that ends without bye: a
+/// stop naming the signal, not a crash; and a stop alone is no finding to exit 1 for.
+#[test]
+fn the_stopped_fixture_replays_as_a_stop_not_a_crash() {
+    let path = fixtures().join("client_stopped.jsonl");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpumon"))
+        .args(["analyze", "--format", "json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings: Vec<&serde_json::Value> = report["traces"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    let kinds: Vec<&str> = findings
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["stopped"], "{report:#}");
+    assert_eq!(report["jobs"][0]["state"], "stopped", "{report:#}");
+    assert_eq!(report["jobs"][0]["stop"]["signal"], "SIGTERM");
+    assert_eq!(findings[0]["evidence"]["signal"], "SIGTERM");
+}

@@ -40,6 +40,7 @@ pub const OTHER_VARS: &[&str] = &[
     "GPUMON_DISABLE",
     "GPUMON_ATTRIBUTION",
     "GPUMON_OOM_HISTORY",
+    "GPUMON_SIGNALS",
     // Build, test and bench scripts (build.rs, scripts/, tests/, corpus/, .ci/).
     "GPUMON_BIN",
     "GPUMON_BIN_DIR",

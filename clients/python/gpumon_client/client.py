@@ -10,7 +10,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from . import _env, protocol
+from . import _env, protocol, signals
 from . import phases as _phase
 from .arming import Armer
 from .attribution import Attributor
@@ -121,6 +121,7 @@ class Client:
         if not self.disabled:
             _clients.add(self)
             _watch_uncaught()
+            signals.install(_on_stop_signal)
 
     # --- messages --------------------------------------------------------------------------------
 
@@ -254,11 +255,24 @@ class Client:
         touched = self.transport.connects or self.transport.stats()["buffered"]
         if touched and _uncaught is not None:
             # The process is dying of an uncaught exception: say why, and end without bye, so the
-            # daemon records a crash rather than a clean end.
-            self.transport.send(protocol.mark_event(self._clock(), "trainer died: %s" % _uncaught))
+            # daemon records a crash rather than a clean end; or a stop, when a signal (Ctrl-C's
+            # KeyboardInterrupt) is what it is dying of.
+            stop = signals.received() or ("SIGINT" if _uncaught_type == "KeyboardInterrupt" else None)
+            if stop is not None:
+                ending: Dict[str, Any] = {"ending": "signal", "signal": stop}
+            else:
+                ending = {"ending": "exception", "exception": _uncaught_type or "Exception"}
+            self.transport.send(protocol.mark_event(self._clock(), "trainer died: %s" % _uncaught, **ending))
             self.transport.close(bye=None, timeout=timeout)
             return
         self.transport.close(bye=protocol.bye(self._clock()) if touched else None, timeout=timeout)
+
+    def _stopping(self, name: str) -> None:
+        # From the signal handler: said at once, as the process may die right after.
+        if self.disabled or self.closed:
+            return
+        msg = protocol.event(self._clock(), "mark", detail="trainer got %s" % name, ending="signal", signal=name)
+        self.transport.send_now(msg, timeout=_SIGNAL_WAIT)
 
     def stats(self) -> Dict[str, Any]:
         """The connection's health: connected, buffered, dropped, connects, errors,
@@ -346,14 +360,23 @@ def _human(n: int) -> str:
 
 
 _uncaught: Optional[str] = None  # the exception the process is dying of, once sys.excepthook saw it
+_uncaught_type: Optional[str] = None  # its type's name, at most 128 bytes (the protocol's label)
 _prev_excepthook: Optional[Callable[..., Any]] = None
+_SIGNAL_WAIT = 0.25  # seconds a signal handler waits for its mark to be written
 
 
 def _excepthook(exc_type: Any, exc: Any, tb: Any) -> None:
-    global _uncaught
+    global _uncaught, _uncaught_type
     if _uncaught is None:
-        _uncaught = ("%s: %s" % (getattr(exc_type, "__name__", "exception"), exc))[:300]
+        name = getattr(exc_type, "__name__", "exception")
+        _uncaught_type = protocol.clip(str(name), 128)
+        _uncaught = ("%s: %s" % (name, exc))[:300]
     (_prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+
+def _on_stop_signal(name: str) -> None:
+    for client in list(_clients):
+        client._stopping(name)
 
 
 def _watch_uncaught() -> None:

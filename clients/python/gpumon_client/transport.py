@@ -153,6 +153,26 @@ class Transport:
             self._internal_error(exc)
             return False
 
+    def send_now(self, msg: Message, timeout: float = 0.25) -> bool:
+        """Sends `msg` and waits, at most `timeout` seconds, until it and everything queued before
+        it are written: for a signal handler, whose process may die right after. The lock is
+        taken with the same bound, so a handler that interrupted this thread inside `send`
+        gives up rather than deadlock. False when it was not written. Never raises."""
+        try:
+            if not self._lock.acquire(timeout=max(0.0, timeout)):
+                return False
+            try:
+                if self._closed:
+                    return False
+                self._outbox.put_unbounded(msg)
+                self._drain(timeout)
+                return self._sock is not None and not self._outbox.pending()
+            finally:
+                self._lock.release()
+        except Exception as exc:
+            self._internal_error(exc)
+            return False
+
     def close(self, bye: Optional[Bye] = None, timeout: float = 0.5) -> None:
         """Sends what is queued (and `bye`), waiting at most `timeout` seconds, then closes."""
         try:

@@ -15,7 +15,7 @@ import select
 import shutil
 import sys
 import tempfile
-from typing import Callable, Dict, Iterator
+from typing import Callable, Dict, Iterator, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -210,7 +210,17 @@ def _oom_explained(path: str, daemon: FakeDaemon) -> None:
     c.close(timeout=2.0)
 
 
-def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon: bool = False) -> bytes:
+def _stopped(path: str) -> None:
+    # SIGTERM (scancel, preemption): the handler's line, then the process dies without bye.
+    c = Client("llama-ft", source=StaticStatsSource(STATS, MEM_INFO, DEVICE), socket=path, rank=0,
+               world_size=8, clock=_clock(1763700600.0), pid=4242, jitter=False, instance=FIXED_INSTANCE)
+    c.sample(step=1)
+    c._stopping("SIGTERM")
+    c.transport.close(bye=None, timeout=2.0)
+
+
+def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon: bool = False,
+             lines: Optional[int] = None) -> bytes:
     tmp = tempfile.mkdtemp(prefix="gpm")
     path = os.path.join(tmp, "ingest.sock")
     try:
@@ -229,7 +239,10 @@ def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon:
         else:
             daemon.start()
             run(path)
-        daemon.wait_for(1, type="bye")
+        if lines is None:
+            daemon.wait_for(1, type="bye")
+        else:  # a session that ends without bye
+            daemon.wait_for(lines)
         daemon.stop()
         if len(daemon.connections) != 1:
             raise RuntimeError("expected one connection, got %d" % len(daemon.connections))
@@ -240,7 +253,7 @@ def _capture(run: Callable[..., object], late_daemon: bool = False, pass_daemon:
 
 # What the client reads from the environment into its output: unset while generating, so the
 # fixtures are the same bytes under srun or torchrun (SLURM_JOB_ID, MASTER_ADDR, RANK...) as anywhere.
-PINNED_ENV = _env.HELLO_VARS + ("GPUMON_DISABLE", "GPUMON_ATTRIBUTION", "GPUMON_OOM_HISTORY")
+PINNED_ENV = _env.HELLO_VARS + ("GPUMON_DISABLE", "GPUMON_ATTRIBUTION", "GPUMON_OOM_HISTORY", "GPUMON_SIGNALS")
 
 
 @contextlib.contextmanager
@@ -267,6 +280,7 @@ def _generate() -> Dict[str, bytes]:
         "client_attribution.jsonl": _capture(_attribution, pass_daemon=True),
         "client_oom_explained.jsonl": _capture(_oom_explained, pass_daemon=True),
         "client_categories.jsonl": _capture(_categories),
+        "client_stopped.jsonl": _capture(_stopped, lines=3),
     }
 
 

@@ -11,7 +11,7 @@ use crate::units::bytes;
 pub fn jobs(out: &mut String, jobs: &[JobView]) {
     for j in jobs
         .iter()
-        .filter(|j| j.members.len() > 1 || j.first_failure.is_some())
+        .filter(|j| j.members.len() > 1 || j.first_failure.is_some() || j.stop.is_some())
     {
         let hosts = if j.hosts.is_empty() {
             String::new()
@@ -34,7 +34,12 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
             j.name(),
             j.state.as_str()
         );
-        if let Some(f) = &j.first_failure {
+        let head = match (&j.first_failure, &j.stop) {
+            (Some(f), _) => Some(("first failure", f)),
+            (None, Some(f)) => Some(("stopped first", f)),
+            (None, None) => None,
+        };
+        if let Some((what, f)) = head {
             let host = f
                 .host
                 .as_deref()
@@ -43,7 +48,7 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
             let step = f.step.map(|s| format!(" at step {s}")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  first failure: {} {}{host}{step}",
+                "  {what}: {} {}{host}{step}",
                 who(f.rank, &f.session),
                 f.kind
             );

@@ -81,7 +81,8 @@ pub fn judge(traces: &mut [TraceReport], cfg: DetectConfig) -> Vec<JobView> {
     }
     let views: Vec<JobView> = groups.into_iter().map(|b| verdict(b, &rules)).collect();
     for v in &views {
-        let Some(first) = &v.first_failure else {
+        // A stopped job's stop heads its verdict as a failure heads a failed one's.
+        let Some(first) = v.first_failure.as_ref().or(v.stop.as_ref()) else {
             continue;
         };
         let of = ConsequenceOf {
@@ -94,7 +95,11 @@ pub fn judge(traces: &mut [TraceReport], cfg: DetectConfig) -> Vec<JobView> {
             let Some(t) = traces.iter_mut().find(|t| t.file == c.session) else {
                 continue;
             };
-            for f in t.findings.iter_mut().filter(|f| f.kind == Kind::Crash) {
+            let ends = t
+                .findings
+                .iter_mut()
+                .filter(|f| matches!(f.kind, Kind::Crash | Kind::Stopped));
+            for f in ends {
                 f.consequence_of = Some(of.clone());
             }
         }

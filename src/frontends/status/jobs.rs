@@ -37,6 +37,7 @@ pub fn section(snap: &Snapshot, out: &mut String) {
         let world = v.world_size.map_or("?".into(), |w| w.to_string());
         let verdict = match (&v.first_failure, &v.previous_failure) {
             (Some(_), _) => summary(v),
+            (None, _) if v.stop.is_some() => summary(v),
             (None, Some(p)) => format!(
                 "restarted {} times; before: {} {}",
                 v.restarts,
@@ -64,7 +65,8 @@ pub fn section(snap: &Snapshot, out: &mut String) {
 /// findings and what did not add up.
 fn details(v: &JobView) -> Vec<String> {
     let mut lines = Vec::new();
-    if let Some(f) = v.first_failure.as_ref().filter(|f| !f.message.is_empty()) {
+    let head = v.first_failure.as_ref().or(v.stop.as_ref());
+    if let Some(f) = head.filter(|f| !f.message.is_empty()) {
         let who = who(f.rank, &f.session);
         lines.push(format!("{who} {}: {}", f.kind, f.message));
     }

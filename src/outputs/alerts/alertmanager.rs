@@ -57,6 +57,7 @@ pub fn alertname(kind: Kind) -> &'static str {
         Kind::Fragmentation => "GpumonFragmentation",
         Kind::Oom => "GpumonOOM",
         Kind::Crash => "GpumonTrainerCrash",
+        Kind::Stopped => "GpumonTrainerStopped",
         Kind::UntrackedGrowth => "GpumonUntrackedGrowth",
         Kind::OrphanedMemory => "GpumonOrphanedMemory",
         // Only a newer daemon's finding read back could be Unknown; this daemon raises none.

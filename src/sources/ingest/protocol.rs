@@ -13,6 +13,7 @@ use crate::core::trainer::{Event, EventKind, Hello, Phase, Sample, Stats};
 
 mod attribution;
 mod categories;
+mod ending;
 mod explanation;
 mod peak;
 mod reply;
@@ -199,6 +200,13 @@ struct Raw<'a> {
     seq: Option<u64>,
     /// event: lines the client dropped before it.
     dropped: Option<u64>,
+    /// event: how the trainer's process is ending (`signal`, `exception`), with its name.
+    #[serde(borrow)]
+    ending: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    signal: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    exception: Option<Cow<'a, str>>,
     /// attribution: the request answered, the window, and the sites (checked field by field).
     id: Option<u64>,
     step_from: Option<u64>,
@@ -403,6 +411,8 @@ fn event(r: Raw) -> Result<Event, Rejection> {
         }
         Some(v) => Some(explanation::explanation(v)?),
     };
+    let detail = text("detail", r.detail)?;
+    let ending = ending::ending(r.ending, r.signal, r.exception, detail.as_deref())?;
     Ok(Event {
         ts: ts("ts", required("event", "ts", r.ts)?)?,
         kind,
@@ -410,10 +420,11 @@ fn event(r: Raw) -> Result<Event, Rejection> {
         device_free: bytes("device_free", r.device_free)?,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
         phase: word("phase", r.phase.as_deref())?.map(Phase::parse),
-        detail: text("detail", r.detail)?,
+        detail,
         path: text("path", r.path)?,
         dropped: r.dropped,
         explanation,
+        ending,
     })
 }
 

@@ -231,6 +231,7 @@ fn idle_event(now: Timestamp, detail: String) -> Event {
         path: None,
         dropped: None,
         explanation: None,
+        ending: None,
     }
 }
 

@@ -133,6 +133,31 @@ pub struct Event {
     /// On `oom`: what the trainer read in its allocator (pattern, lines, live sites). Boxed:
     /// most events carry none, and it is large.
     pub explanation: Option<Box<Explanation>>,
+    /// How the trainer's process is ending, when the client said (`ending` on a `mark`).
+    pub ending: Option<Exit>,
+}
+
+/// How a trainer's process said it is ending, short of a clean `bye`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// It received this signal (`SIGTERM`): it was stopped, whatever its handler does next.
+    Signal(String),
+    /// It is dying of an uncaught exception: its type and message (`RuntimeError: boom`).
+    Exception(String),
+}
+
+/// What older clients send when dying of an exception: `trainer died: <Type>: <message>`.
+pub const DIED_PREFIX: &str = "trainer died: ";
+
+impl Exit {
+    /// The exit an event says: its `ending`, else an older client's `trainer died:` mark.
+    pub fn of(e: &Event) -> Option<Exit> {
+        if let Some(x) = &e.ending {
+            return Some(x.clone());
+        }
+        let d = e.detail.as_deref()?.strip_prefix(DIED_PREFIX)?;
+        (e.kind == EventKind::Mark).then(|| Exit::Exception(d.to_string()))
+    }
 }
 
 /// Who is on the other end, from SO_PEERCRED (the kernel), never from the payload.
@@ -172,4 +197,7 @@ pub enum Ending {
     Clean,
     /// The connection closed without `bye`: the trainer died.
     Crash,
+    /// The connection closed without `bye` after the trainer said it received a signal: it
+    /// was stopped (Ctrl-C, `timeout`, scancel, preemption), not failed.
+    Stopped,
 }

@@ -30,6 +30,8 @@ fn member(rank: u64, failure: Option<(Kind, f64)>) -> Member {
             ts: OOM_AT + after,
             step: Some(812),
             message: if kind == Kind::Oom { OOM } else { "no bye" }.into(),
+            exception: None,
+            signal: None,
         }),
         peak_bytes: Some(if rank == 2 {
             4 * GIB + GIB / 2
@@ -204,4 +206,49 @@ fn two_users_runs_of_one_name_and_run_id_are_two_rows_told_apart_by_uid() {
     let mut uids: Vec<String> = rows.iter().filter_map(|l| uid(l)).collect();
     uids.sort();
     assert_eq!(uids, ["0", "1000"], "{out}");
+}
+
+#[test]
+fn a_stopped_job_says_it_was_stopped_and_by_which_signal() {
+    let members = (0..2)
+        .map(|r| {
+            let mut m = member(r, Some((Kind::Stopped, 0.1 * r as f64)));
+            if let Some(f) = m.failure.as_mut() {
+                f.message = "the trainer was stopped by SIGINT at step 812".into();
+                f.signal = Some("SIGINT".into());
+            }
+            m
+        })
+        .collect();
+    let out = table(&node(vec![job("train-ddp", "r-7", 2, members)]), &origin());
+    let lines = section(&out);
+    let row = lines.iter().find(|l| l.starts_with("train-ddp")).unwrap();
+    assert!(row.contains(" stopped "), "{out}");
+    assert!(
+        row.contains("stopped: rank 0 by SIGINT on node-a at step 812, then 1 rank within 0.1 s"),
+        "{out}"
+    );
+    assert!(!out.contains("failed"), "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("rank 0 stopped: the trainer was stopped by SIGINT")),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_exception_a_rank_died_of_is_named_and_reaches_the_terminal_escaped() {
+    let mut ms: Vec<Member> = (0..2)
+        .map(|r| member(r, Some((Kind::Crash, r as f64))))
+        .collect();
+    if let Some(f) = ms[0].failure.as_mut() {
+        f.exception = Some("RuntimeError: boom\u{1b}[2J".into());
+    }
+    let out = table(&node(vec![job("train-ddp", "r-8", 2, ms)]), &origin());
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert!(
+        out.contains("failed: rank 0 crash (RuntimeError: boom\\u{1b}[2J)"),
+        "{out}"
+    );
 }

@@ -101,7 +101,7 @@ impl Jobs {
             let order = |j: &Job| match j.view.state {
                 JobState::Failed => 0,
                 JobState::Running => 1,
-                JobState::Ended => 2,
+                JobState::Stopped | JobState::Ended => 2,
                 JobState::Unknown => 3,
             };
             let key = |j: &Job| {

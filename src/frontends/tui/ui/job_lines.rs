@@ -26,7 +26,7 @@ const LATER_SHOWN: usize = 3;
 pub fn lines(job: &Job, width: usize, now: f64, t: Theme) -> Vec<Line<'static>> {
     let v = &job.view;
     let mut out = vec![head(job, t)];
-    if v.state == JobState::Failed {
+    if matches!(v.state, JobState::Failed | JobState::Stopped) {
         out.extend(failure(v, now, t));
     }
     if let Some(l) = memory(v, width, t) {
@@ -35,7 +35,7 @@ pub fn lines(job: &Job, width: usize, now: f64, t: Theme) -> Vec<Line<'static>> 
     let failed = failed_ranks(v);
     for f in &v.findings {
         // An OOM or crash of the ranks the verdict names is told there already.
-        if matches!(f.kind, Kind::Oom | Kind::Crash)
+        if matches!(f.kind, Kind::Oom | Kind::Crash | Kind::Stopped)
             && !f.ranks.is_empty()
             && f.ranks.iter().all(|r| failed.contains(r))
         {
@@ -105,11 +105,16 @@ fn head(job: &Job, t: Theme) -> Line<'static> {
 
 /// The verdict, what the first failure said, and the ranks that went down after it.
 fn failure(v: &JobView, now: f64, t: Theme) -> Vec<Line<'static>> {
+    // A stop is an end someone chose: told, not alarmed.
+    let (mark, style) = match v.state {
+        JobState::Stopped => ("■", t.warn()),
+        _ => ("✗", t.crit()),
+    };
     let mut out = vec![Line::from(vec![
         Span::raw("  "),
-        Span::styled(format!("✗ {}", printable(&summary(v))), t.crit()),
+        Span::styled(format!("{mark} {}", printable(&summary(v))), style),
     ])];
-    if let Some(f) = &v.first_failure {
+    if let Some(f) = v.first_failure.as_ref().or(v.stop.as_ref()) {
         // When, then what the rank said (the trainer's words, which a narrow table cuts).
         let mut what = format!("{} ago", duration((now - f.ts).max(0.0)));
         if !f.message.is_empty() {
@@ -175,6 +180,8 @@ fn refs(f: &[FailureRef]) -> String {
     let within = f.iter().map(|r| r.after_seconds).fold(0.0_f64, f64::max);
     let verb = if f.iter().all(|r| r.kind == Kind::Crash) {
         "crashed".to_string()
+    } else if f.iter().all(|r| r.kind == Kind::Stopped) {
+        "stopped".to_string()
     } else {
         let mut kinds: Vec<&str> = f.iter().map(|r| r.kind.as_str()).collect();
         kinds.sort_unstable();
@@ -200,7 +207,7 @@ fn refs(f: &[FailureRef]) -> String {
 
 /// Ranks whose failure the verdict names.
 fn failed_ranks(v: &JobView) -> Vec<u64> {
-    let first = v.first_failure.iter().filter_map(|f| f.rank);
+    let first = v.first_failure.iter().chain(&v.stop).filter_map(|f| f.rank);
     let rest = v
         .consequences
         .iter()

@@ -635,3 +635,50 @@ fn a_run_id_of_none_or_empty_names_no_run() {
     };
     assert_eq!(h.run_id.as_deref(), Some("none-7"));
 }
+
+fn ending(line: &str) -> Option<crate::core::trainer::Exit> {
+    match parse(line.as_bytes()) {
+        Ok(Message::Event(e)) => e.ending,
+        other => panic!("not an event: {other:?}"),
+    }
+}
+
+#[test]
+fn an_events_ending_is_read_and_a_bad_one_named() {
+    use crate::core::trainer::Exit;
+    let sig = r#"{"type":"event","ts":1763700200,"kind":"mark","detail":"trainer got SIGTERM","ending":"signal","signal":"SIGTERM"}"#;
+    assert_eq!(ending(sig), Some(Exit::Signal("SIGTERM".into())));
+    let exc = r#"{"type":"event","ts":1763700200,"kind":"mark","detail":"trainer died: RuntimeError: boom","ending":"exception","exception":"RuntimeError"}"#;
+    assert_eq!(
+        ending(exc),
+        Some(Exit::Exception("RuntimeError: boom".into()))
+    );
+    // Without a detail the type alone; a long message is kept bounded.
+    let bare = r#"{"type":"event","ts":1763700200,"kind":"mark","ending":"exception","exception":"KeyError"}"#;
+    assert_eq!(ending(bare), Some(Exit::Exception("KeyError".into())));
+    let long = format!(
+        r#"{{"type":"event","ts":1763700200,"kind":"mark","detail":"{}","ending":"exception","exception":"E"}}"#,
+        "é".repeat(1000)
+    );
+    match ending(&long) {
+        Some(Exit::Exception(t)) => assert!(t.len() <= 512 && t.starts_with("E: é")),
+        other => panic!("{other:?}"),
+    }
+    // An ending this build does not know is no error (a newer client's).
+    let newer = r#"{"type":"event","ts":1763700200,"kind":"mark","ending":"reboot"}"#;
+    assert_eq!(ending(newer), None);
+    for (line, says) in [
+        (
+            r#"{"type":"event","ts":1763700200,"kind":"mark","ending":"signal"}"#,
+            "needs \"signal\"",
+        ),
+        (
+            r#"{"type":"event","ts":1763700200,"kind":"mark","ending":"exception","exception":""}"#,
+            "needs \"exception\"",
+        ),
+    ] {
+        let e = parse(line.as_bytes()).unwrap_err();
+        assert_eq!(e.code, Code::BadField);
+        assert!(e.message.contains(says), "{}", e.message);
+    }
+}

@@ -202,7 +202,7 @@ impl Findings {
         let uid = self.closing_uid.take();
         let job = f.subject.job.clone();
         let consequence = f.consequence_of.is_some();
-        let by_job = Group::Job(uid, job.clone(), consequence);
+        let by_job = Group::Job(uid, job.clone(), consequence, f.kind);
         let by_uid = Group::Uid(uid);
         if let Some(i) = self.aggregate_of(&by_job).or_else(|| {
             (self.held.len() >= HELD_MAX)
@@ -224,7 +224,7 @@ impl Findings {
         let same = self
             .held
             .iter()
-            .filter(|h| h.of_job(uid, &job, consequence))
+            .filter(|h| h.of_job(uid, &job, consequence, f.kind))
             .count();
         if same < PER_JOB && self.held.len() < HELD_MAX {
             self.fired(&f);
@@ -238,7 +238,7 @@ impl Findings {
         // Fold: the job's own findings when it has too many, else (the cap reached) this one
         // alone, into a finding for the job or for the uid.
         let (group, members) = if same >= PER_JOB {
-            let members: Vec<Held> = self.take_held(|h| h.of_job(uid, &job, consequence));
+            let members: Vec<Held> = self.take_held(|h| h.of_job(uid, &job, consequence, f.kind));
             (by_job, members)
         } else {
             (by_uid, Vec::new())

@@ -109,13 +109,26 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             m
         }
         Kind::Crash => {
-            let mut m =
-                "the trainer's connection closed without bye: it exited or was killed".to_string();
+            let mut m = match &e.exception {
+                Some(x) => format!("the trainer died of {x}"),
+                None => "the trainer's connection closed without bye: it exited or was killed"
+                    .to_string(),
+            };
             if let Some(s) = e.step {
                 m.push_str(&format!("; last step {}", thousands(s)));
             }
             if let Some(a) = e.allocated_bytes {
                 m.push_str(&format!(", {} allocated", bytes(a)));
+            }
+            m
+        }
+        Kind::Stopped => {
+            let mut m = format!(
+                "the trainer was stopped by {}",
+                e.signal.as_deref().unwrap_or("a signal")
+            );
+            if let Some(s) = e.step {
+                m.push_str(&format!(" at step {}", thousands(s)));
             }
             m
         }
@@ -152,7 +165,7 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
         Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
         Kind::UntrackedGrowth => "memory_stats() and snapshots cannot see this memory, and empty_cache() does not return it: look for NCCL communicators or process groups made per step (new_group, a model wrapped again in DDP/FSDP), cuBLAS/cuDNN workspaces growing with new shapes (CUBLAS_WORKSPACE_CONFIG), CUDA graphs captured again and again, or a library allocating with raw cudaMalloc (CuPy, custom extensions)",
-        Kind::Crash | Kind::OrphanedMemory | Kind::Unknown => return None,
+        Kind::Crash | Kind::Stopped | Kind::OrphanedMemory | Kind::Unknown => return None,
     }))
 }
 

@@ -39,6 +39,9 @@ pub enum Kind {
     UntrackedGrowth,
     /// NVML lists memory for a process that has exited (orphan.rs).
     OrphanedMemory,
+    /// The trainer was stopped by a signal it received (SIGTERM, SIGINT, SIGHUP): Ctrl-C,
+    /// `timeout`, scancel, `kubectl delete`, preemption. An end, not a failure.
+    Stopped,
     /// A kind this build does not know (a newer daemon's): read, shown by name, never raised.
     #[serde(other)]
     Unknown,
@@ -48,7 +51,7 @@ impl Kind {
     /// Slots for per-kind counters: the known kinds, then `Unknown`.
     pub const SLOTS: usize = Kind::ALL.len() + 1;
 
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Leak,
         Kind::NearLimit,
         Kind::Fragmentation,
@@ -56,6 +59,7 @@ impl Kind {
         Kind::Crash,
         Kind::UntrackedGrowth,
         Kind::OrphanedMemory,
+        Kind::Stopped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +71,7 @@ impl Kind {
             Kind::Crash => "crash",
             Kind::UntrackedGrowth => "untracked_growth",
             Kind::OrphanedMemory => "orphaned_memory",
+            Kind::Stopped => "stopped",
             Kind::Unknown => "unknown",
         }
     }
@@ -168,6 +173,12 @@ pub struct Evidence {
     /// orphaned_memory: the bytes held, the process's state and what gpumon knew of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphan: Option<Box<orphan::OrphanEvidence>>,
+    /// stopped: the signal the trainer said it received (`SIGTERM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// crash: the exception the trainer said it died of (`RuntimeError: boom`), bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<String>,
 }
 
 /// A detector's verdict after one observation.

@@ -38,6 +38,10 @@ pub struct End<'a> {
     pub died_of_oom: bool,
     /// Its failure followed another rank's within the cascade window.
     pub consequence_of: Option<ConsequenceOf>,
+    /// The signal the trainer said it received (for `Ending::Stopped`).
+    pub signal: Option<&'a str>,
+    /// The exception the trainer said it died of (named on its crash).
+    pub exception: Option<&'a str>,
 }
 
 pub struct SessionDetect {
@@ -174,47 +178,55 @@ impl SessionDetect {
                 findings.resolved(f);
             }
         }
-        if end.ending == Ending::Crash {
-            let evidence = crash::evidence(end.last);
-            // A crash after its own OOM follows that OOM: the oom finding is the one that pages.
-            let own_oom = end.died_of_oom.then(|| ConsequenceOf {
-                session: who.session.clone(),
-                rank: who.rank,
-                kind: Kind::Oom,
-                host: None,
-            });
-            let of = end.consequence_of.clone().or(own_oom);
-            let mut message = message::describe(Kind::Crash, &evidence);
-            if let Some(of) = &of {
-                message = if of.session == who.session {
-                    format!("{message}; after its own oom")
-                } else {
-                    consequence_message(&message, of)
-                };
-            }
-            findings.hold(Finding {
-                id: crash_id(&who.session),
-                kind: Kind::Crash,
-                state: FindingState::Firing,
-                severity: match of {
-                    Some(_) => Severity::Warning,
-                    None => Severity::Critical,
-                },
-                subject: who.clone(),
-                gpu: None,
-                first_step: evidence.step,
-                first_ts: now,
-                since: Some(now),
-                updated_ts: now,
-                resolved_ts: None,
-                message,
-                hint: message::hint(Kind::Crash, &evidence),
-                evidence,
-                attribution: None,
-                peak: None,
-                consequence_of: of,
-            });
+        let kind = match end.ending {
+            Ending::Clean => return,
+            Ending::Crash => Kind::Crash,
+            Ending::Stopped => Kind::Stopped,
+        };
+        let mut evidence = crash::evidence(end.last);
+        match kind {
+            Kind::Stopped => evidence.signal = end.signal.map(str::to_string),
+            _ => evidence.exception = end.exception.map(str::to_string),
         }
+        // A crash after its own OOM follows that OOM: the oom finding is the one that pages.
+        let own_oom = end.died_of_oom.then(|| ConsequenceOf {
+            session: who.session.clone(),
+            rank: who.rank,
+            kind: Kind::Oom,
+            host: None,
+        });
+        let of = end.consequence_of.clone().or(own_oom);
+        let mut message = message::describe(kind, &evidence);
+        if let Some(of) = &of {
+            message = if of.session == who.session {
+                format!("{message}; after its own oom")
+            } else {
+                consequence_message(&message, of)
+            };
+        }
+        findings.hold(Finding {
+            id: ending_id(&who.session, Some(end.ending)),
+            kind,
+            state: FindingState::Firing,
+            // A stop is an end someone chose: it never pages.
+            severity: match (&of, kind) {
+                (None, Kind::Crash) => Severity::Critical,
+                _ => Severity::Warning,
+            },
+            subject: who.clone(),
+            gpu: None,
+            first_step: evidence.step,
+            first_ts: now,
+            since: Some(now),
+            updated_ts: now,
+            resolved_ts: None,
+            message,
+            hint: message::hint(kind, &evidence),
+            evidence,
+            attribution: None,
+            peak: None,
+            consequence_of: of,
+        });
     }
 
     /// Pending and firing findings of this session.
@@ -318,6 +330,14 @@ impl SessionDetect {
 /// The id of a session's crash finding.
 pub fn crash_id(session: &str) -> String {
     format!("{session}/crash")
+}
+
+/// The id of the finding a session's ending raised: `/stopped` for a stop, else `/crash`.
+pub fn ending_id(session: &str, ending: Option<Ending>) -> String {
+    match ending {
+        Some(Ending::Stopped) => format!("{session}/stopped"),
+        _ => crash_id(session),
+    }
 }
 
 /// The finding's message: with an attribution, followed by where the growth was allocated (or
@@ -442,7 +462,8 @@ fn severity(kind: Kind, e: &Evidence) -> Severity {
     match kind {
         Kind::Oom if e.survived == Some(true) => Severity::Warning,
         Kind::Oom | Kind::Crash => Severity::Critical,
-        Kind::Leak
+        Kind::Stopped
+        | Kind::Leak
         | Kind::NearLimit
         | Kind::Fragmentation
         | Kind::UntrackedGrowth

@@ -86,6 +86,8 @@ mod tests {
                     ts: if r == first { ts } else { ts + 1.5 },
                     step: None,
                     message: String::new(),
+                    exception: None,
+                    signal: None,
                 }),
                 peak_bytes: Some(r << 30),
                 headroom_bytes: None,

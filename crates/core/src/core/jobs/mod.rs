@@ -14,6 +14,7 @@ pub mod verdict;
 pub mod view;
 
 pub use crate::core::detect::findings::ConsequenceOf;
+use crate::core::detect::Kind;
 use crate::core::model::Timestamp;
 use crate::core::trainer::Hello;
 pub use merge::merge;
@@ -332,18 +333,36 @@ impl Jobs {
     }
 
     /// Failed ranks of every job whose failure is at most `hold` seconds old:
-    /// `gpumon_job_rank_failed_timestamp_seconds`.
-    pub fn failed_ranks(
-        &self,
-        now: Timestamp,
-        hold: f64,
-    ) -> impl Iterator<Item = (&Job, &Record, &Failure)> {
-        self.jobs.iter().flat_map(move |j| {
-            j.members.iter().filter_map(move |m| {
-                let f = m.failure.as_ref()?;
-                (now - f.ts < hold).then_some((j, m, f))
-            })
-        })
+    /// `gpumon_job_rank_failed_timestamp_seconds`. A stop is no failure, nor is what followed
+    /// it within the cascade window (the ranks its teardown took down): neither is listed.
+    pub fn failed_ranks(&self, now: Timestamp, hold: f64) -> Vec<(&Job, &Record, &Failure)> {
+        let rules = self.rules;
+        let mut out = Vec::new();
+        for j in &self.jobs {
+            let recent = |m: &&Record| m.failure.as_ref().is_some_and(|f| now - f.ts < hold);
+            if !j.members.iter().any(|m| recent(&m)) {
+                continue;
+            }
+            let stopped = |m: &Record| m.failure.as_ref().is_some_and(|f| f.kind == Kind::Stopped);
+            let after_stop: Vec<String> = if j.members.iter().any(stopped) {
+                let v = verdict::verdict(j.basis(|r| bare(r, None)), &rules);
+                match v.stop {
+                    Some(_) => v.consequences.into_iter().map(|c| c.session).collect(),
+                    None => Vec::new(),
+                }
+            } else {
+                Vec::new()
+            };
+            for m in j.members.iter().filter(recent) {
+                if stopped(m) || after_stop.contains(&m.session) {
+                    continue;
+                }
+                if let Some(f) = m.failure.as_ref() {
+                    out.push((j, m, f));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -417,7 +436,8 @@ pub fn bare(r: &Record, host: Option<&str>) -> Member {
 
 fn classify(job: &mut Job, session: &str, rules: &Rules) -> Classified {
     let v = verdict::verdict(job.basis(|r| bare(r, None)), rules);
-    let Some(first) = v.first_failure else {
+    // A stop is the head of a stopped job's verdict as a failure is of a failed one's.
+    let Some(first) = v.first_failure.or(v.stop) else {
         return Classified::default();
     };
     let of = ConsequenceOf {

@@ -18,6 +18,8 @@ fn crash(ts: f64) -> Option<Failure> {
         ts,
         step: None,
         message: "crash".into(),
+        exception: None,
+        signal: None,
     })
 }
 
@@ -27,6 +29,8 @@ fn oom(ts: f64) -> Option<Failure> {
         ts,
         step: Some(7),
         message: "oom".into(),
+        exception: None,
+        signal: None,
     })
 }
 
@@ -124,10 +128,11 @@ fn followers_are_consequences_and_an_earlier_failure_read_late_overturns_the_cau
     );
     let failed: Vec<_> = j
         .failed_ranks(102.0, 600.0)
+        .into_iter()
         .map(|(_, m, _)| m.rank)
         .collect();
     assert_eq!(failed.len(), 3);
-    assert_eq!(j.failed_ranks(102.0 + 600.0, 600.0).count(), 0);
+    assert_eq!(j.failed_ranks(102.0 + 600.0, 600.0).len(), 0);
 }
 
 #[test]
@@ -390,4 +395,31 @@ fn another_users_churn_of_ended_jobs_does_not_push_out_a_failed_job() {
     }
     assert!(j.get(victim).is_some(), "the victim's failed job is kept");
     assert!(j.iter().filter(|x| !x.live()).count() <= ENDED_KEPT);
+}
+
+#[test]
+fn stops_and_the_ranks_their_teardown_took_are_no_failed_ranks() {
+    let mut j = Jobs::new(Rules::default());
+    let h = |r| hello("llama", Some("r1"), r, 2);
+    let id = j.join("s-0", 100, 1000, &h(0), 100.0).unwrap();
+    j.join("s-1", 101, 1000, &h(1), 100.0).unwrap();
+    let stopped = |ts| {
+        Some(Failure {
+            kind: Kind::Stopped,
+            ts,
+            step: None,
+            message: "stopped".into(),
+            exception: None,
+            signal: Some("SIGTERM".into()),
+        })
+    };
+    let c = j.left(id, "s-0", 101.0, stopped(101.0), Vec::new());
+    assert!(c.consequence_of.is_none());
+    // A rank its client could not tell (killed): a crash in the stop's window follows it.
+    let c = j.left(id, "s-1", 101.5, crash(101.5), Vec::new());
+    assert_eq!(
+        c.consequence_of.map(|o| (o.session, o.kind)),
+        Some(("s-0".into(), Kind::Stopped))
+    );
+    assert!(j.failed_ranks(102.0, 600.0).is_empty());
 }

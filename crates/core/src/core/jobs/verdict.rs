@@ -60,12 +60,17 @@ pub fn verdict(b: Basis, rules: &Rules) -> JobView {
     let mut hosts: Vec<String> = b.members.iter().filter_map(|m| m.host.clone()).collect();
     hosts.sort();
     hosts.dedup();
-    let (first_failure, consequences, other_failures) = failures(&b, rules);
+    let (head, consequences, other_failures) = failures(&b, rules);
     let live = b.members.iter().any(|m| m.ended.is_none());
-    let state = match (&first_failure, live) {
-        (Some(_), _) => JobState::Failed,
-        (None, true) => JobState::Running,
-        (None, false) => JobState::Ended,
+    let (first_failure, stop) = match head {
+        Some(h) if h.kind == Kind::Stopped => (None, Some(h)),
+        h => (h, None),
+    };
+    let state = match (&first_failure, &stop, live) {
+        (Some(_), _, _) => JobState::Failed,
+        (None, Some(_), _) => JobState::Stopped,
+        (None, None, true) => JobState::Running,
+        (None, None, false) => JobState::Ended,
     };
     let n = b
         .world_size
@@ -95,6 +100,7 @@ pub fn verdict(b: Basis, rules: &Rules) -> JobView {
         hosts,
         state,
         first_failure,
+        stop,
         consequences,
         other_failures,
         memory,
@@ -109,18 +115,32 @@ pub fn verdict(b: Basis, rules: &Rules) -> JobView {
 
 type Verdict = (Option<FirstFailure>, Vec<FailureRef>, Vec<FailureRef>);
 
+/// The head of the verdict: the first failure, or the first stop when the job was stopped
+/// (a stop before any failure, and no failure past its cascade window); then the ends that
+/// followed it within the window, and the failures past it.
 fn failures(b: &Basis, rules: &Rules) -> Verdict {
-    let mut failed: Vec<&Member> = b.members.iter().filter(|m| m.failure.is_some()).collect();
-    failed.sort_by(|x, y| {
+    let mut ended: Vec<&Member> = b.members.iter().filter(|m| m.failure.is_some()).collect();
+    ended.sort_by(|x, y| {
         let (fx, fy) = (x.failure.as_ref(), y.failure.as_ref());
         let tx = fx.map_or(f64::INFINITY, |f| f.ts);
         let ty = fy.map_or(f64::INFINITY, |f| f.ts);
-        // An OOM before a crash at the same instant: the OOM is what the crash followed.
+        // An OOM before a crash at the same instant: the OOM is what the crash followed; a
+        // failure before a stop: the stop may be its teardown.
         tx.total_cmp(&ty)
             .then_with(|| kind_order(fx).cmp(&kind_order(fy)))
             .then_with(|| x.rank.cmp(&y.rank))
     });
-    let Some((head, rest)) = failed.split_first() else {
+    let stopped = |m: &&&Member| m.failure.as_ref().is_some_and(|f| f.kind == Kind::Stopped);
+    let first_stop = ended.iter().find(stopped).copied();
+    let first_fail = ended.iter().find(|m| !stopped(m)).copied();
+    let ts = |m: &Member| m.failure.as_ref().map_or(f64::INFINITY, |f| f.ts);
+    let head = match (first_stop, first_fail) {
+        // A failure that came within the window after a stop is the stop's teardown.
+        (Some(s), Some(f)) if ts(f) - ts(s) > rules.cascade || ts(f) < ts(s) => Some(f),
+        (Some(s), _) => Some(s),
+        (None, f) => f,
+    };
+    let Some(head) = head else {
         return (None, Vec::new(), Vec::new());
     };
     let Some(hf) = head.failure.as_ref() else {
@@ -134,18 +154,26 @@ fn failures(b: &Basis, rules: &Rules) -> Verdict {
         ts: hf.ts,
         step: hf.step,
         message: hf.message.clone(),
+        exception: hf.exception.clone(),
+        signal: hf.signal.clone(),
         host: head.host.clone(),
         file: head.file.clone(),
         order_unknown: Vec::new(),
     };
     let (mut follow, mut other) = (Vec::new(), Vec::new());
-    for m in rest {
+    for m in ended.iter().filter(|m| m.session != head.session) {
         let Some(f) = m.failure.as_ref() else {
             continue;
         };
         let after = f.ts - hf.ts;
+        let stop = f.kind == Kind::Stopped;
+        // Before the head: a stop ahead of a failure past its window (not this verdict's).
+        if after < 0.0 && (stop || hf.kind == Kind::Stopped) {
+            continue;
+        }
         let other_host = m.host != head.host;
         if other_host
+            && !stop
             && after <= rules.cascade
             && (after <= rules.tolerance || skewed(&m.host) || skewed(&head.host))
         {
@@ -162,7 +190,8 @@ fn failures(b: &Basis, rules: &Rules) -> Verdict {
         };
         if after <= rules.cascade {
             follow.push(r);
-        } else {
+        } else if !stop {
+            // A stop long after is no failure to explain.
             other.push(r);
         }
     }
@@ -172,16 +201,17 @@ fn failures(b: &Basis, rules: &Rules) -> Verdict {
 fn kind_order(f: Option<&super::view::Failure>) -> u8 {
     match f.map(|f| f.kind) {
         Some(Kind::Oom) => 0,
+        Some(Kind::Stopped) => 2,
         _ => 1,
     }
 }
 
-/// One finding per kind, naming its ranks; crashes are the failure verdict's, not listed here.
+/// One finding per kind, naming its ranks; crashes and stops are the verdict's, not listed here.
 fn findings<'a>(members: impl Iterator<Item = &'a Member>, n: u64) -> Vec<JobFinding> {
     let mut by_kind: BTreeMap<Kind, Vec<(Option<u64>, &str)>> = BTreeMap::new();
     for m in members {
         for f in &m.findings {
-            if f.kind != Kind::Crash {
+            if !matches!(f.kind, Kind::Crash | Kind::Stopped) {
                 by_kind
                     .entry(f.kind)
                     .or_default()
@@ -268,11 +298,9 @@ pub fn ranks_text(ranks: &[u64]) -> String {
     out.join(",")
 }
 
-/// The job's verdict in one line: `failed: rank 5 oom at step 812, then 7 ranks within 1.5 s`.
+/// The job's verdict in one line: `failed: rank 5 oom at step 812, then 7 ranks within 1.5 s`,
+/// `failed: rank 0 crash (RuntimeError: boom) ...`, `stopped: rank 0 by SIGINT at step 40`.
 pub fn summary(v: &JobView) -> String {
-    let Some(f) = &v.first_failure else {
-        return v.state.as_str().to_string();
-    };
     // The story in order: what was firing on the ranks, then the failure it led to.
     let before: Vec<String> = v
         .findings_at_failure
@@ -283,12 +311,25 @@ pub fn summary(v: &JobView) -> String {
             format!("{} on {k} of {} ranks", j.kind, n.max(k))
         })
         .collect();
-    let mut s = String::from("failed: ");
-    if !before.is_empty() {
-        s.push_str(&before.join(", "));
-        s.push_str(", then ");
-    }
-    s.push_str(&format!("{} {}", who(f.rank, &f.session), f.kind));
+    let (f, mut s) = match (&v.first_failure, &v.stop) {
+        (Some(f), _) => {
+            let mut s = String::from("failed: ");
+            if !before.is_empty() {
+                s.push_str(&before.join(", "));
+                s.push_str(", then ");
+            }
+            s.push_str(&format!("{} {}", who(f.rank, &f.session), f.kind));
+            if let Some(x) = &f.exception {
+                s.push_str(&format!(" ({x})"));
+            }
+            (f, s)
+        }
+        (None, Some(f)) => {
+            let by = f.signal.as_deref().unwrap_or("a signal");
+            (f, format!("stopped: {} by {by}", who(f.rank, &f.session)))
+        }
+        (None, None) => return v.state.as_str().to_string(),
+    };
     if let Some(h) = &f.host {
         s.push_str(&format!(" on {h}"));
     }

@@ -17,6 +17,9 @@ pub enum JobState {
     Failed,
     /// Every rank ended, none by failure.
     Ended,
+    /// A rank was stopped by a signal (Ctrl-C, `timeout`, scancel, preemption) and no failure
+    /// came before it or after its cascade window: stopped, not failed.
+    Stopped,
     /// A state this build does not know (a newer daemon's).
     #[serde(other)]
     Unknown,
@@ -28,12 +31,14 @@ impl JobState {
             JobState::Running => "running",
             JobState::Failed => "failed",
             JobState::Ended => "ended",
+            JobState::Stopped => "stopped",
             JobState::Unknown => "unknown",
         }
     }
 }
 
-/// How a session ended by failure: an OOM it did not go on from, or a crash (no bye).
+/// How a session ended by failure: an OOM it did not go on from, or a crash (no bye); or how
+/// it was stopped (kind `stopped`: no bye, after the trainer said it received a signal).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     pub kind: Kind,
@@ -41,6 +46,12 @@ pub struct Failure {
     pub ts: Timestamp,
     pub step: Option<u64>,
     pub message: String,
+    /// crash: the exception the trainer said it died of (`RuntimeError: boom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<String>,
+    /// stopped: the signal the trainer said it received (`SIGTERM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
 }
 
 /// A firing finding of one member, for the job's grouped findings.
@@ -103,6 +114,11 @@ pub struct FirstFailure {
     pub ts: Timestamp,
     pub step: Option<u64>,
     pub message: String,
+    /// crash: the exception the rank said it died of; stopped: the signal it received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exception: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +196,10 @@ pub struct JobView {
     pub hosts: Vec<String>,
     pub state: JobState,
     pub first_failure: Option<FirstFailure>,
+    /// The first rank stopped by a signal, when the job was stopped (state `stopped`); the
+    /// ranks that ended within the cascade window after it are its `consequences`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<FirstFailure>,
     /// Ranks that failed within the cascade window after the first failure, in order.
     #[serde(default)]
     pub consequences: Vec<FailureRef>,

@@ -15,16 +15,17 @@ use serde::{Deserialize, Serialize};
 
 use super::session_series::SessionSeries;
 use crate::core::detect::attribution::Attribution;
+use crate::core::detect::crash;
 use crate::core::detect::findings::log_limit::LogLimit;
 use crate::core::detect::findings::Subject;
 use crate::core::detect::orphan::Orphans;
-use crate::core::detect::session::crash_id;
+use crate::core::detect::session::ending_id;
 use crate::core::detect::session::End;
 use crate::core::detect::{DetectConfig, Findings, Kind, Obs, SessionDetect};
 use crate::core::jobs::{Classified, Failure, Jobs, Rules};
 use crate::core::model::Timestamp;
 use crate::core::trainer::{
-    Ending, Event, EventKind, EventRecord, Hello, Peer, Sample, SessionPoint, Stats,
+    Ending, Event, EventKind, EventRecord, Exit, Hello, Peer, Sample, SessionPoint, Stats,
     CAP_ATTRIBUTION, CAP_OOM_HISTORY,
 };
 use crate::util::bounded::Bounded;
@@ -117,6 +118,10 @@ pub struct Session {
     pub job: Option<u64>,
     /// Where its memory goes: the splits it measured (categories.rs).
     pub categories: Tracker,
+    /// The latest signal the trainer said it received, when (its clock) and which.
+    pub signal: Option<(Timestamp, String)>,
+    /// The uncaught exception the trainer said it is dying of (the first it said).
+    pub exception: Option<String>,
 }
 
 impl Session {
@@ -316,6 +321,8 @@ impl Sessions {
                 nvml: None,
                 job,
                 categories: Tracker::new(self.detect.headroom_margin_bytes),
+                signal: None,
+                exception: None,
             },
         );
         (key, id)
@@ -326,9 +333,9 @@ impl Sessions {
         let crashed: Vec<String> = self
             .ended
             .iter()
-            .filter(|s| matches!(s.ended, Some((_, Ending::Crash))))
+            .filter(|s| matches!(s.ended, Some((_, Ending::Crash | Ending::Stopped))))
             .filter(|s| same_trainer(s, peer, hello))
-            .map(|s| crash_id(&s.id))
+            .map(|s| ending_id(&s.id, s.ended.map(|e| e.1)))
             .collect();
         for f in crashed {
             self.findings
@@ -397,6 +404,13 @@ impl Sessions {
                     .push(e.ts, step, e.alloc_bytes, e.explanation.as_deref());
                 self.oom_counts.event(e.explanation.as_deref());
             }
+            match Exit::of(&e) {
+                Some(Exit::Signal(name)) => sess.signal = Some((e.ts, name)),
+                Some(Exit::Exception(text)) if sess.exception.is_none() => {
+                    sess.exception = Some(text)
+                }
+                _ => {}
+            }
             let rec = EventRecord {
                 ts: e.ts,
                 kind: e.kind,
@@ -422,6 +436,7 @@ impl Sessions {
         let how = match ending {
             Ending::Clean => "bye",
             Ending::Crash => "crash (no bye)",
+            Ending::Stopped => "stopped (no bye, after a signal)",
         };
         self.close_as(key, ending, now, how);
     }
@@ -443,15 +458,33 @@ impl Sessions {
         }
         sess.end_window(now);
         sess.end_arming();
-        if ending == Ending::Crash {
-            let detail =
-                Some("connection closed without bye: the trainer exited or was killed".into());
+        let failure = (ending != Ending::Clean).then(|| failure_of(&sess, now));
+        // A trainer that said it received a signal was stopped, not failed.
+        let ending = match &failure {
+            Some(f) if f.kind == Kind::Stopped => Ending::Stopped,
+            _ => ending,
+        };
+        if ending != Ending::Clean {
+            let (kind, detail) = match (&ending, &sess.signal, &sess.exception) {
+                (Ending::Stopped, Some((_, sig)), _) => (
+                    "stopped",
+                    format!("connection closed without bye after {sig}: the trainer was stopped"),
+                ),
+                (_, _, Some(x)) => (
+                    "crash",
+                    format!("connection closed without bye: the trainer died of {x}"),
+                ),
+                _ => (
+                    "crash",
+                    "connection closed without bye: the trainer exited or was killed".into(),
+                ),
+            };
             push_event(
                 &mut sess,
                 EventRecord {
                     ts: now,
-                    kind: "crash".into(),
-                    detail,
+                    kind: kind.into(),
+                    detail: Some(detail),
                     alloc_bytes: None,
                     device_free: None,
                     alloc_limit: None,
@@ -462,7 +495,6 @@ impl Sessions {
         // The ring was allocated whole for a running session (115 KB at 3600 points); an ended
         // one grows no more: keep only its points.
         sess.series.shrink_to_fit();
-        let failure = (ending == Ending::Crash).then(|| failure_of(&sess, now));
         let died_of_oom = failure.as_ref().is_some_and(|f| f.kind == Kind::Oom);
         let verdict = match sess.job {
             Some(j) => {
@@ -471,7 +503,7 @@ impl Sessions {
                     .detect
                     .current()
                     .filter(|f| f.state == crate::core::detect::FindingState::Firing)
-                    .filter(|f| !matches!(f.kind, Kind::Crash | Kind::Oom))
+                    .filter(|f| !matches!(f.kind, Kind::Crash | Kind::Oom | Kind::Stopped))
                     .map(|f| crate::core::jobs::MemberFinding {
                         kind: f.kind,
                         message: f.message.clone(),
@@ -490,11 +522,13 @@ impl Sessions {
             now,
             died_of_oom,
             consequence_of: verdict.consequence_of,
+            signal: sess.signal.as_ref().map(|(_, s)| s.as_str()),
+            exception: sess.exception.as_deref(),
         };
         self.findings.closing(Some(sess.peer.uid));
         sess.detect.close(&sess.subject, &end, &mut self.findings);
         self.findings.closing(None);
-        if ending == Ending::Crash {
+        if ending != Ending::Clean {
             // A trainer restarted at once may say hello before its old connection's close is
             // read: the crash is over already if so.
             let back = self
@@ -503,7 +537,8 @@ impl Sessions {
                 .find(|s| s.started >= sess.started && same_trainer(s, sess.peer, &sess.hello));
             if let Some(back) = back {
                 let why = format!("restarted as {}", back.id);
-                self.findings.release(&crash_id(&sess.id), now, &why);
+                self.findings
+                    .release(&ending_id(&sess.id, Some(ending)), now, &why);
             }
         }
         self.ended.push(sess);
@@ -587,6 +622,8 @@ fn failure_of(sess: &Session, now: Timestamp) -> Failure {
                 .detect
                 .firing(Kind::Oom)
                 .map_or_else(|| "CUDA out of memory".to_string(), |f| f.message.clone()),
+            exception: None,
+            signal: None,
         };
     }
     if sess.ooms.total > sess.ooms_survived {
@@ -595,16 +632,34 @@ fn failure_of(sess: &Session, now: Timestamp) -> Failure {
             ts: now,
             step: last_step,
             message: "CUDA out of memory (the allocator's counter rose; no oom event)".into(),
+            exception: None,
+            signal: None,
         };
     }
+    let mut evidence = crash::evidence(sess.last_sample.as_ref().map(|(_, s)| s));
+    // A signal counts as the end when the close came within the grace a trainer gets to
+    // checkpoint and exit; one that handled it and went on longer, then died, crashed.
+    let stopped = sess
+        .signal
+        .as_ref()
+        .filter(|(ts, _)| now - ts <= crash::STOP_GRACE_SECONDS);
+    let kind = match stopped {
+        Some((_, sig)) => {
+            evidence.signal = Some(sig.clone());
+            Kind::Stopped
+        }
+        None => {
+            evidence.exception = sess.exception.clone();
+            Kind::Crash
+        }
+    };
     Failure {
-        kind: Kind::Crash,
+        kind,
         ts: now,
         step: last_step,
-        message: crate::core::detect::message::describe(
-            Kind::Crash,
-            &crate::core::detect::crash::evidence(sess.last_sample.as_ref().map(|(_, s)| s)),
-        ),
+        message: crate::core::detect::message::describe(kind, &evidence),
+        exception: evidence.exception,
+        signal: evidence.signal,
     }
 }
 
@@ -627,3 +682,6 @@ mod jobs_tests;
 
 #[cfg(test)]
 mod categories_tests;
+
+#[cfg(test)]
+mod stops_tests;

@@ -20,6 +20,8 @@ fn member(r: u64, host: Option<&str>, failed_at: Option<f64>) -> Member {
             ts,
             step: None,
             message: String::new(),
+            exception: None,
+            signal: None,
         }),
         peak_bytes: None,
         headroom_bytes: None,

@@ -19,6 +19,8 @@ fn member(r: u64, failure: Option<(Kind, f64)>) -> Member {
             ts,
             step: Some(7),
             message: "CUDA out of memory\u{1b}[2J".into(),
+            exception: None,
+            signal: None,
         }),
         peak_bytes: Some((10 + r) << 30),
         headroom_bytes: None,
@@ -72,6 +74,8 @@ fn every_line_fits_its_width_and_says_where_it_was_cut() {
         ts: 100.0,
         step: Some(812),
         message: "x".repeat(300),
+        exception: None,
+        signal: None,
     });
     members[3].ended = Some(100.0);
     for (r, m) in members.iter_mut().enumerate() {
@@ -84,6 +88,8 @@ fn every_line_fits_its_width_and_says_where_it_was_cut() {
                 ts: 101.0 + r as f64 * 0.05,
                 step: None,
                 message: String::new(),
+                exception: None,
+                signal: None,
             });
         }
     }
@@ -163,4 +169,35 @@ fn a_lone_process_is_no_job_of_0_ranks() {
     let head = text(&lines(&two, 120, 12.0, Theme::new(false)))[0].clone();
     assert!(head.contains("· 2 processes, no ranks ·"), "{head}");
     assert!(!head.contains("0 ranks"), "{head}");
+}
+
+#[test]
+fn a_stopped_job_is_told_as_stopped_not_as_a_failure() {
+    let mut ms: Vec<Member> = (0..3)
+        .map(|r| member(r, Some((Kind::Stopped, 10.0 + r as f64 * 0.1))))
+        .collect();
+    for m in &mut ms {
+        if let Some(f) = m.failure.as_mut() {
+            f.message = "the trainer was stopped by SIGINT at step 7".into();
+            f.signal = Some("SIGINT\u{1b}[2J".into());
+        }
+    }
+    let j = job(Basis {
+        job: "llama".into(),
+        world_size: Some(3),
+        members: ms,
+        ..Basis::default()
+    });
+    let lines = text(&lines(&j, 200, 12.0, Theme::new(false)));
+    let all = lines.join("\n");
+    assert!(lines[0].ends_with("· stopped"), "{all}");
+    assert!(
+        lines[1].contains("■ stopped: rank 0 by SIGINT\\u{1b}[2J on node-a at step 7"),
+        "{all}"
+    );
+    assert!(!all.contains('✗') && !all.contains("failed"), "{all}");
+    assert!(
+        all.contains("↳ followed: 2 ranks (1,2) stopped within 0.2 s"),
+        "{all}"
+    );
 }

@@ -17,9 +17,10 @@ pub const HELD_MAX: usize = 256;
 /// What an aggregated finding counts the crashes of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Group {
-    /// A (uid, job)'s crashes; the flag: those that followed another rank's failure (they fold
-    /// apart from the rest, so a consequence never hides a cause, nor makes a warning critical).
-    Job(Option<u32>, Option<String>, bool),
+    /// A (uid, job)'s crashes (or stops: the kind); the flag: those that followed another
+    /// rank's failure (they fold apart from the rest, so a consequence never hides a cause, nor
+    /// makes a warning critical). Stops fold apart from crashes for the same reason.
+    Job(Option<u32>, Option<String>, bool, Kind),
     Uid(Option<u32>),
 }
 
@@ -33,10 +34,17 @@ pub struct Held {
 }
 
 impl Held {
-    /// A crash of `uid`'s `job` held on its own, a consequence or not as `consequence` says.
-    pub fn of_job(&self, uid: Option<u32>, job: &Option<String>, consequence: bool) -> bool {
+    /// A crash (or stop: `kind`) of `uid`'s `job` held on its own, a consequence or not as
+    /// `consequence` says.
+    pub fn of_job(
+        &self,
+        uid: Option<u32>,
+        job: &Option<String>,
+        consequence: bool,
+        kind: Kind,
+    ) -> bool {
         self.group.is_none()
-            && self.f.kind == Kind::Crash
+            && self.f.kind == kind
             && self.f.consequence_of.is_some() == consequence
             && self.uid == uid
             && &self.f.subject.job == job
@@ -51,7 +59,7 @@ pub fn aggregate(seq: u64, group: Group, mut f: Finding, n: u64, first_ts: Times
     f.since = Some(first_ts);
     let mut h = Held {
         uid: match &group {
-            Group::Job(uid, _, _) | Group::Uid(uid) => *uid,
+            Group::Job(uid, _, _, _) | Group::Uid(uid) => *uid,
         },
         f,
         group: Some((group, 0)),
@@ -81,8 +89,12 @@ pub fn bump(h: &mut Held, n: u64, latest: Option<&Finding>) {
         h.f.evidence = l.evidence.clone();
         h.f.updated_ts = l.updated_ts.max(h.f.updated_ts);
     }
+    let how = match group {
+        Group::Job(_, _, _, Kind::Stopped) => "were stopped by a signal",
+        _ => "closed without bye",
+    };
     let whose = match group {
-        Group::Job(uid, job, consequence) => format!(
+        Group::Job(uid, job, consequence, _) => format!(
             "of job {} ({}){}",
             job.as_deref().unwrap_or("(none)"),
             uid_text(*uid),
@@ -96,11 +108,11 @@ pub fn bump(h: &mut Held, n: u64, latest: Option<&Finding>) {
     };
     let secs = (h.f.updated_ts - h.f.first_ts).max(0.0);
     h.f.message = format!(
-        "{count} sessions {whose} closed without bye in the last {secs:.0} s (the latest: {}); \
+        "{count} sessions {whose} {how} in the last {secs:.0} s (the latest: {}); \
          counted as one finding",
         h.f.subject.session
     );
-    h.f.evidence.detail = Some(format!("{count} sessions closed without bye"));
+    h.f.evidence.detail = Some(format!("{count} sessions {how}"));
     h.f.state = FindingState::Firing;
 }
 

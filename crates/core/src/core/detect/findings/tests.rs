@@ -227,3 +227,36 @@ fn relabel_makes_an_overturned_cause_a_warning_and_posts_it() {
     );
     assert_eq!(f.drain().len(), 1);
 }
+
+#[test]
+fn stops_fold_apart_from_crashes_and_say_they_were_stopped() {
+    let mut f = Findings::default();
+    // One unexplained crash of the job, then a scancel of 20 ranks.
+    hold(&mut f, 1000, crash(0, "llama", 100.0));
+    for r in 1..21 {
+        let mut s = crash(r, "llama", 101.0);
+        s.id = format!("s-{r}/stopped");
+        s.kind = Kind::Stopped;
+        s.severity = Severity::Warning;
+        hold(&mut f, 1000, s);
+    }
+    let held: Vec<&Finding> = f.held().collect();
+    let crashes: Vec<_> = held.iter().filter(|h| h.kind == Kind::Crash).collect();
+    assert_eq!(crashes.len(), 1, "{held:#?}");
+    assert_eq!(crashes[0].severity, Severity::Critical);
+    let folded: Vec<_> = held
+        .iter()
+        .filter(|h| h.id.starts_with("crashes-"))
+        .collect();
+    assert_eq!(folded.len(), 1, "{held:#?}");
+    assert_eq!(
+        (folded[0].kind, folded[0].severity),
+        (Kind::Stopped, Severity::Warning)
+    );
+    assert!(
+        folded[0].message.contains("were stopped by a signal"),
+        "{}",
+        folded[0].message
+    );
+    assert!(held.len() <= PER_JOB + 2, "{}", held.len());
+}

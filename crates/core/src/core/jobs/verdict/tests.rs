@@ -29,6 +29,8 @@ fn fail(m: &mut Member, kind: Kind, ts: f64) {
         ts,
         step: Some(812),
         message: format!("{kind} here"),
+        exception: None,
+        signal: None,
     });
 }
 
@@ -234,6 +236,67 @@ fn a_dead_job_keeps_what_was_firing_at_its_first_failure() {
     );
 }
 
+fn stop(m: &mut Member, signal: &str, ts: f64) {
+    fail(m, Kind::Stopped, ts);
+    if let Some(f) = m.failure.as_mut() {
+        f.signal = Some(signal.into());
+    }
+}
+
+#[test]
+fn a_job_whose_ranks_were_all_stopped_is_stopped_not_failed() {
+    let mut ms: Vec<Member> = (0..4).map(|r| member(r, "a")).collect();
+    for (r, m) in ms.iter_mut().enumerate() {
+        stop(m, "SIGTERM", 100.0 + r as f64 * 0.1);
+    }
+    let v = verdict(job(ms), &Rules::default());
+    assert_eq!(v.state, JobState::Stopped);
+    assert!(v.first_failure.is_none());
+    let s = v.stop.as_ref().unwrap();
+    assert_eq!((s.rank, s.kind), (Some(0), Kind::Stopped));
+    assert_eq!(s.signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(v.consequences.len(), 3);
+    assert!(v.other_failures.is_empty());
+    assert_eq!(
+        summary(&v),
+        "stopped: rank 0 by SIGTERM on a at step 812, then 3 ranks within 0.3 s"
+    );
+}
+
+#[test]
+fn a_rank_that_raised_first_is_the_cause_and_the_teardown_stops_follow_it() {
+    // torchrun: rank 2 raises, then SIGTERM takes the other ranks down.
+    let mut ms: Vec<Member> = (0..4).map(|r| member(r, "a")).collect();
+    for (r, m) in ms.iter_mut().enumerate() {
+        if r == 2 {
+            fail(m, Kind::Crash, 100.0);
+            if let Some(f) = m.failure.as_mut() {
+                f.exception = Some("RuntimeError: rank 2 is broken".into());
+            }
+        } else {
+            stop(m, "SIGTERM", 101.0);
+        }
+    }
+    let v = verdict(job(ms), &Rules::default());
+    assert_eq!(v.state, JobState::Failed);
+    assert!(v.stop.is_none());
+    let f = v.first_failure.as_ref().unwrap();
+    assert_eq!((f.rank, f.kind), (Some(2), Kind::Crash));
+    assert_eq!(
+        f.exception.as_deref(),
+        Some("RuntimeError: rank 2 is broken")
+    );
+    let followed: Vec<_> = v.consequences.iter().map(|c| (c.rank, c.kind)).collect();
+    assert_eq!(
+        followed,
+        [0, 1, 3].map(|r| (Some(r), Kind::Stopped)).to_vec()
+    );
+    assert_eq!(
+        summary(&v),
+        "failed: rank 2 crash (RuntimeError: rank 2 is broken) on a at step 812, then 3 ranks within 1.0 s"
+    );
+}
+
 #[test]
 fn a_live_rank_tells_what_fires_now_and_an_earlier_end_tells_nothing() {
     let mut ms: Vec<Member> = (0..4).map(|r| member(r, "a")).collect();
@@ -254,4 +317,30 @@ fn a_live_rank_tells_what_fires_now_and_an_earlier_end_tells_nothing() {
     let v = verdict(job(ms), &Rules::default());
     assert!(v.findings_at_failure.is_empty());
     assert_eq!(summary(&v), "running");
+}
+
+#[test]
+fn a_crash_in_a_stops_teardown_follows_it_and_a_failure_past_the_window_does_not() {
+    let mut ms: Vec<Member> = (0..3).map(|r| member(r, "a")).collect();
+    stop(&mut ms[0], "SIGINT", 100.0);
+    fail(&mut ms[1], Kind::Crash, 102.0);
+    let v = verdict(job(ms.clone()), &Rules::default());
+    assert_eq!(v.state, JobState::Stopped);
+    assert_eq!(v.consequences[0].rank, Some(1));
+    // A failure long after the stop is a failure of its own: the job failed.
+    fail(&mut ms[2], Kind::Oom, 100.0 + DEFAULT_CASCADE_SECONDS + 5.0);
+    let mut late = ms.clone();
+    late.remove(1);
+    let v = verdict(job(late), &Rules::default());
+    assert_eq!(v.state, JobState::Failed);
+    assert_eq!(v.first_failure.as_ref().map(|f| f.rank), Some(Some(2)));
+    assert!(v.other_failures.is_empty() && v.consequences.is_empty());
+    // A failure just before the stop is the cause, the stop its consequence.
+    let mut ms: Vec<Member> = (0..2).map(|r| member(r, "a")).collect();
+    fail(&mut ms[1], Kind::Oom, 99.5);
+    stop(&mut ms[0], "SIGTERM", 100.0);
+    let v = verdict(job(ms), &Rules::default());
+    assert_eq!(v.state, JobState::Failed);
+    assert_eq!(v.first_failure.as_ref().map(|f| f.kind), Some(Kind::Oom));
+    assert_eq!(v.consequences[0].kind, Kind::Stopped);
 }

@@ -103,6 +103,7 @@ fn near_limit_and_oom_say_where_the_memory_went_and_what_fits() {
             path: None,
             dropped: None,
             explanation: None,
+            ending: None,
         },
     );
     let oom = firing(&mut s, Kind::Oom).expect("oom fired");

@@ -53,6 +53,7 @@ fn oom(ts: f64) -> Event {
         path: None,
         dropped: None,
         explanation: None,
+        ending: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn oom(ts: f64, explanation: Option<Explanation>) -> Event {
         path: None,
         dropped: None,
         explanation: explanation.map(Box::new),
+        ending: None,
     }
 }
 

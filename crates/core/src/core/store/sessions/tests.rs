@@ -86,6 +86,7 @@ fn sessions_are_bounded_in_points_events_and_ended_count() {
                     path: None,
                     dropped: None,
                     explanation: None,
+                    ending: None,
                 },
             );
         }
@@ -162,6 +163,7 @@ fn the_session_keeps_the_latest_alloc_limit() {
         path: None,
         dropped: None,
         explanation: None,
+        ending: None,
     };
     // An oom event without it is recorded with the session's; one with it updates it.
     s.event(key, oom(None));
@@ -189,6 +191,7 @@ fn oom(ts: f64) -> Event {
         path: None,
         dropped: None,
         explanation: None,
+        ending: None,
     }
 }
 
