@@ -19,6 +19,8 @@ fn member(session: &str, rank: Option<u64>, crashed: bool) -> Member {
             ts: 5.0,
             step: Some(3),
             message: "exited".into(),
+            exception: None,
+            signal: None,
         }),
         peak_bytes: None,
         headroom_bytes: None,
