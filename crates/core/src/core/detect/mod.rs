@@ -39,6 +39,8 @@ pub enum Kind {
     UntrackedGrowth,
     /// NVML lists memory for a process that has exited (orphan.rs).
     OrphanedMemory,
+    /// Reserved memory (PyTorch's cache) keeps growing while allocated stays flat.
+    CacheGrowth,
     /// A kind this build does not know (a newer daemon's): read, shown by name, never raised.
     #[serde(other)]
     Unknown,
@@ -48,7 +50,7 @@ impl Kind {
     /// Slots for per-kind counters: the known kinds, then `Unknown`.
     pub const SLOTS: usize = Kind::ALL.len() + 1;
 
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Leak,
         Kind::NearLimit,
         Kind::Fragmentation,
@@ -56,6 +58,7 @@ impl Kind {
         Kind::Crash,
         Kind::UntrackedGrowth,
         Kind::OrphanedMemory,
+        Kind::CacheGrowth,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +70,7 @@ impl Kind {
             Kind::Crash => "crash",
             Kind::UntrackedGrowth => "untracked_growth",
             Kind::OrphanedMemory => "orphaned_memory",
+            Kind::CacheGrowth => "cache_growth",
             Kind::Unknown => "unknown",
         }
     }
@@ -165,6 +169,9 @@ pub struct Evidence {
     /// oom: the step of the first sample after the OOM, when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survived_step: Option<u64>,
+    /// cache_growth: the trainer's `PYTORCH_CUDA_ALLOC_CONF`, as its hello sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
     /// orphaned_memory: the bytes held, the process's state and what gpumon knew of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphan: Option<Box<orphan::OrphanEvidence>>,
@@ -223,6 +230,8 @@ pub struct Obs<'a> {
     pub categories: Option<&'a crate::core::categories::Tracker>,
     /// The job's ranks (hello's `world_size`): sharding the optimizer state spreads it so.
     pub world_size: Option<u64>,
+    /// The allocator settings the hello sent (`PYTORCH_CUDA_ALLOC_CONF`), for cache_growth's hint.
+    pub alloc_conf: Option<&'a str>,
 }
 
 impl Obs<'_> {

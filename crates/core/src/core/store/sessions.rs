@@ -130,6 +130,7 @@ impl Session {
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         self.categories.fit(obs.limit(), last.stats.inactive_split)
     }
@@ -365,6 +366,7 @@ impl Sessions {
             outside: nvml::outside_at(sess.nvml, &s),
             categories: Some(&sess.categories).filter(|c| c.measured > 0),
             world_size: sess.hello.world_size,
+            alloc_conf: sess.hello.alloc_conf.as_deref(),
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase.is_train());
