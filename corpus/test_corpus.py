@@ -44,7 +44,7 @@ STATS_KEYS = (
     "num_device_free",
 )
 COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
-KINDS = {"leak", "near_limit", "fragmentation", "oom", "crash", "untracked_growth"}
+KINDS = {"leak", "near_limit", "fragmentation", "oom", "crash", "untracked_growth", "cache_growth"}
 
 
 @pytest.fixture(scope="session")
@@ -417,6 +417,9 @@ def perfect(labels: List[Dict[str, Any]]) -> Dict[str, Any]:
                 model = lab["floor_model"]
                 step = fm.first_crossing(model, 0, lab["floor_at_onset_bytes"] + lab["growth_budget_bytes"] // 4)
                 f.update(first_step=step, oom_eta_steps=lab["oom_step"] - step)
+            if kind == "cache_growth":
+                step = lab["cache_growth"]["onset_step"] + 50
+                f.update(first_step=step, oom_eta_steps=lab["cache_full_step"] - step)
             findings.append(f)
         traces.append({"file": "some/dir/" + lab["file"], "job": "j", "rank": 0, "samples": 1, "findings": findings})
     return {"traces": traces}

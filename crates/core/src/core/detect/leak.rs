@@ -267,9 +267,8 @@ impl Leak {
         lvl.trend.add(lvl.done.iter().map(|s| s.min), done.min);
         lvl.done.push_back(done);
         let material = self.material();
-        let verdict = judge(&self.levels[j].done, self.levels[j].trend, material).filter(|_| {
-            self.floor != Floor::Reserved || cache::allocated_flat(&self.levels[j].done)
-        });
+        let verdict = judge(&self.levels[j].done, self.levels[j].trend, material)
+            .filter(|_| self.floor != Floor::Reserved || cache::creeps(&self.levels[j].done));
         let lvl = &mut self.levels[j];
         match verdict {
             Some(v) => {
