@@ -134,9 +134,11 @@ def test_corpus_covers_every_shape_on_both_devices(trace_dir: str, cadence: str,
         assert {lab["device_total"] for lab in mine} == {42505273344, 85520809984}, shape
         assert all(lab["cadence"] == cadence for lab in mine)
     size = sum(os.path.getsize(os.path.join(trace_dir, n)) for n in os.listdir(trace_dir))
-    assert size < 100e6
-    lengths = [lab["last_step"] for lab in labels]
+    assert size < 125e6
+    # A cache creeping 138 MiB a step fills a device in a few hundred steps: those runs are short.
+    lengths = [lab["last_step"] for lab in labels if lab["shape"] != "cache_creep"]
     assert min(lengths) >= 1000 and max(lengths) >= 40000
+    assert min(lab["last_step"] for lab in labels) >= 300
 
 
 # --- protocol ---------------------------------------------------------------------------------
