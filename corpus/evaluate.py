@@ -11,7 +11,9 @@ Prints a markdown table (one row per labelled trace) and exits 0 when every crit
     max(2 GiB, 3% of device_total) past its value at onset; the same for untracked_growth and
     the memory outside the allocator;
   - where the label knows when memory runs out (`oom_step`), the forecast made at detection,
-    first_step + oom_eta_steps, is within 35% of the steps that really remained.
+    first_step + oom_eta_steps, is within 35% of the steps that really remained;
+  - a creeping cache's first cache_growth finding comes after the creep began, and its forecast
+    is within 35% of the steps left until reserved reaches the limit (`cache_full_step`).
 """
 
 import argparse
@@ -109,6 +111,7 @@ def judge(
             failures.append("untracked_growth flagged at step %d, before it began (step %d)" % (step, g["onset_step"]))
         elif grown > budget:
             failures.append("late: outside grew %s past onset, budget %s" % (gib(grown), gib(budget)))
+    failures += judge_cache(lab, findings, cells)
     leaks = [f for f in findings if f["kind"] == "leak"]
     if "leak" not in lab["expect"] or not leaks:
         return failures, cells
@@ -147,6 +150,29 @@ def judge(
                     % (step + eta, oom_step, 100.0 * err, oom_step - step)
                 )
     return failures, cells
+
+
+def judge_cache(lab: Dict[str, Any], findings: List[Dict[str, Any]], cells: Dict[str, str]) -> List[str]:
+    """A creeping cache: flagged after it began, with a forecast of when reserved is full."""
+    mine = [f for f in findings if f["kind"] == "cache_growth" and isinstance(f.get("first_step"), int)]
+    g, full = lab.get("cache_growth"), lab.get("cache_full_step")
+    if "cache_growth" not in lab["expect"] or not mine or not g or full is None:
+        return []
+    first = min(mine, key=lambda f: f["first_step"])
+    step = first["first_step"]
+    cells["first"] = str(step)
+    cells["growth"] = "%s reserved" % gib(max(0, step - g["onset_step"]) * g["bytes_per_step"])
+    if step <= g["onset_step"]:
+        return ["cache_growth flagged at step %d, before it began (step %d)" % (step, g["onset_step"])]
+    eta = first.get("oom_eta_steps")
+    if not isinstance(eta, (int, float)) or isinstance(eta, bool):
+        cells["forecast"] = "none"
+        return ["cache_growth without oom_eta_steps (reserved is full at step %d)" % full]
+    signed = (step + eta - full) / float(full - step)
+    cells["forecast"] = "%+.0f%%" % (100.0 * signed)
+    if abs(signed) > FORECAST_TOLERANCE:
+        return ["cache_growth forecast step %d vs real %d: off by %.0f%%" % (step + eta, full, 100.0 * abs(signed))]
+    return []
 
 
 def evaluate(

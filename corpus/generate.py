@@ -363,6 +363,69 @@ def outside_growth(rng: Rng, cfg: Config) -> None:
     small_eval(rng, cfg, 0.3, cfg.every)
 
 
+# --- the cache: normal growth that stops, and a creep that does not -----------------------------
+def cache_warmup_plateau(rng: Rng, cfg: Config) -> None:
+    """The cache grows in segments over the first 150-600 steps, less and less often, then holds:
+    new shapes, compile and the first evaluations finding room in it."""
+    n = rng.int(8, 16)
+    until = rng.int(150, 600)
+    total = rng.u(0.02, 0.06) * cfg.total
+    cfg.cache_steps = [[2 + int(until * (i / n) ** 2), up2m(total / n * rng.u(0.5, 1.5))] for i in range(n)]
+    cfg.steps = rng.int(4000, 12000)
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def cache_longest_batch(rng: Rng, cfg: Config) -> None:
+    """Variable sequence lengths: the cache steps up each time a batch is the longest yet, ever
+    more rarely, and stops at the longest."""
+    cfg.steps = rng.int(4000, 16000)
+    top = rng.u(0.05, 0.12) * cfg.total
+    longest = 0.0
+    for s in range(1, cfg.steps + 1):
+        x = rng.u() ** 2
+        if x > longest:
+            cfg.cache_steps.append([s, up2m(top * (x - longest))])
+            longest = x
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.4, cfg.every)
+
+
+def cache_eval_once(rng: Rng, cfg: Config) -> None:
+    """Evaluation's shapes grow the cache once, at the first evaluation, and it holds."""
+    cfg.steps = rng.int(3000, 12000)
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 1.0, cfg.every)
+    cfg.cache_steps = [[cfg.eval["period"] + 1, up2m(rng.u(0.02, 0.06) * cfg.total)]]
+
+
+def cache_graphs(rng: Rng, cfg: Config) -> None:
+    """CUDA graph capture: a pool for each of 2-4 graphs captured early, one recapture for a new
+    shape later on."""
+    cfg.compiled = True
+    cfg.steps = rng.int(3000, 12000)
+    s = 1
+    for _ in range(rng.int(2, 4)):
+        s += rng.int(2, 80)
+        cfg.cache_steps.append([s, up2m(rng.u(0.5, 2.5) * GB)])
+    cfg.cache_steps.append([rng.int(cfg.steps // 3, 2 * cfg.steps // 3), up2m(rng.u(0.5, 2.5) * GB)])
+    cfg.every = pick_every(cfg.steps)
+    small_eval(rng, cfg, 0.3, cfg.every)
+
+
+def cache_creep(rng: Rng, cfg: Config) -> None:
+    """Reserved creeps 8-138 MiB a step while allocated stays flat (torch issue #123548: ~138 MiB
+    a cycle with max_split_size_mb and expandable_segments); the run ends before the device is
+    full, at 60-85% of the room left."""
+    rate = up2m(rng.pick([8, 32, 138]) * MIB)
+    onset = rng.int(1, 200)
+    room = growth_room(cfg)
+    cfg.steps = onset + max(300, int(room * rng.u(0.6, 0.85)) // rate)
+    cfg.cache_growth = {"onset_step": onset, "bytes_per_step": rate}
+    cfg.every = pick_every(cfg.steps, room / rate)
+    small_eval(rng, cfg, 0.3, cfg.every)
+
+
 # --- leaks ----------------------------------------------------------------------------------
 def leak_linear(rng: Rng, cfg: Config) -> None:
     budget = fm.growth_budget(cfg.total)
@@ -525,6 +588,11 @@ SHAPES: Dict[str, Tuple[str, Callable[[Rng, Config], None], str]] = {
     "immaterial_drift": ("healthy", immaterial_drift, "1-3 KiB/step of real growth: below any materiality floor"),
     "outside_steps": ("healthy", outside_steps, "memory outside the allocator steps up (NCCL warm-up, one workspace) and holds"),
     "outside_growth": ("untracked", outside_growth, "flat allocator; memory outside it grows 0.5-4 MiB/step"),
+    "cache_warmup_plateau": ("healthy", cache_warmup_plateau, "the cache grows in segments over the first 150-600 steps, then holds"),
+    "cache_longest_batch": ("healthy", cache_longest_batch, "variable lengths: the cache steps up to the longest batch yet, ever more rarely"),
+    "cache_eval_once": ("healthy", cache_eval_once, "the first evaluation grows the cache once, then it holds"),
+    "cache_graphs": ("healthy", cache_graphs, "CUDA graph pools captured early, one recapture later"),
+    "cache_creep": ("cache", cache_creep, "reserved creeps 8-138 MiB/step while allocated is flat"),
     "leak_linear": ("leak", leak_linear, "slow linear leak, 0.5-4 MiB/step"),
     "leak_tiny_long": ("leak", leak_tiny_long, "100-200 KiB/step over 30k-50k steps"),
     "leak_staircase": ("leak", leak_staircase, "64-320 MiB jumps at a fixed period"),
@@ -591,7 +659,20 @@ def truth(cfg: Config, sim: Sim) -> Dict[str, Dict[str, Any]]:
     if cfg.other_growth is not None:
         onset = cfg.other_growth["onset_step"]
         out["untracked_growth"] = {"step": onset, "ts": sim.end_ts[onset - 1]}
+    if cfg.cache_growth is not None:
+        onset = cfg.cache_growth["onset_step"]
+        out["cache_growth"] = {"step": onset, "ts": sim.end_ts[onset - 1]}
     return out
+
+
+def cache_full_step(cfg: Config, sim: Sim) -> Optional[int]:
+    """The step at which the creeping cache would reach what the allocator can hold (device_free
+    + reserved, as the daemon's limit), had the run gone on: from the run's last step."""
+    g = cfg.cache_growth
+    if g is None:
+        return None
+    reserved = sim.reserved + sim.held
+    return sim.last_step + (cfg.total - sim.outside - reserved) // g["bytes_per_step"]
 
 
 def label(name: str, what: str, cfg: Config, sim: Sim, lines: List[str], cadence: str) -> Dict[str, Any]:
@@ -620,6 +701,10 @@ def label(name: str, what: str, cfg: Config, sim: Sim, lines: List[str], cadence
         expect.append("untracked_growth")
     else:
         forbid.append("untracked_growth")
+    if cfg.cache_growth is not None:
+        expect.append("cache_growth")
+    else:
+        forbid.append("cache_growth")
     check_intent(cfg, sim, expect)
 
     limit = cfg.usable()
@@ -662,6 +747,9 @@ def label(name: str, what: str, cfg: Config, sim: Sim, lines: List[str], cadence
         "drift_model": cfg.drift,
         "outside_steps": cfg.other_steps or None,
         "outside_growth": cfg.other_growth,
+        "cache_steps": cfg.cache_steps or None,
+        "cache_growth": cfg.cache_growth,
+        "cache_full_step": cache_full_step(cfg, sim),
         "varlen": cfg.varlen is not None,
         "expandable_segments": cfg.expandable,
     }

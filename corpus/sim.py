@@ -79,6 +79,12 @@ class Config:
         # (communicators made per step: the untracked_growth shapes).
         self.other_steps: List[List[int]] = []
         self.other_growth: Optional[Dict[str, int]] = None
+        # Cache the allocator keeps reserved and never hands out again, by step: [[step, bytes],
+        # ...], a step function (CUDA graph pools, an evaluation's or the longest batch's
+        # shapes), and {"onset_step", "bytes_per_step"}, a creep (the cache_growth shapes:
+        # torch issue #123548). Reported in reserved and missing from device_free.
+        self.cache_steps: List[List[int]] = []
+        self.cache_growth: Optional[Dict[str, int]] = None
         self.steps = 1000
         self.every = 1
         self.step_time = 0.5
@@ -139,6 +145,8 @@ class Sim:
         self.lines: List[str] = []
         self.ts = cfg.ts0
         self.usable2m = cfg.usable() // SEGMENT * SEGMENT
+        self.usable2m_base = self.usable2m
+        self.held = 0  # cache reserved for good (cache_steps, cache_growth)
         self.reserved = 0
         self.since_flush = 0
         self.retries = 0
@@ -269,12 +277,21 @@ class Sim:
             extra += (step - g["onset_step"]) * g["bytes_per_step"]
         return c.other + extra
 
+    def held_at(self, step: int) -> int:
+        """Cache reserved for good after `step`: what the shape holds back from reuse."""
+        c = self.c
+        held = sum(b for st, b in c.cache_steps if step >= st)
+        g = c.cache_growth
+        if g is not None and step > g["onset_step"]:
+            held += (step - g["onset_step"]) * g["bytes_per_step"]
+        return held
+
     def poll(self) -> None:
         """NVML polls up to now (every POLL_SECONDS): a `trace_nvml` line, as the daemon's
         recorder writes one, when the figure changed or was noted RENOTE_SECONDS ago."""
         if self.next_poll is None:
             self.next_poll = self.ts
-        used = self.reserved + self.outside
+        used = self.reserved + self.held + self.outside
         while self.next_poll <= self.ts:
             ts = round(self.next_poll, 3)
             if self.noted is None or self.noted[0] != used or ts - self.noted[1] >= RENOTE_SECONDS:
@@ -291,8 +308,8 @@ class Sim:
 
     def sample(self, step: int, phase: str, alloc: int) -> None:
         c = self.c
-        reserved = max(self.reserved, up2m(self.window_peak))
-        self.reserved = reserved
+        self.reserved = max(self.reserved, up2m(self.window_peak))
+        reserved = self.reserved + self.held
         slack = reserved - alloc
         split = q512(slack * c.split_share * (0.8 + 0.4 * self.rng.u()))
         requested = alloc - (int(alloc * c.rho * (0.9 + 0.2 * self.rng.u())) // 8 * 8)
@@ -387,6 +404,8 @@ class Sim:
             self.window_peak = max(self.window_peak, peak)
             self.ts += dt + extra_time.get(s, 0.0)
             self.outside = self.outside_at(s)
+            self.held = self.held_at(s)
+            self.usable2m = self.usable2m_base - self.held
             self.poll()
             self.train_time += dt
             self.train_steps += 1

@@ -4,7 +4,8 @@ A finding of a kind counts as caught on a trace that expects it, as a false posi
 trace (forbidden or merely not expected, like `fragmentation`, which no trace expects). Time and
 steps to detect run from when the condition really began, which the label's `truth` records
 (leak: the last step at the pre-leak floor; near_limit: the first allocator retry; oom: the
-first OOM; untracked_growth: the last step before memory outside the allocator began to grow), to the finding's `first_step` / `first_ts`; a near_limit raised on headroom before
+first OOM; untracked_growth: the last step before memory outside the allocator began to grow;
+cache_growth: the last step before the cache began to creep), to the finding's `first_step` / `first_ts`; a near_limit raised on headroom before
 the first retry counts negative.
 """
 
@@ -13,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import floor_model as fm
 
-KINDS = ("leak", "near_limit", "fragmentation", "oom", "crash", "untracked_growth")
+KINDS = ("leak", "near_limit", "fragmentation", "oom", "crash", "untracked_growth", "cache_growth")
 
 
 def per_kind(labels: Sequence[Mapping[str, Any]], found: Mapping[str, List[Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:

@@ -71,6 +71,18 @@ def clip_run_id(value: str) -> str:
     return raw[:RUN_ID_MAX_BYTES].decode("utf-8", "ignore")
 
 
+def alloc_conf(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The caching allocator's settings as the trainer's torch reads them at its first CUDA
+    allocation ($PYTORCH_CUDA_ALLOC_CONF, or the newer $PYTORCH_ALLOC_CONF); None when neither is
+    set. Cut like a run_id: the daemon refuses a longer hello field, and the trainer must not fail
+    over a hint."""
+    env = os.environ if env is None else env
+    value = env.get("PYTORCH_CUDA_ALLOC_CONF")
+    if value is None:
+        value = env.get("PYTORCH_ALLOC_CONF")
+    return None if value is None else clip_run_id(value)
+
+
 def restart_count(env: Optional[Mapping[str, str]] = None) -> Optional[int]:
     """torchelastic's restart count ($TORCHELASTIC_RESTART_COUNT), when a whole number >= 0."""
     n = int_env("TORCHELASTIC_RESTART_COUNT", env)

@@ -81,6 +81,8 @@ class Client:
         given = run_id.strip() if isinstance(run_id, str) else ("" if run_id is None else str(run_id))
         self.run_id = _env.clip_run_id(given) if not _env.no_run_id(given) else _env.run_id()
         self.restart = _env.restart_count()
+        # Read at attach, as torch reads it at its first allocation: cache_growth's hint names it.
+        self.alloc_conf = _env.alloc_conf()
         self.job = job or os.environ.get("GPUMON_JOB") or None
         self.rank = rank if rank is not None else _env.int_env("RANK")
         self.world_size = world_size if world_size is not None else _env.int_env("WORLD_SIZE")
@@ -324,6 +326,7 @@ class Client:
                 torch=info.get("torch"),
                 allocator=info.get("allocator"),
                 expandable_segments=info.get("expandable_segments"),
+                alloc_conf=self.alloc_conf,
             )
         # A reconnect's hello carries the cap as it is now, not as it was at the first hello.
         if self._limit is not None:

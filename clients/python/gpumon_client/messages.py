@@ -34,6 +34,7 @@ class Hello(_HelloRequired, total=False):
     caps: List[str]
     run_id: str
     restart: int
+    alloc_conf: str
     instance: str  # added by the transport with capability `ack`
 
 

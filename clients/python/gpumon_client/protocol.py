@@ -77,6 +77,7 @@ def hello(
     caps: Optional[Sequence[str]] = None,
     run_id: Optional[str] = None,
     restart: Optional[int] = None,
+    alloc_conf: Optional[str] = None,
 ) -> Hello:
     msg: Hello = {"type": "hello", "v": VERSION, "pid": pid}
     if job is not None:
@@ -105,6 +106,8 @@ def hello(
         msg["run_id"] = run_id
     if restart is not None:
         msg["restart"] = restart
+    if alloc_conf is not None:
+        msg["alloc_conf"] = alloc_conf
     return msg
 
 

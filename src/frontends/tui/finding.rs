@@ -26,7 +26,8 @@ pub trait FindingView {
     fn critical(&self) -> bool;
     /// The time the Findings screen sorts by: when it resolved, else when it started firing.
     fn sort_ts(&self) -> Timestamp;
-    /// A short label for badges: "leak", "near", "frag", "oom", "crash", "outside", "orphan".
+    /// A short label for badges: "leak", "near", "frag", "oom", "crash", "outside", "orphan",
+    /// "cache".
     fn badge(&self) -> &'static str;
     /// An OOM's explanation, when the trainer sent one.
     fn explanation(&self) -> Option<&Explanation>;
@@ -93,6 +94,7 @@ impl FindingView for Finding {
             Kind::NearLimit => "near",
             Kind::Fragmentation => "frag",
             Kind::UntrackedGrowth => "outside",
+            Kind::CacheGrowth => "cache",
             Kind::OrphanedMemory => "orphan",
             k => k.as_str(),
         }

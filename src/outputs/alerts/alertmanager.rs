@@ -60,6 +60,7 @@ pub fn alertname(kind: Kind) -> &'static str {
         Kind::Stopped => "GpumonTrainerStopped",
         Kind::UntrackedGrowth => "GpumonUntrackedGrowth",
         Kind::OrphanedMemory => "GpumonOrphanedMemory",
+        Kind::CacheGrowth => "GpumonCacheGrowth",
         // Only a newer daemon's finding read back could be Unknown; this daemon raises none.
         Kind::Unknown => "GpumonFinding",
     }

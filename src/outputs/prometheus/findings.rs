@@ -29,6 +29,14 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
         "gpumon_untracked_growth",
         "1 while an untracked_growth finding is firing: the trainer's memory outside PyTorch's allocator keeps growing.",
     );
+    let mut cache = g(
+        "gpumon_cache_growth",
+        "1 while a cache_growth finding is firing: the trainer's reserved memory (PyTorch's cache) keeps growing while allocated stays flat.",
+    );
+    let mut cache_eta = g(
+        "gpumon_cache_full_eta_seconds",
+        "Forecast seconds until the trainer's reserved memory reaches the device limit (or the allocator's cap) at the rate of its cache_growth finding; absent without one.",
+    );
     let mut firing = Family::gauge(
         "gpumon_findings_firing",
         "Findings firing now, by kind.",
@@ -64,6 +72,11 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
             .min_by(f64::total_cmp);
         if let Some(secs) = soonest {
             eta.add(&l, secs);
+        }
+        let growing = s.detect.firing(Kind::CacheGrowth);
+        cache.add(&l, if growing.is_some() { 1.0 } else { 0.0 });
+        if let Some(secs) = growing.and_then(|f| f.evidence.oom_eta_seconds) {
+            cache_eta.add(&l, secs);
         }
         let near_firing = s.detect.firing(Kind::NearLimit).is_some();
         near.add(&l, if near_firing { 1.0 } else { 0.0 });
@@ -127,7 +140,8 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     );
     armed.add(&[], store.sessions.armed_count() as f64);
     for f in [
-        leak, slope, eta, near, untracked, firing, total, suppressed, lost, ooms, survived, armed,
+        leak, slope, eta, near, untracked, cache, cache_eta, firing, total, suppressed, lost, ooms,
+        survived, armed,
     ] {
         f.finish(out);
     }

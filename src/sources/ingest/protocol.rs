@@ -175,6 +175,8 @@ struct Raw<'a> {
     #[serde(borrow)]
     allocator: Option<Cow<'a, str>>,
     expandable_segments: Option<bool>,
+    #[serde(borrow)]
+    alloc_conf: Option<Cow<'a, str>>,
     ts: Option<f64>,
     step: Option<u64>,
     #[serde(borrow)]
@@ -305,6 +307,7 @@ fn hello(r: Raw) -> Result<Hello, Rejection> {
         torch: label("torch", r.torch)?,
         allocator: label("allocator", r.allocator)?,
         expandable_segments: r.expandable_segments,
+        alloc_conf: label("alloc_conf", r.alloc_conf)?,
         alloc_limit: byte_value("alloc_limit", r.alloc_limit)?,
         caps: caps(r.caps)?,
         instance: label("instance", r.instance)?,

@@ -80,6 +80,8 @@ pub struct Hello {
     pub torch: Option<String>,
     pub allocator: Option<String>,
     pub expandable_segments: Option<bool>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as the client read it at attach (cache_growth's hint).
+    pub alloc_conf: Option<String>,
     /// The caching allocator's cap (`set_per_process_memory_fraction`), when one is set.
     pub alloc_limit: Option<u64>,
     /// What the client can do when asked (`attribution`); unknown names are kept, unused.

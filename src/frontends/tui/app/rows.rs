@@ -284,6 +284,7 @@ fn badge_kind(f: &Finding) -> &'static str {
         "oom" => "oom",
         "crash" => "crash",
         "outside" => "outside",
+        "cache" => "cache",
         _ => "other",
     }
 }

@@ -105,3 +105,19 @@ fn one_rule_joins_a_finding_to_a_row() {
     assert!(on_gpu.concerns(Some("s-3"), 4242, None));
     assert!(!on_gpu.concerns(Some("s-3"), 4242, Some(0)));
 }
+
+#[test]
+fn a_cache_growth_finding_reads_back_with_its_own_badge() {
+    let f: Finding = serde_json::from_value(json!({
+        "id":"s-9/cache_growth","kind":"cache_growth","state":"firing","severity":"warning",
+        "session":"s-9","pid":1,"first_ts":1.0,"updated_ts":2.0,"message":"m",
+        "evidence":{"alloc_conf":"expandable_segments:True","reserved_bytes":1}
+    }))
+    .unwrap();
+    assert_eq!(f.kind, Kind::CacheGrowth);
+    assert_eq!(f.badge(), "cache");
+    assert_eq!(
+        f.evidence.alloc_conf.as_deref(),
+        Some("expandable_segments:True")
+    );
+}

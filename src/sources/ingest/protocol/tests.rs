@@ -682,3 +682,27 @@ fn an_events_ending_is_read_and_a_bad_one_named() {
         assert!(e.message.contains(says), "{}", e.message);
     }
 }
+
+#[test]
+fn hello_carries_the_allocator_settings_and_refuses_a_long_one_by_name() {
+    let hello = r#"{"type":"hello","v":1,"pid":1,"alloc_conf":"max_split_size_mb:128,expandable_segments:True"}"#;
+    let Message::Hello(h) = parse(hello.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        h.alloc_conf.as_deref(),
+        Some("max_split_size_mb:128,expandable_segments:True")
+    );
+    // An older client sends none: the hello is as before.
+    let Message::Hello(h) = parse(br#"{"type":"hello","v":1}"#).unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.alloc_conf, None);
+    let long = format!(
+        r#"{{"type":"hello","v":1,"alloc_conf":"{}"}}"#,
+        "x".repeat(129)
+    );
+    let e = parse(long.as_bytes()).unwrap_err();
+    assert_eq!(e.code, Code::BadField);
+    assert!(e.message.contains("alloc_conf"), "{}", e.message);
+}

@@ -3,6 +3,9 @@
 //! reserved), is `untracked_growth`: NCCL communicators made per step, workspaces, raw
 //! cudaMalloc. Its traps (the CUDA context at the first step, NCCL's warm-up, a one-time
 //! workspace) are the leak's: a warm-up, and a single level shift that is no spread rise.
+//! On the reserved floor (`reserved_bytes.all.current`), with the allocated floor flat over the
+//! same window, it is `cache_growth`: PyTorch's caching allocator reserving memory it never
+//! reuses nor gives back (cache.rs says what differs).
 //!
 //! The signal is the per-step floor (`allocated_bytes.all.current` at step boundaries) of train
 //! samples. It is summarised as segment minima at several time scales at once: a level-0 segment
@@ -43,6 +46,8 @@
 //! (a dip, a stair just climbed), so the growth reported errs on the small side.
 
 use std::collections::VecDeque;
+
+mod cache;
 
 use super::stats::{lower_envelope_slope, median, theil_sen, RunningMk};
 use super::{Detector, Evidence, Kind, Obs, Signal};
@@ -89,6 +94,8 @@ struct Seg {
     min: f64,
     /// The step of that minimum: where the floor was seen, for the envelope.
     min_step: u64,
+    /// `cache_growth`: the allocated minimum over the same samples (0 for the other floors).
+    alloc_min: f64,
     peak: u64,
     /// Steps the segment stands for: from the train sample before its first one to its last.
     steps: u64,
@@ -102,6 +109,7 @@ impl Seg {
             self.min = o.min;
             self.min_step = o.min_step;
         }
+        self.alloc_min = self.alloc_min.min(o.alloc_min);
         self.peak = self.peak.max(o.peak);
         self.steps = self.steps.saturating_add(o.steps);
     }
@@ -148,6 +156,8 @@ pub enum Floor {
     Allocated,
     /// NVML's figure minus reserved (`untracked_growth`).
     Outside,
+    /// `reserved_bytes.all.current`, while allocated stays flat (`cache_growth`).
+    Reserved,
 }
 
 pub struct Leak {
@@ -171,6 +181,9 @@ pub struct Leak {
     warmed_up: bool,
     /// The latest floor value seen (for `untracked_growth`'s "outside now").
     last: f64,
+    /// `cache_growth`: the latest allocated figure, and the allocator settings the hello sent.
+    last_alloc: Option<u64>,
+    alloc_conf: Option<String>,
 }
 
 impl Leak {
@@ -181,6 +194,11 @@ impl Leak {
     /// The detector of growth outside the caching allocator.
     pub fn outside(materiality_ratio: f64) -> Self {
         Self::of(Floor::Outside, materiality_ratio)
+    }
+
+    /// The detector of a caching allocator that keeps reserving while allocated stays flat.
+    pub fn cache(materiality_ratio: f64) -> Self {
+        Self::of(Floor::Reserved, materiality_ratio.max(cache::MATERIALITY))
     }
 
     fn of(floor: Floor, materiality_ratio: f64) -> Self {
@@ -198,6 +216,8 @@ impl Leak {
             first_step: None,
             warmed_up: false,
             last: 0.0,
+            last_alloc: None,
+            alloc_conf: None,
         }
     }
 
@@ -247,7 +267,8 @@ impl Leak {
         lvl.trend.add(lvl.done.iter().map(|s| s.min), done.min);
         lvl.done.push_back(done);
         let material = self.material();
-        let verdict = judge(&self.levels[j].done, self.levels[j].trend, material);
+        let verdict = judge(&self.levels[j].done, self.levels[j].trend, material)
+            .filter(|_| self.floor != Floor::Reserved || cache::creeps(&self.levels[j].done));
         let lvl = &mut self.levels[j];
         match verdict {
             Some(v) => {
@@ -339,6 +360,9 @@ impl Leak {
                 oom_eta_seconds: eta_steps.zip(secs_per_step).map(|(n, s)| n as f64 * s),
                 alloc_limit: self.cap,
                 outside_allocator_bytes: (self.floor == Floor::Outside).then_some(self.last as u64),
+                reserved_bytes: (self.floor == Floor::Reserved).then_some(self.last as u64),
+                allocated_bytes: self.last_alloc,
+                alloc_conf: self.alloc_conf.clone(),
                 step: Some(step),
                 detail: Some(format!("window of {span} steps")),
                 ..Evidence::default()
@@ -416,6 +440,7 @@ impl Detector for Leak {
         match self.floor {
             Floor::Allocated => Kind::Leak,
             Floor::Outside => Kind::UntrackedGrowth,
+            Floor::Reserved => Kind::CacheGrowth,
         }
     }
 
@@ -435,6 +460,19 @@ impl Detector for Leak {
         let floor = match self.floor {
             Floor::Allocated => s.stats.allocated?,
             Floor::Outside => obs.outside?,
+            Floor::Reserved => s.stats.reserved?,
+        };
+        // cache_growth judges reserved against allocated: a sample without both says nothing.
+        let alloc_min = match self.floor {
+            Floor::Reserved => {
+                let a = s.stats.allocated?;
+                self.last_alloc = Some(a);
+                if self.alloc_conf.is_none() {
+                    self.alloc_conf = obs.alloc_conf.map(str::to_owned);
+                }
+                a as f64
+            }
+            Floor::Allocated | Floor::Outside => 0.0,
         };
         self.last = floor as f64;
         self.train_samples += 1;
@@ -444,7 +482,11 @@ impl Detector for Leak {
         self.prev_step = Some(step);
         let first = *self.first_step.get_or_insert(step);
         // Once over, the warm-up stays over, even if the step count starts again.
-        self.warmed_up |= step.saturating_sub(first) >= WARMUP_STEPS;
+        let warmup = match self.floor {
+            Floor::Reserved => cache::WARMUP_STEPS,
+            Floor::Allocated | Floor::Outside => WARMUP_STEPS,
+        };
+        self.warmed_up |= step.saturating_sub(first) >= warmup;
         if !self.warmed_up {
             return None;
         }
@@ -455,11 +497,14 @@ impl Detector for Leak {
             t1: s.ts,
             min: floor as f64,
             min_step: step,
+            alloc_min,
             // The forecast is to where the step peak meets the limit; memory outside the
-            // allocator moves the limit (less free on the device), not the peak.
+            // allocator moves the limit (less free on the device), not the peak. Reserved only
+            // grows within a step: it is its own peak.
             peak: match self.floor {
                 Floor::Allocated => s.stats.allocated_peak.unwrap_or(floor).max(floor),
                 Floor::Outside => s.stats.allocated_peak.or(s.stats.allocated).unwrap_or(0),
+                Floor::Reserved => floor,
             },
             steps: covered,
         };

@@ -44,6 +44,31 @@ pub fn describe(kind: Kind, e: &Evidence) -> String {
             m.push_str(&forecast(e));
             m
         }
+        Kind::CacheGrowth => {
+            let slope = e.slope_bytes_per_step.unwrap_or(0.0);
+            let mut m = format!(
+                "reserved memory (PyTorch's cache) grows {}/step",
+                bytes(slope.max(0.0) as u64)
+            );
+            if let Some(s) = e.onset_step {
+                m.push_str(&format!(" since step {}", thousands(s)));
+            }
+            if let Some(a) = e.allocated_bytes {
+                m.push_str(&format!(" while allocated stays at {}", bytes(a)));
+            }
+            match (e.growth_bytes, e.reserved_bytes) {
+                (Some(g), Some(now)) => m.push_str(&format!(
+                    " (+{} so far, {} reserved now)",
+                    bytes(g),
+                    bytes(now)
+                )),
+                (Some(g), None) => m.push_str(&format!(" (+{} so far)", bytes(g))),
+                _ => {}
+            }
+            m.push_str(": the allocator keeps reserving memory it does not reuse");
+            m.push_str(&forecast(e));
+            m
+        }
         Kind::NearLimit => {
             let mut parts = Vec::new();
             if let Some(r) = e.retries.filter(|r| *r > 0) {
@@ -157,6 +182,9 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
     if let Some(r) = sized {
         return Some(r);
     }
+    if kind == Kind::CacheGrowth {
+        return Some(cache_hint(e));
+    }
     Some(String::from(match kind {
         Kind::Leak => "memory that survives each step keeps growing: look for tensors kept across steps, e.g. `losses.append(loss)` keeps each graph alive; store `loss.item()` or `loss.detach()` instead",
         Kind::NearLimit | Kind::Oom if e.alloc_limit.is_some() => "this process may use only part of the GPU (torch.cuda.set_per_process_memory_fraction): raise the fraction if the device has room, or lower the batch size or sequence length, or use gradient checkpointing",
@@ -165,8 +193,25 @@ pub fn hint(kind: Kind, e: &Evidence) -> Option<String> {
         Kind::Fragmentation => "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb) so freed blocks can be reused",
         Kind::Oom => "lower the batch size or sequence length, use gradient checkpointing or mixed precision; if a leak finding is also firing, fix the leak first",
         Kind::UntrackedGrowth => "memory_stats() and snapshots cannot see this memory, and empty_cache() does not return it: look for NCCL communicators or process groups made per step (new_group, a model wrapped again in DDP/FSDP), cuBLAS/cuDNN workspaces growing with new shapes (CUBLAS_WORKSPACE_CONFIG), CUDA graphs captured again and again, or a library allocating with raw cudaMalloc (CuPy, custom extensions)",
-        Kind::Crash | Kind::Stopped | Kind::OrphanedMemory | Kind::Unknown => return None,
+        Kind::Crash
+        | Kind::Stopped
+        | Kind::OrphanedMemory
+        | Kind::CacheGrowth
+        | Kind::Unknown => return None,
     }))
+}
+
+/// What to try for a cache that keeps growing: the settings in use first, when the client sent
+/// them (quoted with escapes: they come from the trainer's environment).
+fn cache_hint(e: &Evidence) -> String {
+    let conf = match e.alloc_conf.as_deref() {
+        Some(c) if !c.is_empty() => format!("PYTORCH_CUDA_ALLOC_CONF is {c:?}"),
+        Some(_) => "PYTORCH_CUDA_ALLOC_CONF is empty".into(),
+        None => "check PYTORCH_CUDA_ALLOC_CONF".into(),
+    };
+    format!(
+        "{conf}: max_split_size_mb together with expandable_segments makes some torch versions reserve more every step (pytorch issue #123548), and cudaMallocAsync's graph pools grow where memory_reserved() does not count them; try the run without one of those settings or on another torch version; torch.cuda.empty_cache() once shows whether it is cache (reserved drops), but it is a diagnostic, not a cure"
+    )
 }
 
 /// "; where the memory went at step 1,200: parameters 2.0 GiB, …": the latest measured split.

@@ -42,6 +42,8 @@ pub enum Kind {
     /// The trainer was stopped by a signal it received (SIGTERM, SIGINT, SIGHUP): Ctrl-C,
     /// `timeout`, scancel, `kubectl delete`, preemption. An end, not a failure.
     Stopped,
+    /// Reserved memory (PyTorch's cache) keeps growing while allocated stays flat.
+    CacheGrowth,
     /// A kind this build does not know (a newer daemon's): read, shown by name, never raised.
     #[serde(other)]
     Unknown,
@@ -51,7 +53,7 @@ impl Kind {
     /// Slots for per-kind counters: the known kinds, then `Unknown`.
     pub const SLOTS: usize = Kind::ALL.len() + 1;
 
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Leak,
         Kind::NearLimit,
         Kind::Fragmentation,
@@ -60,6 +62,7 @@ impl Kind {
         Kind::UntrackedGrowth,
         Kind::OrphanedMemory,
         Kind::Stopped,
+        Kind::CacheGrowth,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +75,7 @@ impl Kind {
             Kind::UntrackedGrowth => "untracked_growth",
             Kind::OrphanedMemory => "orphaned_memory",
             Kind::Stopped => "stopped",
+            Kind::CacheGrowth => "cache_growth",
             Kind::Unknown => "unknown",
         }
     }
@@ -170,6 +174,9 @@ pub struct Evidence {
     /// oom: the step of the first sample after the OOM, when it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survived_step: Option<u64>,
+    /// cache_growth: the trainer's `PYTORCH_CUDA_ALLOC_CONF`, as its hello sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
     /// orphaned_memory: the bytes held, the process's state and what gpumon knew of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphan: Option<Box<orphan::OrphanEvidence>>,
@@ -234,6 +241,8 @@ pub struct Obs<'a> {
     pub categories: Option<&'a crate::core::categories::Tracker>,
     /// The job's ranks (hello's `world_size`): sharding the optimizer state spreads it so.
     pub world_size: Option<u64>,
+    /// The allocator settings the hello sent (`PYTORCH_CUDA_ALLOC_CONF`), for cache_growth's hint.
+    pub alloc_conf: Option<&'a str>,
 }
 
 impl Obs<'_> {

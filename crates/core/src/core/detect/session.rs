@@ -102,6 +102,13 @@ impl SessionDetect {
                     Span::samples(1),
                     Span::samples(leak::QUIET_EVALUATIONS),
                 ),
+                // A cache that keeps growing while allocated is flat: the leak's test on the
+                // reserved floor, and its lifecycle.
+                track(
+                    Box::new(leak::Leak::cache(cfg.leak_materiality_ratio)),
+                    Span::samples(1),
+                    Span::samples(leak::QUIET_EVALUATIONS),
+                ),
                 // The OOM detector holds its own signal for a while after the last OOM.
                 track(
                     Box::<oom::Oom>::default(),
@@ -468,6 +475,7 @@ fn severity(kind: Kind, e: &Evidence) -> Severity {
         | Kind::Fragmentation
         | Kind::UntrackedGrowth
         | Kind::OrphanedMemory
+        | Kind::CacheGrowth
         | Kind::Unknown => Severity::Warning,
     }
 }

@@ -138,6 +138,7 @@ impl Session {
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         self.categories.fit(obs.budget())
     }
@@ -377,6 +378,7 @@ impl Sessions {
             outside: nvml::outside_at(sess.nvml, &s),
             categories: Some(&sess.categories).filter(|c| c.measured > 0),
             world_size: sess.hello.world_size,
+            alloc_conf: sess.hello.alloc_conf.as_deref(),
         };
         sess.detect.sample(&sess.subject, &obs, &mut self.findings);
         let point = point(&s.stats, s.step, s.phase.is_train());

@@ -167,6 +167,7 @@ proptest! {
                 outside: None,
                 categories: Some(&t),
                 world_size: None,
+                alloc_conf: None,
             };
             detect.sample(&Subject::default(), &obs, &mut findings);
         }

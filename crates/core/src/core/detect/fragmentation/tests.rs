@@ -34,6 +34,7 @@ fn active(cap: Option<u64>) -> Option<Signal> {
         outside: None,
         categories: None,
         world_size: None,
+        alloc_conf: None,
     };
     Fragmentation::new().sample(&obs)
 }

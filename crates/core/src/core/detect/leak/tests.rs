@@ -46,6 +46,7 @@ fn first_signal(
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             return Some((step, sig));
@@ -147,6 +148,7 @@ fn memory_is_bounded_over_a_very_long_run() {
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         });
     }
     assert!(d.levels.len() <= LEVELS);
@@ -185,6 +187,7 @@ fn under_a_cap_the_forecast_is_to_the_cap() {
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             last = Some((step, sig));
@@ -317,6 +320,7 @@ fn signals(
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         if let Some(sig) = d.sample(&obs) {
             out.push((step, sig));

@@ -46,6 +46,7 @@ impl Run {
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         self.detect.sample(&self.who, &obs, &mut self.findings);
     }

@@ -35,6 +35,7 @@ fn feed(d: &mut Oom, s: &Sample, cap: Option<u64>) -> Option<Signal> {
         outside: None,
         categories: None,
         world_size: None,
+        alloc_conf: None,
     };
     d.sample(&obs)
 }

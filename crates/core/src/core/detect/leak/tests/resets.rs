@@ -43,6 +43,7 @@ fn episodes(
             outside: None,
             categories: None,
             world_size: None,
+            alloc_conf: None,
         };
         d.sample(&who, &obs, &mut findings);
     }
