@@ -362,4 +362,4 @@ fn init_tracing(config: &Config) -> tracing_appender::non_blocking::WorkerGuard 
 
 /// Log lines queued for stderr before new ones are dropped: a burst of findings fits, a stalled
 /// reader costs at most this many lines of memory.
-const LOG_QUEUE_LINES: usize = 16_384;
+const LOG_QUEUE_LINES: usize = 1_024;

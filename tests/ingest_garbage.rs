@@ -17,15 +17,17 @@ use tokio_util::sync::CancellationToken;
 
 /// Under the default ingest.max_connections (1024), so every connection is served.
 const CONNECTIONS: usize = 1000;
-/// The daemon's resident set may not pass this while the storm is on or after it.
+/// How far the daemon's resident set may rise over its idle figure, measured in the same test,
+/// while the storm is on or after it.
 ///
 /// Each connection costs its 16 KiB read buffer, a line buffer of up to MAX_LINE (64 KiB) while
 /// a line is incomplete, and a few KiB of task and socket state. The storm below holds 1/7 of
 /// its connections on an unterminated 63.5 KiB line (the worst case per connection) and the rest
-/// on at most a read buffer: 143 × 84 KiB + 857 × 20 KiB ≈ 28 MiB over the idle daemon (about
-/// 16 MiB, debug build), 44 MiB in all (42 MiB measured). 64 MiB leaves room for allocator
-/// slack, and is far under what buffering the garbage would take: the storm sends 100 MiB.
-const RSS_LIMIT_KIB: u64 = 64 * 1024;
+/// on at most a read buffer: 143 × 84 KiB + 857 × 20 KiB ≈ 28 MiB over the idle daemon (38 MiB
+/// measured). 48 MiB leaves room for allocator slack and is far under what buffering the
+/// garbage would take: the storm sends 100 MiB. A rise, not a total: the idle debug build grew
+/// from 16 to 28 MiB as the daemon did, which says nothing of what a storm costs.
+const RSS_RISE_LIMIT_KIB: u64 = 48 * 1024;
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
@@ -249,8 +251,14 @@ fn a_thousand_garbage_clients_leave_the_daemon_bounded_and_serving() {
     eprintln!(
         "daemon RSS: idle {idle} KiB, peak {peak} KiB, all {held} connections held {during} KiB, after {after} KiB"
     );
-    assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");
-    assert!(after < RSS_LIMIT_KIB, "RSS after the storm {after} KiB");
+    assert!(
+        peak < idle + RSS_RISE_LIMIT_KIB,
+        "peak RSS {peak} KiB, idle {idle} KiB"
+    );
+    assert!(
+        after < idle + RSS_RISE_LIMIT_KIB,
+        "RSS after the storm {after} KiB, idle {idle} KiB"
+    );
 
     // What the daemon refused is counted, at least what this storm makes certain.
     let m = d.metrics();
