@@ -96,6 +96,8 @@ class Client:
         self._monotonic = time.monotonic
         self._device_due = 0.0  # when device free/total and the allocator cap are next read
         self._mem: Optional[Tuple[int, int]] = None
+        # The allocator's reserved bytes when `_mem` was read: free memory falls as they grow.
+        self._mem_reserved: Optional[int] = None
         self._limit: Optional[int] = None  # the allocator's cap, latest known
         self._limit_sent: Optional[int] = None  # the cap as the daemon last heard it
         paths = (lambda: [socket]) if socket else None
@@ -139,10 +141,12 @@ class Client:
             source = self.source
             stats = source.memory_stats()
             now = self._monotonic()
+            reserved = stats.get("reserved_bytes.all.current")
             if now >= self._device_due:
                 self._refresh_device(source, now)
+                self._mem_reserved = reserved
             keys = self.stats_keys
-            mem = self._mem or (None, None)
+            mem = self._free_now(reserved)
             limit = None
             if self._limit != self._limit_sent:
                 # Sent when it first becomes known or changes; the daemon keeps the last value.
@@ -188,6 +192,19 @@ class Client:
         armer = self.armer
         if armer is not None and armer.armed is not None:
             armer.at_step(step)
+
+    def _free_now(self, reserved: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
+        """(free, total) as of this sample: the device's free memory read at the last refresh,
+        less what this process's allocator reserved since. Read once a second, free alone lagged
+        a fast-growing cache by hundreds of steps, and the daemon's limit (free + reserved) ran
+        that far over the device."""
+        if self._mem is None:
+            return (None, None)
+        free, total = self._mem
+        base = self._mem_reserved
+        if free is None or base is None or reserved is None:
+            return (free, total)
+        return (max(0, free - (int(reserved) - int(base))), total)
 
     def _refresh_device(self, source: StatsSource, now: float) -> None:
         # cudaMemGetInfo and the allocator's fraction change slowly; reading them once a second

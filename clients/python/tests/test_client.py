@@ -40,6 +40,35 @@ def test_sample_carries_known_keys_and_device_memory(sock_path):
         c.close()
 
 
+class GrowingCache(StaticStatsSource):
+    """The allocator reserves 100 more bytes at every sample; the device's free memory, read
+    once a second, is that of the first sample."""
+
+    def __init__(self):
+        super().__init__(dict(sample_stats.STATS), (10_000, 20_000), INFO)
+        self.reserved = 1_000
+
+    def memory_stats(self):
+        self.reserved += 100
+        return dict(sample_stats.STATS, **{"reserved_bytes.all.current": self.reserved})
+
+    def mem_get_info(self):
+        return (10_000 - (self.reserved - 1_100), 20_000)
+
+
+def test_free_memory_follows_the_cache_between_device_reads(sock_path):
+    # Free memory is read once a second; between reads it falls by what the cache reserved, so
+    # the daemon's limit (free + reserved) stays the device's, not over it by the cache's growth.
+    with FakeDaemon(sock_path) as d:
+        c = Client("job-a", source=GrowingCache(), socket=sock_path)
+        for step in range(1, 6):
+            c.sample(step=step)
+        samples = d.wait_for(6)[1:]
+        limits = {s["device_free"] + s["stats"]["reserved_bytes.all.current"] for s in samples}
+        assert limits == {11_100}, samples
+        c.close()
+
+
 def test_all_stats_keys_and_timer_samples(sock_path):
     with FakeDaemon(sock_path) as d:
         src = StaticStatsSource(sample_stats.STATS)  # no mem info, no device info

@@ -90,7 +90,7 @@ def test_a_creeping_cache_fires_cache_growth_end_to_end(recorded_daemon, monkeyp
     at = e["step"]
     assert e["reserved_bytes"] == reserved_at(at), e
     left = (TOTAL - OUTSIDE - reserved_at(at)) / CREEP
-    assert abs(e["oom_eta_steps"] - left) <= 0.35 * left, (e["oom_eta_steps"], left)
+    assert abs(e["oom_eta_steps"] - left) <= 0.35 * left, (e["oom_eta_steps"], left, e)
     assert abs(e["slope_bytes_per_step"] / CREEP - 1) < 0.1, e
     assert e["allocated_bytes"] == source.live() and e["alloc_conf"] == CONF, e
     assert "reserved memory (PyTorch's cache) grows 138" in f["message"], f["message"]
