@@ -385,8 +385,6 @@ class Reader:
         self.kept += 56 + 8 * len(t)
         return t
 
-    # --- opcodes that refuse -------------------------------------------------------------------
-
     # --- the loop ------------------------------------------------------------------------------
 
     def read(self) -> Any:
@@ -635,7 +633,6 @@ class Reader:
         self.fast[id(v)] = (res, slot)
         memo[slot] = v
         return v, p + len(run)
-
 
 
 def read(f: BinaryIO, schema: Schema, limits: Optional[Limits] = None) -> Tuple[Any, Reader]:
