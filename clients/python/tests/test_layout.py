@@ -258,3 +258,17 @@ def test_the_wheel_holds_the_package_and_no_bench_or_test_module(tmp_path):
     leaked = sorted(n for n in shipped if n.rsplit("/", 1)[-1] in kept_out - {"__init__.py"}
                     or n.rsplit("/", 1)[-1].startswith(("test_", "bench_", "conftest")))
     assert leaked == [], leaked
+
+
+def test_installing_the_oom_observer_loads_what_it_explains_with():
+    # The observer runs at an OOM, inside torch's allocator: it must import nothing then. A torch
+    # whose CUDA is initialised, reduced to the one call the install makes.
+    loaded = _loaded_after(
+        "import types\n"
+        "from gpumon_client import hooks\n"
+        "attached = []\n"
+        "torch = types.SimpleNamespace(_C=types.SimpleNamespace(_cuda_attach_out_of_memory_observer=attached.append),\n"
+        "                              cuda=types.SimpleNamespace(is_initialized=lambda: True))\n"
+        "assert hooks._install_oom_observer(torch) and attached == [hooks._oom_observer], attached\n")
+    assert {SNAPSHOT + ".explain", SNAPSHOT + ".wire"} <= loaded
+    assert not {SNAPSHOT + ".pickleread", SNAPSHOT + ".cli", SNAPSHOT + ".render"} & loaded  # not the reader nor the CLI
