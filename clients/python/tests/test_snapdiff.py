@@ -253,6 +253,18 @@ def test_snapshots_without_stacks_say_so_and_count_the_growth_apart(capsys, tmp_
     assert "120.0 MiB in 120 more live blocks without a stack" in text
 
 
+def test_the_text_escapes_control_characters_from_the_file():
+    # Paths and function names come from the pickle: they reach the terminal escaped.
+    after = snap("leak-kept-outputs", 180)
+    for b in live_blocks(after):
+        for f in b["frames"]:
+            if f["filename"] == TRAIN:
+                f["filename"], f["name"] = "/home/alice/proj/ev\x1bil.py", "kept\x1b[2J\x07"
+    text = diff_text(diff(snap("leak-kept-outputs", 60), after), "a.pickle", "b\x1b.pickle")
+    assert "ev\\x1bil.py:27 in kept\\x1b[2J\\x07" in text and "b\\x1b.pickle" in text
+    assert "\x1b" not in text and "\x07" not in text
+
+
 # --- fitting a protocol line ---------------------------------------------------------------------
 
 
