@@ -1,6 +1,6 @@
 """The client's cost per training step: the same loop timed bare and attached to gpumon, in one
 process. Each round, the modes take turns of 8 steps in a new random order at every turn
-(gpumon_client.turns: a machine's speed drifts at every time scale, and only modes that take
+(clients/python/bench/turns.py: a machine's speed drifts at every time scale, and only modes that take
 turns within a few steps see the same machine), each turn ended by a CUDA synchronize inside its
 timing; the cost is judged by the interval of the mean per-round difference
 (analysis.overhead). Two step sizes:
@@ -19,11 +19,16 @@ while an OOM is coming."""
 from __future__ import annotations
 
 import importlib
+import os
 import random
 import statistics
+import sys
 import time
 
 import trainer_common as tc
+
+# The turn-taking is the client's bench module, which does not ship with it.
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "clients", "python", "bench")
 
 # Steps a mode runs before the next takes its turn.
 STEPS_PER_TURN = 8
@@ -94,7 +99,8 @@ def take_turns_rounds(torch, device, step, turns, args, job):
     each attached mode's client sent in all."""
     import gpumon_client
     from gpumon_client import hooks
-    from gpumon_client.turns import on_own_clock, take_turns
+    sys.path.insert(0, BENCH)
+    from turns import on_own_clock, take_turns
 
     register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
     default = gpumon_client.attach(job=job + "-default")

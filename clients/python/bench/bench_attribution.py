@@ -98,10 +98,12 @@ def baseline_from_git(ref, into):
 
 def edges():
     sys.path.insert(0, CLIENT)
-    from gpumon_client import attribution, protocol, snapdiff
+    from gpumon_client import attribution, protocol
+    from gpumon_client.snapshot import diff as snapdiff
+    from gpumon_client.snapshot.load import load
 
-    before = snapdiff.load(os.path.join(SNAPS, "leak-kept-outputs-step60.pickle"))
-    after = snapdiff.load(os.path.join(SNAPS, "leak-kept-outputs-step180.pickle"))
+    before = load(os.path.join(SNAPS, "leak-kept-outputs-step60.pickle"))
+    after = load(os.path.join(SNAPS, "leak-kept-outputs-step180.pickle"))
     diffs, fits = [], []
     for _ in range(7):
         t = time.perf_counter()

@@ -14,7 +14,7 @@ sample what torch.cuda.memory_stats() costs on a real GPU (about 180 us measured
 
 Each round, bare and attached take turns of 4 steps (one step at steps over 5 ms) in a new random
 order at every turn, 1 s of steps each: the machine's speed drifts at every time scale, and only
-arms that take turns within a few steps see the same machine (gpumon_client.turns). The attached
+arms that take turns within a few steps see the same machine (bench/turns.py). The attached
 arm's cadence and write schedule read a clock that runs only in its turns, so it is sampled as a
 trainer that never paused would be.
 
@@ -59,7 +59,7 @@ import gpumon_client  # noqa: E402
 from gpumon_client import TorchStatsSource, hooks  # noqa: E402
 from gpumon_client.cadence import Cadence  # noqa: E402
 from gpumon_client.testing import nested_allocator_stats  # noqa: E402
-from gpumon_client.turns import on_own_clock, take_turns  # noqa: E402
+from turns import on_own_clock, take_turns  # noqa: E402 (bench/turns.py, beside this file)
 
 # (name, width, batch, optimizer, wait): a Linear-ReLU-Linear MLP; step lengths from about 0.2 ms
 # (plain SGD, the shortest step torch's Python optimizer path allows here) to 100 ms. The `wait`
@@ -336,7 +336,7 @@ def run_shape(name, width, batch, optimizer, wait, rounds, block_s, sock, rng, p
     part_diffs = {"empty": [], "no_samples": [], "phantom": [], "at_once": []}
     attached_time, attached_writes = 0.0, 0
     # Rounds of `turns` turns per arm, `k` steps a turn, the arms in a new random order at every
-    # turn (gpumon_client.turns: the machine's speed drifts at every time scale, and only arms
+    # turn (bench/turns.py: the machine's speed drifts at every time scale, and only arms
     # that take turns within a few steps see the same machine). A round's difference is its
     # arm's steps against its bare ones.
     arm_of = {arm: (hook_of.get(arm), clocks.get(arm)) for arm in arms}

@@ -5,7 +5,7 @@
    start included (goal: at most 1 s on the 0.8 MB leak snapshot).
 2. In the trainer, at the OOM: what the observer adds once `_snapshot()` returned (explain and
    fitting the line), per fixture. `_snapshot()` itself is torch's and needs a GPU.
-3. While armed: the step peak's replay of the recorded history (peak.py), per fixture.
+3. While armed: the step peak's replay of the recorded history (snapshot/peak.py), per fixture.
 
     python3 clients/python/bench/bench_explain.py [--runs N]
 """
@@ -23,8 +23,10 @@ REPO = os.path.dirname(os.path.dirname(CLIENT))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "torch-oom")
 sys.path.insert(0, CLIENT)
 
-from gpumon_client import oomreport, peak, snapload  # noqa: E402
-from gpumon_client.explain import explain  # noqa: E402
+from gpumon_client import oomreport  # noqa: E402
+from gpumon_client.snapshot import load as snapload  # noqa: E402
+from gpumon_client.snapshot import peak  # noqa: E402
+from gpumon_client.snapshot.explain import explain  # noqa: E402
 
 
 def timed(fn, runs):

@@ -6,8 +6,9 @@ python -m gpumon_client explain SNAPSHOT.pickle [--json] [--top N] [--limit BYTE
 
 `run` runs an unmodified training script with attach() applied, as `python SCRIPT ARGS` would run
 it. `diff` names the lines that allocated the live memory that grew between two
-torch.cuda.memory snapshots (snapdiff.py). `explain` says why a CUDA OOM happened (pressure,
-fragmentation or leak), the line that asked and what held the memory (explain.py).
+torch.cuda.memory snapshots. `explain` says why a CUDA OOM happened (pressure, fragmentation or
+leak), the line that asked and what held the memory. Both are the snapshot tools' (snapshot/cli.py),
+imported only when asked for.
 """
 
 import os
@@ -84,13 +85,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
         return 2
     if args and args[0] == "diff":
-        from . import snapdiff
+        from .snapshot import cli
 
-        return snapdiff.main(args[1:])
+        return cli.diff_main(args[1:])
     if args and args[0] == "explain":
-        from . import explain
+        from .snapshot import cli
 
-        return explain.main(args[1:])
+        return cli.explain_main(args[1:])
     try:
         opts = _parse(args)
     except ValueError as exc:

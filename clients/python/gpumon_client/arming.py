@@ -5,7 +5,7 @@ trainer to keep allocation history recording, so that the OOM observer's snapsho
 comes, names its lines. Recording costs the trainer (a 1.6 ms H100 step was ~21% slower with
 Python stacks), so it is bounded: the request's `seconds`, a `disarm`, the connection's end or
 close(), whichever first. With `peak_after_steps`, after that many recorded steps the client takes
-one snapshot and sends what was live at the highest point (peak.py).
+one snapshot and sends what was live at the highest point (snapshot/peak.py, imported then).
 
 Recording is process-wide and shared with attribution windows: a window that comes while armed
 rides on this recording (and leaves it on); an arm that comes while a window records starts its
@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, Optional
 
-from . import attribution, peak, protocol
+from . import attribution, protocol
 from .snapsource import SnapshotSource, Unavailable
 from .transport import Transport
 
@@ -171,6 +171,8 @@ class Armer:
     def _send_peak(self, a: Arm, step: Optional[int]) -> None:
         ts = self._clock()
         try:
+            from .snapshot import peak  # the snapshot tools load only when a peak is asked for
+
             found = peak.find(self.source.snapshot(), since_us=a.since_us)
         except Exception as exc:
             msg = protocol.peak(a.request.id, ts, None, [], a.step_from, step, error="failed",

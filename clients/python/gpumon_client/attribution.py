@@ -3,7 +3,7 @@
 On a request the client starts recording allocation history, lets one step go by recorded (so what
 every step allocates carries a stack in both snapshots), takes the first snapshot at the next step
 boundary, lets `steps` steps or `seconds` seconds pass (whichever first), takes the second
-snapshot, switches recording off, diffs the two in the trainer (gpumon_client.snapdiff) and sends
+snapshot, switches recording off, diffs the two in the trainer (gpumon_client.snapshot.diff) and sends
 an `attribution` with the top sites, trimmed to fit one protocol line.
 
 Cost: recording made a 1.6 ms H100 step ~21% slower, so it runs only for a window. While no window
@@ -217,9 +217,9 @@ class Attributor:
             self._stop(w)
         seconds = self._monotonic() - w.t_from
         w.stage = "the diff"
-        from . import snapdiff  # imported only when a window ends
+        from .snapshot.diff import diff  # imported only when a window ends
 
-        report = snapdiff.diff(before, after, top=w.request.top)
+        report = diff(before, after, top=w.request.top)
         del before, after
         if not report.stacks_recorded and report.live_bytes[1] > 0:
             # Live blocks but not one with a stack: the history did not record (someone switched
@@ -285,15 +285,15 @@ class Attributor:
 
 
 def fit_line(msg: Union[Attribution, Peak]) -> None:
-    """Trims `msg["sites"]` (outer frames first, then the smallest sites: snapdiff.fit, which
+    """Trims `msg["sites"]` (outer frames first, then the smallest sites: snapshot.wire.fit, which
     also holds strings, stacks and the site count to the protocol's limits) so the message is one
     protocol line with _MARGIN to spare."""
-    from . import snapdiff
+    from .snapshot.wire import fit
 
     sites = msg.get("sites") or []
     bare = protocol.encode(dict(msg, sites=[])) or b""
     budget = protocol.MAX_LINE - len(bare) - _MARGIN
-    sites = snapdiff.fit(sites, max(0, budget))
+    sites = fit(sites, max(0, budget))
     while True:
         msg["sites"] = sites
         line = protocol.encode(msg)

@@ -45,6 +45,7 @@ _FAR = 1 << 30  # steps the hook may skip when no measurement is due by step cou
 _MAX_ABOVE = 16  # the trainer's saved-tensor hooks we look under for ours
 
 # Why a split is partial: each reason is "code: explanation" (the code stays; the text may change).
+# The codes are a contract with the daemon: tests/fixtures/partial_split_codes.json lists them.
 PARTIAL_SHARDED = "sharded_parameters"  # parameters of size 0 here, or FSDP1 flat parameters: a shard each
 PARTIAL_ZERO3 = "zero3_partitions"  # DeepSpeed ZeRO-3: each parameter's ds_tensor partition counted
 PARTIAL_DTENSOR = "dtensor_local"  # DTensor (FSDP2, tensor parallel): local shard sizes counted

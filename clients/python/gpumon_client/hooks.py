@@ -385,6 +385,8 @@ def _install_oom_observer(torch: Any, now: bool = False) -> bool:
             global _oom_observer_installed
             try:
                 if not _oom_observer_installed:
+                    # The observer runs at an OOM: what it explains with is imported now, not then.
+                    oomreport.prepare()
                     attach_fn(_oom_observer)
                     _oom_observer_installed = True
             except Exception as exc:  # must not break the trainer's CUDA init

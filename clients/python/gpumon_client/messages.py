@@ -8,8 +8,8 @@ fields in a base class and its optional ones in a `total=False` subclass (typing
 
 from typing import Any, Dict, List, Literal, Mapping, Optional, TypedDict, Union
 
-# A site of an `attribution`, a `peak` or an OOM explanation (snapdiff.Site.as_json), and an
-# OOM explanation (explain.for_wire): built and trimmed by snapdiff and explain, typed loosely here.
+# A site of an `attribution`, a `peak` or an OOM explanation (snapshot.sites.Site.as_json), and an
+# OOM explanation (snapshot.wire.for_wire): built and trimmed by the snapshot tools, typed loosely here.
 SiteJson = Dict[str, Any]
 ExplanationJson = Dict[str, Any]
 

@@ -125,7 +125,7 @@ def _one_device(snap: Dict[str, Any], device: int) -> Dict[str, Any]:
 
 class ReplaySnapshotSource(SnapshotSource):
     """Snapshot files handed out in turn (before, after, before, ...), loaded with
-    gpumon_client.snapdiff.load. Recording is only pretended; `calls` lists what was asked of it
+    gpumon_client.snapshot.load. Recording is only pretended; `calls` lists what was asked of it
     ("start", max_entries), ("snapshot", path), ("stop",), so tests can check the order."""
 
     def __init__(self, before: str, after: str) -> None:
@@ -144,12 +144,12 @@ class ReplaySnapshotSource(SnapshotSource):
         self._next = 0  # every window starts with `before`, whatever happened to the last one
 
     def snapshot(self) -> Dict[str, Any]:
-        from . import snapdiff
+        from .snapshot.load import load
 
         path = self.paths[self._next % 2]
         self._next += 1
         self.calls.append(("snapshot", path))
-        snapshot: Dict[str, Any] = snapdiff.load(path)  # checked: a snapshot is a dict
+        snapshot: Dict[str, Any] = load(path)  # checked: a snapshot is a dict
         return snapshot
 
     def stop(self) -> None:

@@ -20,7 +20,8 @@ from typing import Callable, Dict, Iterator, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from gpumon_client import Client, StaticStatsSource, _env, categories, oomreport, phase, protocol, snapload  # noqa: E402
+from gpumon_client import Client, StaticStatsSource, _env, categories, oomreport, phase, protocol  # noqa: E402
+from gpumon_client.snapshot import load as snapload  # noqa: E402
 from gpumon_client.snapsource import ReplaySnapshotSource  # noqa: E402
 from gpumon_client.testing import FakeDaemon  # noqa: E402
 

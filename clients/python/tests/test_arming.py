@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gpumon_client import Client, StaticStatsSource, protocol, snapload
+from gpumon_client import Client, StaticStatsSource, protocol
+from gpumon_client.snapshot import load as snapload
 from gpumon_client.testing import FakeDaemon
 from test_attribution import AFTER, BEFORE, Recorder, steps
 
@@ -233,7 +234,7 @@ def test_the_peak_counts_only_what_was_recorded_while_armed(sock_path, daemon):
 def test_the_replayed_peak_is_torchs_own_peak_counter(case):
     import json
 
-    from gpumon_client import peak
+    from gpumon_client.snapshot import peak
 
     with open(os.path.join(OOMS, case + ".json")) as f:
         stats = json.load(f)["stats_at_oom"]

@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from gpumon_client import Client, Reporter, StaticStatsSource, attribution, protocol, snapdiff, testing
+from gpumon_client import Client, Reporter, StaticStatsSource, attribution, protocol, testing
 from gpumon_client.cadence import Cadence
 from gpumon_client import hooks
 from gpumon_client.hooks import Attachment
+from gpumon_client.snapshot.load import load
 from gpumon_client.snapsource import ReplaySnapshotSource, SnapshotSource, TorchSnapshotSource, Unavailable
 from gpumon_client.testing import FakeDaemon
 from gpumon_client.transport import Transport
@@ -34,7 +35,7 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def pair():
-    return snapdiff.load(BEFORE), snapdiff.load(AFTER)
+    return load(BEFORE), load(AFTER)
 
 
 @pytest.fixture(autouse=True)

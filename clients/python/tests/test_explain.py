@@ -11,9 +11,12 @@ import sys
 
 import pytest
 
-from gpumon_client import explain as ex_mod
-from gpumon_client import oomreport, snapload
-from gpumon_client.explain import explain, for_wire, parse_bytes
+from gpumon_client import oomreport
+from gpumon_client.snapshot import explain as ex_mod
+from gpumon_client.snapshot import load as snapload
+from gpumon_client.snapshot.cli import parse_bytes
+from gpumon_client.snapshot.explain import explain
+from gpumon_client.snapshot.wire import for_wire
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

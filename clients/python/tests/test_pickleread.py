@@ -14,10 +14,12 @@ import sys
 
 import pytest
 
-from gpumon_client import explain as ex_mod
-from gpumon_client import pickleread, snapdiff, snapload
-from gpumon_client.pickleread import Limits, ReadError, read
-from gpumon_client.pickleschema import DROP, FRAMES, KEEP, Schema
+from gpumon_client.snapshot import explain as ex_mod
+from gpumon_client.snapshot import diff as snapdiff
+from gpumon_client.snapshot import load as snapload
+from gpumon_client.snapshot import pickleread
+from gpumon_client.snapshot.pickleread import Limits, ReadError, read
+from gpumon_client.snapshot.pickleschema import DROP, FRAMES, KEEP, Schema
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", "..", "tests", "fixtures"))

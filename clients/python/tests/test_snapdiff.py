@@ -12,8 +12,12 @@ import sys
 
 import pytest
 
-from gpumon_client import snapdiff
-from gpumon_client.snapdiff import Report, Site, diff, fit, is_user_file, load
+from gpumon_client.snapshot.cli import diff_main
+from gpumon_client.snapshot.diff import Report, Site, diff
+from gpumon_client.snapshot.load import SnapshotError, load
+from gpumon_client.snapshot.render import diff_text
+from gpumon_client.snapshot.sites import is_user_file
+from gpumon_client.snapshot.wire import fit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -230,7 +234,7 @@ def test_malformed_frames_read_as_unknown_and_the_skeleton_is_checked():
     s = one_block_snapshot([("/p/train.py", 3, "f")])
     s["segments"][0]["blocks"][0]["frames"] = [{"filename": 5, "line": "x"}, "junk"]
     assert [(x.file, x.line, x.function) for x in diff({"segments": []}, s).sites] == [("?", 0, "?")]
-    with pytest.raises(snapdiff.SnapshotError, match="^after: not a torch.cuda.memory snapshot"):
+    with pytest.raises(SnapshotError, match="^after: not a torch.cuda.memory snapshot"):
         diff({"segments": []}, {"blocks": []})
 
 
@@ -244,9 +248,21 @@ def test_snapshots_without_stacks_say_so_and_count_the_growth_apart(capsys, tmp_
     r = diff(strip_stacks(snap("leak-kept-outputs", 60)), strip_stacks(snap("leak-kept-outputs", 180)))
     assert r.sites == [] and not r.stacks_recorded
     assert (r.no_stack_bytes, r.no_stack_blocks) == (120 * MIB, 120) and r.grew()
-    text = snapdiff.render(r, "a.pickle", "b.pickle")
+    text = diff_text(r, "a.pickle", "b.pickle")
     assert "b.pickle has no allocation stacks" in text and "_record_memory_history" in text
     assert "120.0 MiB in 120 more live blocks without a stack" in text
+
+
+def test_the_text_escapes_control_characters_from_the_file():
+    # Paths and function names come from the pickle: they reach the terminal escaped.
+    after = snap("leak-kept-outputs", 180)
+    for b in live_blocks(after):
+        for f in b["frames"]:
+            if f["filename"] == TRAIN:
+                f["filename"], f["name"] = "/home/alice/proj/ev\x1bil.py", "kept\x1b[2J\x07"
+    text = diff_text(diff(snap("leak-kept-outputs", 60), after), "a.pickle", "b\x1b.pickle")
+    assert "ev\\x1bil.py:27 in kept\\x1b[2J\\x07" in text and "b\\x1b.pickle" in text
+    assert "\x1b" not in text and "\x07" not in text
 
 
 # --- fitting a protocol line ---------------------------------------------------------------------
@@ -345,7 +361,7 @@ def test_command_usage_errors_exit_2():
 
 
 def test_main_in_process(capsys):
-    assert snapdiff.main([path("leak-kept-outputs", 60), path("leak-kept-outputs", 180), "--min-bytes", str(121 * MIB)]) == 0
+    assert diff_main([path("leak-kept-outputs", 60), path("leak-kept-outputs", 180), "--min-bytes", str(121 * MIB)]) == 0
     assert "no allocation site grew by 121.0 MiB or more" in capsys.readouterr().out
     from gpumon_client.__main__ import main
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from gpumon_client import snapload
-from gpumon_client.snapload import SnapshotError, load, loads
+from gpumon_client.snapshot import load as snapload
+from gpumon_client.snapshot.load import SnapshotError, load, loads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -12,9 +12,11 @@ import sys
 
 import pytest
 
-from gpumon_client import snaptrim
-from gpumon_client.explain import _entries, _segments, _undo_after, explain
-from gpumon_client.snapdiff import fmt_bytes
+from gpumon_client.snapshot import trim as snaptrim
+from gpumon_client.snapshot.explain import explain
+from gpumon_client.snapshot.render import trimmed_text
+from gpumon_client.snapshot.state import entries, segments, undo_after
+from gpumon_client.snapshot.units import fmt_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -54,7 +56,7 @@ def test_the_trimmed_file_holds_what_the_explanation_needs(tmp_path, case):
     assert data[:2] == b"\x80\x04" and set(ops) <= MEMORY_VIZ_OPCODES, set(ops) - MEMORY_VIZ_OPCODES
     full, trimmed = original(case), pickle.loads(data)
     # The device's segments, whole: each one's blocks add up to it.
-    dev, trace = _entries(full, None)
+    dev, trace = entries(full, None)
     assert trimmed["segments"] == [s for s in full["segments"] if s["device"] == dev]
     for seg in trimmed["segments"]:
         assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
@@ -65,8 +67,8 @@ def test_the_trimmed_file_holds_what_the_explanation_needs(tmp_path, case):
     assert all(any(e is f or e == f for f in it) for e in kept)
     oom = max(i for i, e in enumerate(trace) if e["action"] == "oom")
     assert kept[-(len(trace) - oom):] == trace[oom:]
-    st = _segments(full, dev)
-    _undo_after(st, trace, oom)
+    st = segments(full, dev)
+    undo_after(st, trace, oom)
     last = {e["addr"]: e for e in trace[:oom] if e["action"] == "alloc"}
     for addr in st.live:
         if addr in last:
@@ -79,7 +81,7 @@ def test_the_trimmed_file_holds_what_the_explanation_needs(tmp_path, case):
     else:
         assert (a["pattern"], a["live_sites"][:1], a["failing_site"]) == (b["pattern"], b["live_sites"][:1], b["failing_site"])
     info = dict(snaptrim.trim(full, window=50)[1], bytes=len(data))
-    assert line == snaptrim.describe(str(out), info) and fmt_bytes(len(data)) in line
+    assert line == trimmed_text(str(out), info) and fmt_bytes(len(data)) in line
 
 
 def test_under_json_the_size_goes_to_stderr(tmp_path):
@@ -91,7 +93,7 @@ def test_under_json_the_size_goes_to_stderr(tmp_path):
 
 def test_a_window_keeps_that_many_entries_before_the_oom():
     full = original("leak")
-    dev, trace = _entries(full, None)
+    dev, trace = entries(full, None)
     oom = max(i for i, e in enumerate(trace) if e["action"] == "oom")
     small, info = snaptrim.trim(full, window=0)
     big, info_big = snaptrim.trim(full, window=len(trace))

@@ -1,12 +1,17 @@
-"""The benches' turn-taking (gpumon_client.turns): each arm's clock runs only in its turns, each
-arm's hook is registered only for its turns, and the arms' order changes from turn to turn."""
+"""The benches' turn-taking (bench/turns.py, which does not ship): each arm's clock runs only in
+its turns, each arm's hook is registered only for its turns, and the arms' order changes from
+turn to turn."""
 
+import os
 import random
+import sys
 import time
 
 import pytest
 
-from gpumon_client.turns import ArmClock, on_own_clock, take_turns
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+from turns import ArmClock, on_own_clock, take_turns  # noqa: E402
 
 
 class FakeTime:

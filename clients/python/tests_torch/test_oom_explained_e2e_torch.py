@@ -18,7 +18,7 @@ import support
 torch = support.require("torch")
 
 import gpumon_client  # noqa: E402
-from gpumon_client import snapload  # noqa: E402
+from gpumon_client.snapshot import load as snapload  # noqa: E402
 from test_attribution_torch import Trainer, recorded_daemon  # noqa: E402,F401 (a fixture)
 from test_daemon_e2e_torch import built, get, session_of, wait_until  # noqa: E402
 

@@ -11,7 +11,8 @@ from support import of_type, train_step
 torch = support.require("torch")
 
 import gpumon_client  # noqa: E402
-from gpumon_client import oomreport, snapload  # noqa: E402
+from gpumon_client import oomreport  # noqa: E402
+from gpumon_client.snapshot import load as snapload  # noqa: E402
 
 FIXTURES = os.path.join(support.REPO_ROOT, "tests", "fixtures", "torch-oom")
 

@@ -16,7 +16,7 @@ torch = support.require("torch")
 
 import torch.cuda._memory_viz as memory_viz  # noqa: E402
 
-from gpumon_client import snaptrim  # noqa: E402
+from gpumon_client.snapshot import trim as snaptrim  # noqa: E402
 
 FIXTURES = os.path.join(support.REPO_ROOT, "tests", "fixtures", "torch-oom")
 CASES = ("pressure", "fragmentation", "leak")

@@ -1,7 +1,5 @@
 """A snapshot trimmed to what the explanation of its OOM needs, for torch's memory_viz.
 
-    python -m gpumon_client explain SNAPSHOT.pickle --write-trimmed OUT.pickle [--window N]
-
 A snapshot of a long run is too large for https://pytorch.org/memory_viz (its page lags past
 ~100 MB and fails past ~500 MB-1 GB). The trimmed file holds, for the device of the OOM:
 
@@ -17,14 +15,15 @@ pickle protocol 4 (memory_viz's page refuses 5) as plain data, frames shared as 
 With optimizer-step annotations in the snapshot, `explain` on the trimmed file gives the verdict
 it gave on the whole one; without them it counts steps by stretches between frees, which a
 shorter history may count differently.
+
+`python -m gpumon_client explain SNAPSHOT.pickle --write-trimmed OUT.pickle` writes one (cli.py).
 """
 
 import os
 import pickle
 from typing import Any, Dict, Optional, Tuple
 
-from . import explain as _ex
-from .snapdiff import fmt_bytes
+from . import state
 
 __all__ = ["DEFAULT_WINDOW", "trim", "write"]
 
@@ -34,20 +33,20 @@ DEFAULT_WINDOW = 2000  # history entries kept before the OOM
 def trim(snapshot: Dict[str, Any], *, device: Optional[int] = None,
          window: int = DEFAULT_WINDOW) -> Tuple[Dict[str, Any], Dict[str, int]]:
     """The trimmed snapshot and what it holds (segments, blocks, entries kept of how many)."""
-    dev, trace = _ex._entries(snapshot, device)
+    dev, trace = state.entries(snapshot, device)
     ooms = [i for i, e in enumerate(trace) if e.get("action") == "oom"]
     oom = ooms[-1] if ooms else len(trace)
     # Blocks alive at the OOM: the segments' live blocks with what happened after it undone.
-    st = _ex._segments(snapshot, dev)
+    st = state.segments(snapshot, dev)
     if ooms:
-        _ex._undo_after(st, trace, oom)
+        state.undo_after(st, trace, oom)
     live = set(st.live)
     keep = set(range(max(0, oom - window), len(trace)))
     last_alloc: Dict[int, int] = {}
     for i in range(min(oom, len(trace))):
         e = trace[i]
         if e.get("action") == "alloc":
-            addr = _ex._int(e.get("addr"))
+            addr = state.nonneg_int(e.get("addr"))
             if addr is not None:
                 last_alloc[addr] = i
     keep.update(i for a, i in last_alloc.items() if a in live)
@@ -63,12 +62,12 @@ def trim(snapshot: Dict[str, Any], *, device: Optional[int] = None,
         out["allocator_settings"] = snapshot["allocator_settings"]
     annotations = snapshot.get("external_annotations")
     if isinstance(annotations, list):
-        times = [t for t in (_ex._int(e.get("time_us")) for e in entries) if t is not None]
+        times = [t for t in (state.nonneg_int(e.get("time_us")) for e in entries) if t is not None]
         lo, hi = (min(times), max(times)) if times else (0, -1)
         out["external_annotations"] = [
             a for a in annotations
             if isinstance(a, dict) and (str(a.get("name", "")).startswith("Optimizer.step")
-                                        or lo <= (_ex._int(a.get("time_us")) or -1) <= hi)]
+                                        or lo <= (state.nonneg_int(a.get("time_us")) or -1) <= hi)]
     info = {"segments": len(segments), "blocks": sum(len(s.get("blocks", ())) for s in segments),
             "entries": len(entries), "of_entries": len(trace), "device": dev if dev is not None else -1}
     return out, info
@@ -84,9 +83,3 @@ def write(path: str, snapshot: Dict[str, Any], *, device: Optional[int] = None,
     os.replace(tmp, path)
     info["bytes"] = os.path.getsize(path)
     return info
-
-
-def describe(path: str, info: Dict[str, int]) -> str:
-    return ("trimmed snapshot: %s, %s (%d segments, %d blocks, %d of %d history entries); open it at "
-            "https://pytorch.org/memory_viz" % (path, fmt_bytes(info["bytes"]), info["segments"], info["blocks"],
-                                               info["entries"], info["of_entries"]))

@@ -5,6 +5,7 @@ drifts at every time scale: on a 2-core VM the mean step moved by a tenth betwee
 as much as between blocks of 0.3 s, so bare and attached blocks of 0.3 s each compared two
 different machines. Arms that take turns every few steps, in a new random order at every turn,
 see the same machine. `bench/bench_client.py` and gpu-check's `bench_overhead.py` measure so.
+A bench module: it does not ship with the client (tests/test_turns.py checks it).
 
 An attached arm must still be sampled as a trainer running only that arm would be: its cadence
 and write schedule read an `ArmClock`, which runs only during the arm's own turns (the wall
@@ -15,10 +16,10 @@ import random
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from .cadence import Cadence
+from gpumon_client.cadence import Cadence
 
 if TYPE_CHECKING:
-    from .hooks import Attachment
+    from gpumon_client.hooks import Attachment
 
 
 class ArmClock:

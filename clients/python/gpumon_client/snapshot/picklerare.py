@@ -1,17 +1,14 @@
-"""The opcodes a snapshot seldom has, and those that refuse: functions of pickleread's Reader,
-apart so that its module stays the hot loop."""
+"""The opcodes a snapshot seldom has, and those that refuse: functions of the reader's state
+(picklebase.ReaderCore, which pickleread's Reader is), apart so that its module stays the hot loop."""
 
 import copyreg
-from typing import TYPE_CHECKING, Any, List, Tuple
+from typing import Any, List, Tuple
 
-from .picklebase import (_CALLS, _EMPTY, _TEXT, _U4, CHUNK, GONE, NAMES, _CONTAINERS, _Dropped, _Short)
+from .picklebase import (_CALLS, _EMPTY, _TEXT, _U4, CHUNK, GONE, NAMES, _CONTAINERS, ReaderCore, _Dropped, _Short)
 from .pickleschema import DROPPED
 
-if TYPE_CHECKING:
-    from .pickleread import Reader
 
-
-def refuse(r: "Reader", op: int, buf: bytes, pos: int, st: List[Any]) -> None:
+def refuse(r: ReaderCore, op: int, buf: bytes, pos: int, st: List[Any]) -> None:
     name = NAMES.get(op)
     what = None
     if name in ("GLOBAL", "INST"):
@@ -30,21 +27,21 @@ def refuse(r: "Reader", op: int, buf: bytes, pos: int, st: List[Any]) -> None:
     elif name in ("NEXT_BUFFER", "READONLY_BUFFER"):
         what = "an out-of-band buffer"
     if what is None:
-        raise r._err("refused", "the pickle asks %s (%s)" % (_CALLS.get(name or "", "to run code"), r._at()))
-    raise r._err("refused", "the pickle asks for %s (%s)" % (what, r._at()))
+        raise r.err("refused", "the pickle asks %s (%s)" % (_CALLS.get(name or "", "to run code"), r.at()))
+    raise r.err("refused", "the pickle asks for %s (%s)" % (what, r.at()))
 
 
-def skip(r: "Reader", buf: bytes, pos: int, n: int) -> Tuple[bytes, int, int]:
+def skip(r: ReaderCore, buf: bytes, pos: int, n: int) -> Tuple[bytes, int, int]:
     while n > len(buf) - pos:
         n -= len(buf) - pos
-        buf = r._refill(buf, len(buf), CHUNK)
+        buf = r.refill(buf, len(buf), CHUNK)
         pos = 0
         if not buf:
             raise _Short()
     return buf, pos + n, len(buf)
 
 
-def put(r: "Reader", idx: int, v: Any) -> None:
+def put(r: ReaderCore, idx: int, v: Any) -> None:
     memo = r.memo
     if idx == len(memo):
         memo.append(v)
@@ -57,10 +54,10 @@ def put(r: "Reader", idx: int, v: Any) -> None:
         memo.append(v)
         r.kept += 8 * (idx - len(memo))
     else:
-        raise r._err("limit", "memo index %d far past the %d defined (%s)" % (idx, len(memo), r._at()))
+        raise r.err("limit", "memo index %d far past the %d defined (%s)" % (idx, len(memo), r.at()))
 
 
-def memo_value(r: "Reader", v: Any, idx: int) -> Any:
+def memo_value(r: ReaderCore, v: Any, idx: int) -> Any:
     """What the memo keeps for `v` at slot idx: GONE for what is not kept or may not be shared."""
     if type(v) in _CONTAINERS:
         k = r.kind_of.get(id(v))
@@ -71,19 +68,19 @@ def memo_value(r: "Reader", v: Any, idx: int) -> Any:
     return v
 
 
-def rare(r: "Reader", op: int, buf: bytes, pos: int, end: int, st: List[Any],
+def rare(r: ReaderCore, op: int, buf: bytes, pos: int, end: int, st: List[Any],
          ms: List[List[Any]]) -> Tuple[bytes, int, int, List[Any]]:
     """The opcodes snapshots seldom use; returns (buf, pos, end, st)."""
     name = NAMES.get(op)
     v: Any
     if name is None:
-        raise r._err("malformed", "not a pickle (unknown opcode 0x%02x at offset %d)" % (op, r.op_at))
+        raise r.err("malformed", "not a pickle (unknown opcode 0x%02x at offset %d)" % (op, r.op_at))
     if name == "PROTO":
         if buf[pos + 1] > 5:
-            raise r._err("malformed", "not a pickle this reader knows (protocol %d)" % buf[pos + 1])
+            raise r.err("malformed", "not a pickle this reader knows (protocol %d)" % buf[pos + 1])
         return buf, pos + 2, end, st
     if name in _TEXT:
-        raise r._err("malformed", "not a pickle of protocol 2 to 5 (a protocol 0 text opcode, %s)" % r._at())
+        raise r.err("malformed", "not a pickle of protocol 2 to 5 (a protocol 0 text opcode, %s)" % r.at())
     if name in ("BINPUT", "LONG_BINPUT"):
         idx, n = (buf[pos + 1], 2) if name == "BINPUT" else (_U4(buf, pos + 1)[0], 5)
         put(r, idx, memo_value(r, st[-1], idx))
@@ -93,21 +90,21 @@ def rare(r: "Reader", op: int, buf: bytes, pos: int, end: int, st: List[Any],
                 "BINSTRING", "SHORT_BINSTRING", "LONG4"):
         hdr = 1 if name in ("SHORT_BINBYTES", "SHORT_BINSTRING") else 8 if name.endswith("8") else 4
         if pos + 1 + hdr > end:
-            buf = r._refill(buf, pos, 1 + hdr)
+            buf = r.refill(buf, pos, 1 + hdr)
             pos, end = 0, len(buf)
             if pos + 1 + hdr > end:
                 raise _Short()
         n = int.from_bytes(buf[pos + 1: pos + 1 + hdr], "little")
-        if n > 255 and r._guess(st, ms, str) == DROPPED:
+        if n > 255 and r.guess(st, ms, str) == DROPPED:
             # Not built, not kept: skipped as it streams by, whatever its length.
             buf, pos, end = skip(r, buf, pos + 1 + hdr, n)
             st.append(GONE)
             return buf, pos, end, st
         if n > r.lim.string:
-            raise r._err("limit", "a string of %d bytes, more than the %d allowed (%s)" % (n, r.lim.string, r._at()))
+            raise r.err("limit", "a string of %d bytes, more than the %d allowed (%s)" % (n, r.lim.string, r.at()))
         start = pos + 1 + hdr
         if start + n > end:
-            buf = r._refill(buf, pos, 1 + hdr + n)
+            buf = r.refill(buf, pos, 1 + hdr + n)
             start -= pos
             pos, end = 0, len(buf)
             if start + n > end:
@@ -130,37 +127,37 @@ def rare(r: "Reader", op: int, buf: bytes, pos: int, end: int, st: List[Any],
     if name in ("TUPLE", "FROZENSET", "LIST", "DICT"):
         items, st = st, ms.pop()
         if name == "TUPLE":
-            st.append(r._tuple(items))
+            st.append(r.tuple_of(items))
         elif name == "FROZENSET":
-            t = r._tuple(items)
+            t = r.tuple_of(items)
             fs = GONE if t is GONE else frozenset(t)
             if fs is not GONE:
-                r._depth(fs, t, True)
+                r.check_depth(fs, t, True)
             st.append(fs)
         else:  # protocol 1 forms of EMPTY_LIST/EMPTY_DICT and their fills
             ctype = list if name == "LIST" else dict
-            k = r._guess(st, ms, ctype)
+            k = r.guess(st, ms, ctype)
             v = _Dropped() if k == DROPPED else ctype()
             r.kind_of[id(v)] = k
             if name == "LIST":
-                r._appends(v, items)
+                r.appends(v, items)
             else:
-                r._setitems(v, items)
+                r.setitems(v, items)
             r.kind_of[id(v)] = k
             st.append(v)
         return buf, pos + 1, end, st
     if name == "APPEND":
         v = st.pop()
-        r._appends(st[-1], [v])
+        r.appends(st[-1], [v])
         return buf, pos + 1, end, st
     if name == "SETITEM":
         v = st.pop()
         key = st.pop()
-        r._setitems(st[-1], [key, v])
+        r.setitems(st[-1], [key, v])
         return buf, pos + 1, end, st
     if name == "ADDITEMS":
         items, st = st, ms.pop()
-        r._appends(st[-1], items)
+        r.appends(st[-1], items)
         return buf, pos + 1, end, st
     if name == "POP":
         if not st:
@@ -177,7 +174,7 @@ def rare(r: "Reader", op: int, buf: bytes, pos: int, end: int, st: List[Any],
     if name == "DUP":
         v = st[-1]
         if type(v) in _CONTAINERS:
-            raise r._err("refused", "DUP of a container shares it (%s)" % r._at())
+            raise r.err("refused", "DUP of a container shares it (%s)" % r.at())
         st.append(v)
         return buf, pos + 1, end, st
     refuse(r, op, buf, pos, st)

@@ -1,11 +1,14 @@
 """What pickleread's modules share: opcode tables, limits, errors, the stand-ins for what a
-schema drops."""
+schema drops, and `ReaderCore`, what picklerare may use of the reader (so that picklerare never
+imports pickleread, which imports it)."""
 
 import pickletools
 import re
 import struct
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Any, Dict, List, Protocol, Tuple
+
+from .pickleschema import Schema
 
 NAMES = {ord(op.code.encode("latin-1")): op.name for op in pickletools.opcodes}
 # Bytes of argument per opcode: n > 0 fixed, -2/-3/-4/-5 a length in 1/4/4/8 bytes first.
@@ -82,3 +85,42 @@ def _past_end(buf: bytes, pos: int, end: int) -> bool:
     if pos + 1 + head > end:
         return True
     return pos + 1 + head + int.from_bytes(buf[pos + 1: pos + 1 + head], "little") > end
+
+
+class ReaderCore(Protocol):
+    """The reader's state and operations that the seldom-used opcodes (picklerare) work with:
+    pickleread.Reader is one (mypy checks it where pickleread hands itself over)."""
+
+    S: Schema
+    lim: Limits
+    kept: int
+    op_at: int
+    memo: List[Any]
+    runs: Dict[bytes, List[Any]]
+    by_prefix: Dict[bytes, List[bytes]]
+    kind_of: Dict[int, int]
+    frames_memo: Dict[int, int]
+
+    def err(self, what: str, why: str) -> ReadError:
+        """The error to raise, at the current opcode's offset."""
+
+    def at(self) -> str:
+        """The current opcode and its offset, for messages."""
+
+    def refill(self, buf: bytes, pos: int, need: int) -> bytes:
+        """buf from pos on with at least `need` bytes more read, when the file has them."""
+
+    def guess(self, st: List[Any], ms: List[List[Any]], ctype: type) -> int:
+        """The kind of a container created now."""
+
+    def tuple_of(self, items: List[Any]) -> Any:
+        """A tuple of `items`; GONE when one of them was dropped."""
+
+    def check_depth(self, parent: Any, children: Any, fresh: bool = False) -> None:
+        """Plain data: the parent's nesting from its children's, refused past the limit."""
+
+    def appends(self, lst: Any, items: List[Any]) -> None:
+        """Fills a list or set (APPENDS, APPEND, ADDITEMS)."""
+
+    def setitems(self, d: Any, items: List[Any]) -> None:
+        """Fills a dict with key, value, key, value... (SETITEMS, SETITEM)."""

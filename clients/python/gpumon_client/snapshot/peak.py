@@ -9,14 +9,15 @@ rule `diff` and `explain` use (the innermost frame in the user's code).
 
 from typing import Any, Dict, List, Optional
 
-from . import explain, snapdiff
-from .snapload import validate
+from .shape import validate
+from .sites import Site
+from . import state
 
 
 class Peak:
     __slots__ = ("peak_bytes", "sites", "entries")
 
-    def __init__(self, peak_bytes: int, sites: List[snapdiff.Site], entries: int) -> None:
+    def __init__(self, peak_bytes: int, sites: List[Site], entries: int) -> None:
         self.peak_bytes = peak_bytes
         self.sites = sites  # largest first
         self.entries = entries  # history entries replayed
@@ -32,11 +33,11 @@ def find(snapshot: Dict[str, Any], since_us: int = 0, device: Optional[int] = No
     entries' `time_us`); raises SnapshotError for a snapshot of the wrong shape and ValueError
     when no recorded entry falls in the window (nothing to replay)."""
     validate(snapshot)
-    dev, trace = explain._entries(snapshot, device)
+    dev, trace = state.entries(snapshot, device)
     first = next((i for i, e in enumerate(trace) if _time(e) >= since_us), len(trace))
     if first == len(trace):
         raise ValueError("the history holds no entry since recording began (%d entries in all)" % len(trace))
-    st = explain._segments(snapshot, dev)
+    st = state.segments(snapshot, dev)
     total = sum(b.size for b in st.live.values()) + st.anonymous_live
     best, best_at = total, len(trace) - 1
     for i in range(len(trace) - 1, first - 1, -1):
@@ -50,10 +51,10 @@ def find(snapshot: Dict[str, Any], since_us: int = 0, device: Optional[int] = No
             total -= size
         elif e.get("action") == "free_completed":
             total += size
-    explain._undo_after(st, trace, best_at)
-    sites, _ = explain._tally(st, {})
+    state.undo_after(st, trace, best_at)
+    sites, _ = state.tally_sites(st, {})
     ranked = sorted(sites.items(), key=lambda kv: (-kv[1].bytes, -kv[1].blocks, kv[0]))
-    return Peak(best, [explain._site(k, t) for k, t in ranked[: max(0, top)]], len(trace) - first)
+    return Peak(best, [state.site_of(k, t) for k, t in ranked[: max(0, top)]], len(trace) - first)
 
 
 def as_sites(peak: Peak) -> List[Dict[str, Any]]:
