@@ -14,7 +14,7 @@ use crate::core::model::Timestamp;
 use crate::core::store::sessions::Sessions;
 use crate::core::store::{HistoryLimits, Store};
 use crate::core::trace;
-use crate::core::trainer::{Ending, Event, EventKind, Hello};
+use crate::core::trainer::{Ending, Event, EventKind, Hello, Sample};
 
 pub struct Core {
     store: Store,
@@ -116,7 +116,12 @@ impl Core {
                 } else {
                     None
                 };
-                sessions.sample(key, s, now);
+                let s = unified_bound(
+                    self.store.latest(),
+                    self.store.sessions.live_session(key),
+                    s,
+                );
+                self.store.sessions.sample(key, s, now);
                 Applied::Accepted { note }
             }
             Message::Event(e) => {
@@ -217,6 +222,29 @@ impl Core {
             }
         }
     }
+}
+
+/// A sample from a session on a unified-memory device takes that device's figures as the
+/// allocator's room (model.rs `UnifiedMemory`): torch's `mem_get_info` there reports the host's
+/// memory without a container's limit, and every reader of the sample (near-limit, the forecast,
+/// the ledger, the split's largest safe batch) then judges against the limit the outputs show.
+fn unified_bound(
+    latest: Option<&crate::core::model::NodeReading>,
+    session: Option<&crate::core::store::sessions::Session>,
+    mut s: Sample,
+) -> Sample {
+    let uuid = session.and_then(|x| x.hello.gpu_uuid.as_deref());
+    let memory = latest.zip(uuid).and_then(|(r, u)| {
+        r.gpus
+            .iter()
+            .find(|g| g.identity.uuid == u && g.unified.is_some())
+            .and_then(|g| g.memory)
+    });
+    if let Some(m) = memory {
+        s.device_free = Some(m.free);
+        s.device_total = Some(m.total);
+    }
+    s
 }
 
 fn idle_event(now: Timestamp, detail: String) -> Event {
