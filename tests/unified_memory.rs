@@ -72,6 +72,7 @@ fn a_unified_gpu_is_shown_with_the_hosts_limit_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     procfs(dir.path());
     let gb10 = scenario("gb10");
+    let traces = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&gb10),
         args: vec![
@@ -79,6 +80,8 @@ fn a_unified_gpu_is_shown_with_the_hosts_limit_everywhere() {
             "100ms".into(),
             "--procfs".into(),
             dir.path().display().to_string(),
+            "--record-dir".into(),
+            traces.path().display().to_string(),
         ],
         ..DaemonOpts::default()
     });
@@ -173,6 +176,24 @@ fn a_unified_gpu_is_shown_with_the_hosts_limit_everywhere() {
     assert!(
         text.contains("  unified    the GPU shares the host's memory"),
         "{text}"
+    );
+
+    // Offline: the trace notes the device's figures, and the replay judges against them too.
+    drop(w);
+    assert_eq!(d.stop().code(), Some(0));
+    let (_, report) = analyze_json(&recorded_trace(traces.path()));
+    let t = &report["traces"][0];
+    assert_eq!(t["unified"], true, "{report}");
+    let f = t["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "near_limit")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(
+        f["evidence"]["headroom_bytes"].as_u64(),
+        Some(AVAILABLE + 60 * MIB),
+        "{report}"
     );
 }
 

@@ -14,22 +14,28 @@ use crate::core::model::Timestamp;
 use crate::core::store::sessions::Sessions;
 use crate::core::store::{HistoryLimits, Store};
 use crate::core::trace;
-use crate::core::trainer::{Ending, Event, EventKind, Hello, Sample};
+use crate::core::trainer::{Ending, Event, EventKind, Hello};
+use crate::core::unified;
 
 pub struct Core {
     store: Store,
+    /// A replay's unified-memory figures per session (`trace_unified`).
+    replayed: unified::Replayed,
 }
 
 impl Core {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            replayed: Default::default(),
+        }
     }
 
     /// A core without NVML history (a replay, a test), holding `sessions`.
     pub fn with_sessions(sessions: Sessions) -> Self {
         let mut store = Store::new(HistoryLimits { gpu_points: 1 }, 1.0, String::new());
         store.sessions = sessions;
-        Self { store }
+        Self::new(store)
     }
 
     pub fn store(&self) -> &Store {
@@ -116,12 +122,17 @@ impl Core {
                 } else {
                     None
                 };
-                let s = unified_bound(
-                    self.store.latest(),
-                    self.store.sessions.live_session(key),
-                    s,
-                );
-                self.store.sessions.sample(key, s, now);
+                let room = match self.store.latest() {
+                    Some(r) => unified::room_of(Some(r), self.store.sessions.live_session(key)),
+                    None => self.replayed.get(key),
+                };
+                let note = match (note, link.recorded) {
+                    (note, false) => note,
+                    (note, true) => join_notes(note, unified::line(room, &mut link.unified_noted)),
+                };
+                self.store
+                    .sessions
+                    .sample(key, unified::bound(s, room), now);
                 Applied::Accepted { note }
             }
             Message::Event(e) => {
@@ -211,6 +222,7 @@ impl Core {
         let Some(key) = link.session else { return };
         match note {
             Note::Nvml(figure) => self.store.sessions.noted_nvml(key, figure),
+            Note::Unified(room) => self.replayed.note(key, room),
             Note::Gpu(gpu) => {
                 let sessions = &self.store.sessions;
                 let uuid = sessions
@@ -224,27 +236,16 @@ impl Core {
     }
 }
 
-/// A sample from a session on a unified-memory device takes that device's figures as the
-/// allocator's room (model.rs `UnifiedMemory`): torch's `mem_get_info` there reports the host's
-/// memory without a container's limit, and every reader of the sample (near-limit, the forecast,
-/// the ledger, the split's largest safe batch) then judges against the limit the outputs show.
-fn unified_bound(
-    latest: Option<&crate::core::model::NodeReading>,
-    session: Option<&crate::core::store::sessions::Session>,
-    mut s: Sample,
-) -> Sample {
-    let uuid = session.and_then(|x| x.hello.gpu_uuid.as_deref());
-    let memory = latest.zip(uuid).and_then(|(r, u)| {
-        r.gpus
-            .iter()
-            .find(|g| g.identity.uuid == u && g.unified.is_some())
-            .and_then(|g| g.memory)
-    });
-    if let Some(m) = memory {
-        s.device_free = Some(m.free);
-        s.device_total = Some(m.total);
+/// Two notes to write before a line, one after the other (each a line of the trace).
+fn join_notes(a: Option<Vec<u8>>, b: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.push(b'\n');
+            a.extend_from_slice(&b);
+            Some(a)
+        }
+        (a, b) => a.or(b),
     }
-    s
 }
 
 fn idle_event(now: Timestamp, detail: String) -> Event {
