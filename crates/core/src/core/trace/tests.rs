@@ -84,7 +84,11 @@ fn unified_lines_read_back_and_bad_figures_are_named() {
     let mut last = None;
     let l = line(Some(room), &mut last).unwrap();
     assert_eq!(recorder_line(&l), Some(RecorderLine::Unified(Some(room))));
-    assert_eq!(line(Some(room), &mut last), None, "unchanged: not noted again");
+    assert_eq!(
+        line(Some(room), &mut last),
+        None,
+        "unchanged: not noted again"
+    );
     let gone = line(None, &mut last).unwrap();
     assert_eq!(recorder_line(&gone), Some(RecorderLine::Unified(None)));
     let err = |text: &str| match read_recorder_line(text.as_bytes()) {
