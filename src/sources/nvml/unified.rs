@@ -26,19 +26,16 @@ impl HostMemory {
         let host_available = std::fs::read_to_string(self.procfs.join("meminfo"))
             .ok()
             .and_then(|m| mem_available(&m));
-        let own = [None];
-        let sources: Vec<Option<u32>> = if pids.is_empty() {
-            own.to_vec()
+        let files: Vec<PathBuf> = if pids.is_empty() {
+            vec![PathBuf::from("/proc/self/cgroup")]
         } else {
-            pids.iter().copied().map(Some).collect()
+            pids.iter()
+                .map(|p| self.procfs.join(p.to_string()).join("cgroup"))
+                .collect()
         };
-        let cgroup_headroom = sources
+        let cgroup_headroom = files
             .iter()
-            .filter_map(|pid| {
-                let file = match pid {
-                    Some(p) => self.procfs.join(p.to_string()).join("cgroup"),
-                    None => PathBuf::from("/proc/self/cgroup"),
-                };
+            .filter_map(|file| {
                 let text = std::fs::read_to_string(file).ok()?;
                 headroom(&self.cgroupfs, v2_path(&text)?)
             })
