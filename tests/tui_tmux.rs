@@ -9,6 +9,8 @@ mod identity;
 mod jobs;
 #[path = "tui_tmux/tmux.rs"]
 mod tmux;
+#[path = "tui_tmux/unified.rs"]
+mod unified;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

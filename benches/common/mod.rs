@@ -25,6 +25,7 @@ pub fn node(gpus: u32, procs_per_gpu: u32) -> NodeReading {
             power_watts: Some(512.3),
             mig_mode: false,
             mig_devices: vec![],
+            unified: None,
         })
         .collect();
     let processes = (0..gpus)

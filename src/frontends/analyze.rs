@@ -84,6 +84,10 @@ pub struct TraceReport {
         with = "crate::core::model::gpu_label"
     )]
     pub gpu: Option<u32>,
+    /// The trainer's GPU was a unified-memory device (`trace_unified`): its samples were judged
+    /// against the device's figures the daemon noted (the host's memory), as live.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unified: bool,
     pub samples: u64,
     pub findings: Vec<FoundFinding>,
     /// Lines that were rejected, as `line N: message` (the first `BAD_KEPT`).
@@ -202,6 +206,7 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
         uid: None,
         member: None,
         gpu: None,
+        unified: false,
         samples: 0,
         findings: Vec::new(),
         bad_lines: Vec::new(),
@@ -326,6 +331,11 @@ fn analyze_run(paths: &[PathBuf], cfg: DetectConfig) -> Result<TraceReport, Unre
                 // The close the daemon saw: the crash is dated by it, not by the last sample.
                 Some(RecorderLine::Closed(ts)) => {
                     clock = ts;
+                    continue;
+                }
+                Some(RecorderLine::Unified(room)) => {
+                    report.unified |= room.is_some();
+                    core.note(conn.link(), Note::Unified(room));
                     continue;
                 }
                 Some(RecorderLine::Nvml(used, ts)) => {

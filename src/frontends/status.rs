@@ -103,6 +103,16 @@ pub fn table(snap: &Snapshot, origin: &Origin) -> String {
     crate::util::printable::printable_lines(&out).into_owned()
 }
 
+/// A unified device's state: which figure bounds its total, or why it has none.
+fn unified_state(u: Option<&crate::core::model::UnifiedMemory>) -> String {
+    match u.and_then(|u| u.bound()) {
+        Some(b) if u.is_some_and(|u| u.memory().is_some()) => {
+            format!("ok (unified; limit: {})", b.as_str())
+        }
+        _ => "ok (unified; limit n/a)".to_string(),
+    }
+}
+
 fn layout(snap: &Snapshot, origin: &Origin) -> String {
     let mut out = String::new();
     let src = match origin {
@@ -125,6 +135,7 @@ fn layout(snap: &Snapshot, origin: &Origin) -> String {
         let m = r.memory;
         let state = match r.state {
             GpuState::Ok if r.mig_mode => "ok (MIG)".to_string(),
+            GpuState::Ok if r.unified.is_some() => unified_state(r.unified.as_ref()),
             GpuState::Ok => "ok".to_string(),
             GpuState::Lost => format!("LOST: {}", r.error.as_deref().unwrap_or("")),
             GpuState::Error => format!("ERROR: {}", r.error.as_deref().unwrap_or("")),
@@ -135,7 +146,8 @@ fn layout(snap: &Snapshot, origin: &Origin) -> String {
             r.identity.index,
             truncate(&r.identity.name, 26),
             opt(m.map(|m| m.used), bytes),
-            opt(m.map(|m| m.reserved), bytes),
+            // A unified device has no reserved figure (NVML gives no frame-buffer view of it).
+            opt(m.filter(|_| r.unified.is_none()).map(|m| m.reserved), bytes),
             opt(m.map(|m| m.free), bytes),
             opt(m.map(|m| m.total), bytes),
             opt(r.utilization, |u| format!("{:.0}%", u * 100.0)),

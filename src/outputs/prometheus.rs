@@ -20,6 +20,7 @@ pub mod gzip;
 mod jobs;
 mod orphans;
 mod trainers;
+mod unified;
 use crate::core::store::{NvmlStatus, Store};
 use crate::core::view::View;
 use crate::util::family::{Family, Kind};
@@ -46,6 +47,7 @@ pub fn gpu_text(n: &NvmlStatus, latest: Option<&NodeReading>) -> String {
     nvml_families(n, &mut out);
     if let Some(r) = latest {
         gpu_series(r, &mut out);
+        unified::unified_families(r, &mut out);
         process_series(r, &mut out);
     }
     out
@@ -171,7 +173,10 @@ fn gpu_series(r: &NodeReading, out: &mut String) {
             total.add(&l, m.total as f64);
             used.add(&l, m.used as f64);
             free.add(&l, m.free as f64);
-            reserved.add(&l, m.reserved as f64);
+            // A unified GPU has no reserved figure: NVML gives no frame-buffer view of it.
+            if g.unified.is_none() {
+                reserved.add(&l, m.reserved as f64);
+            }
         }
         if let Some(v) = g.utilization {
             util.add(&l, v);

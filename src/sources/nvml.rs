@@ -12,6 +12,7 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
 mod fake;
+pub mod unified;
 
 use super::procinfo::ProcCache;
 use super::{GpuSource, SourceError};
@@ -32,6 +33,8 @@ pub struct NvmlSource {
     procs: ProcCache,
     /// Pid to its row among one device's processes, reused from device to device.
     rows: PidMap<usize>,
+    /// The host's memory, for a unified-memory device.
+    host: unified::HostMemory,
 }
 
 impl NvmlSource {
@@ -43,6 +46,10 @@ impl NvmlSource {
             driver_version: None,
             fake: None,
             identities: HashMap::new(),
+            host: unified::HostMemory {
+                procfs: procfs.clone(),
+                cgroupfs: unified::CGROUPFS.into(),
+            },
             procs: ProcCache::with_root(procfs),
             rows: PidMap::default(),
         }
@@ -112,6 +119,7 @@ impl GpuSource for NvmlSource {
                 identities: &mut self.identities,
                 procs: &mut self.procs,
                 rows: &mut self.rows,
+                host: &self.host,
             };
             gpu.read(index, &mut reading);
         }
@@ -136,6 +144,7 @@ struct GpuCollector<'a> {
     identities: &'a mut HashMap<u32, GpuIdentity>,
     procs: &'a mut ProcCache,
     rows: &'a mut PidMap<usize>,
+    host: &'a unified::HostMemory,
 }
 
 impl GpuCollector<'_> {
@@ -164,15 +173,31 @@ impl GpuCollector<'_> {
             power_watts: optional(device.power_usage()).map(|mw| mw as f64 / 1000.0),
             mig_mode: optional(device.mig_mode()).is_some_and(|m| m.current == MIG_ENABLED),
             mig_devices: Vec::new(),
+            unified: None,
         };
+        let first = out.processes.len();
         let result = if gpu.mig_mode {
-            self.read_mig(&device, &mut gpu, out)
+            self.read_mig(&device, &mut gpu, out).map(|()| false)
         } else {
             self.read_processes(&device, &gpu.identity, None, out)
         };
-        if let Err(e) = result {
-            gpu.state = state_of(&e);
-            gpu.error = Some(format!("listing processes: {}", describe(&e)));
+        match result {
+            // No frame-buffer figure, yet the processes are listed: a unified-memory device.
+            Ok(true) if gpu.memory.is_none() => {
+                let mine = &out.processes[first..];
+                let pids: Vec<u32> = mine.iter().map(|p| p.pid).collect();
+                let used = mine.iter().try_fold(0u64, |sum, p| {
+                    Some(sum.saturating_add(p.used_memory_bytes?))
+                });
+                let u = self.host.read(&pids, used);
+                gpu.memory = u.memory();
+                gpu.unified = Some(u);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                gpu.state = state_of(&e);
+                gpu.error = Some(format!("listing processes: {}", describe(&e)));
+            }
         }
         out.gpus.push(gpu);
     }
@@ -210,6 +235,7 @@ impl GpuCollector<'_> {
             power_watts: None,
             mig_mode: false,
             mig_devices: Vec::new(),
+            unified: None,
         }
     }
 
@@ -239,18 +265,31 @@ impl GpuCollector<'_> {
         Ok(())
     }
 
+    /// The device's processes, one row per pid (on this device; a process on several devices has
+    /// a row on each). Ok(true) when NVML answered the compute list (it is supported here).
     fn read_processes(
         &mut self,
         device: &Device,
         gpu: &GpuIdentity,
         mig: Option<&MigReading>,
         out: &mut NodeReading,
-    ) -> Result<(), NvmlError> {
-        let compute = list_or_empty(device.running_compute_processes())?;
+    ) -> Result<bool, NvmlError> {
+        let (compute, listed) = match device.running_compute_processes() {
+            Err(NvmlError::NotSupported) => (Vec::new(), false),
+            other => (other?, true),
+        };
         let graphics = list_or_empty(device.running_graphics_processes())?;
+        // MPS clients are listed by their own call only; the MPS server is a compute process.
+        // A driver or device without MPS answers "not supported" (or nothing): no rows.
+        let mps = list_or_empty(device.mps_running_compute_processes()).unwrap_or_default();
         self.rows.clear();
-        self.procs
-            .prefetch(compute.iter().chain(graphics.iter()).map(|p| p.pid));
+        self.procs.prefetch(
+            compute
+                .iter()
+                .chain(graphics.iter())
+                .chain(mps.iter())
+                .map(|p| p.pid),
+        );
         // One reference per device, shared by its processes' rows.
         let uuid: std::sync::Arc<str> = gpu.uuid.as_str().into();
         let mig_uuid: Option<std::sync::Arc<str>> = mig.map(|m| m.uuid.as_str().into());
@@ -258,15 +297,17 @@ impl GpuCollector<'_> {
             .iter()
             .map(|p| (p, ProcessKind::Compute))
             .chain(graphics.iter().map(|p| (p, ProcessKind::Graphics)))
+            .chain(mps.iter().map(|p| (p, ProcessKind::Mps)))
         {
             // A process with both contexts is listed twice with the same usage: keep one row.
+            // (An MPS client also listed as compute keeps its compute row.)
             // (Found by map, not by scanning the rows: that was quadratic in processes per GPU.)
             if let Some(seen) = self
                 .rows
                 .get(&info.pid)
                 .and_then(|i| out.processes.get_mut(*i))
             {
-                if seen.kind != kind {
+                if seen.kind != kind && kind != ProcessKind::Mps {
                     seen.kind = ProcessKind::ComputeGraphics;
                 }
                 continue;
@@ -293,7 +334,7 @@ impl GpuCollector<'_> {
                 info: proc_info,
             });
         }
-        Ok(())
+        Ok(listed)
     }
 }
 

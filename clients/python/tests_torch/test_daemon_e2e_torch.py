@@ -32,8 +32,9 @@ def daemon(sock_dir):
     yield from run_daemon(sock_dir)
 
 
-def run_daemon(sock_dir, extra_args=()):
-    """The real daemon on the fake NVML library: yields (base URL, socket path, its log lines)."""
+def run_daemon(sock_dir, extra_args=(), scenario="two_gpus.toml"):
+    """The real daemon on the fake NVML library playing `scenario` (crates/fake-nvml/scenarios):
+    yields (base URL, socket path, its log lines)."""
     binary, lib = built("gpumon"), built("libfake_nvml.so")
     missing = [p for p in (binary, lib) if not os.path.exists(p)]
     if missing:
@@ -44,7 +45,7 @@ def run_daemon(sock_dir, extra_args=()):
     config = tempfile.NamedTemporaryFile(suffix=".toml")  # empty: /etc/gpumon must not leak in
     socket_path = os.path.join(sock_dir, "ingest.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUMON_")}
-    env["FAKE_NVML_SCENARIO"] = os.path.join(support.REPO_ROOT, "crates", "fake-nvml", "scenarios", "two_gpus.toml")
+    env["FAKE_NVML_SCENARIO"] = os.path.join(support.REPO_ROOT, "crates", "fake-nvml", "scenarios", scenario)
     env["GPUMON_LOG_LEVEL"] = "info"
     argv = [binary, "--config", config.name, "--log-format", "json", "daemon", "--listen", "127.0.0.1:0",
             "--nvml-lib", lib, "--socket", socket_path, "--interval", "100ms", *extra_args]

@@ -29,6 +29,7 @@ fn every_shipped_scenario_parses() {
         "churn",
         "eight_gpus",
         "eight_gpus_128",
+        "gb10",
         "gpu_lost",
         "mig",
         "not_available",

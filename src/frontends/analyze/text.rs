@@ -23,6 +23,12 @@ pub fn text(report: &Report) -> String {
             let _ = write!(out, " rank={r}");
         }
         let _ = writeln!(out, "  {} samples", t.samples);
+        if t.unified {
+            let _ = writeln!(
+                out,
+                "  on a unified-memory GPU: judged against its limit from the host's memory, as the daemon noted it"
+            );
+        }
         for c in &t.continued_in {
             let _ = writeln!(out, "  continued in {c} (the same client after a restart)");
         }

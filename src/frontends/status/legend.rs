@@ -14,6 +14,12 @@ const GPUS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Printed when a GPU is unified (its memory is the host's).
+const UNIFIED: &[(&str, &str)] = &[(
+    "unified",
+    "the GPU shares the host's memory: USED is the sum of its processes' memory as NVML gives it; TOTAL is that plus what the allocator can still get, the host's MemAvailable (host_available) or a cgroup's memory.max less its usage when lower (cgroup_max)",
+)];
+
 const JOBS: &[(&str, &str)] = &[(
     "RANKS",
     "ranks this daemon sees / the run's world size (? when none was sent)",
@@ -45,7 +51,7 @@ const TRAINERS: &[(&str, &str)] = &[
 const PROCESSES: &[(&str, &str)] = &[
     (
         "KIND",
-        "how NVML lists the process: compute, graphics or both",
+        "how NVML lists the process: compute, graphics, both, or mps (an MPS client)",
     ),
     (
         "USED",
@@ -62,6 +68,9 @@ pub fn section(snap: &Snapshot, out: &mut String) {
     let jobs = snap.jobs.iter().any(super::jobs::listed);
     let trainers = snap.sessions.iter().any(|s| s.ended.is_none());
     let mut rows: Vec<&(&str, &str)> = GPUS.iter().collect();
+    if snap.gpus.iter().any(|g| g.reading.unified.is_some()) {
+        rows.extend(UNIFIED);
+    }
     if jobs {
         rows.extend(JOBS);
     }

@@ -77,6 +77,7 @@ pub fn gpu(index: u32, used: u64) -> GpuView {
             power_watts: Some(120.0 + 60.0 * f64::from(index % 8)),
             mig_mode: false,
             mig_devices: vec![],
+            unified: None,
         },
         history,
     }

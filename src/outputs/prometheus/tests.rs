@@ -23,6 +23,7 @@ fn reading() -> NodeReading {
         power_watts: Some(120.5),
         mig_mode: false,
         mig_devices: vec![],
+        unified: None,
     };
     let process = |pid, used| ProcessReading {
         gpu: 0,

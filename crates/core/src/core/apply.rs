@@ -15,21 +15,27 @@ use crate::core::store::sessions::Sessions;
 use crate::core::store::{HistoryLimits, Store};
 use crate::core::trace;
 use crate::core::trainer::{Ending, Event, EventKind, Hello};
+use crate::core::unified;
 
 pub struct Core {
     store: Store,
+    /// A replay's unified-memory figures per session (`trace_unified`).
+    replayed: unified::Replayed,
 }
 
 impl Core {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            replayed: Default::default(),
+        }
     }
 
     /// A core without NVML history (a replay, a test), holding `sessions`.
     pub fn with_sessions(sessions: Sessions) -> Self {
         let mut store = Store::new(HistoryLimits { gpu_points: 1 }, 1.0, String::new());
         store.sessions = sessions;
-        Self { store }
+        Self::new(store)
     }
 
     pub fn store(&self) -> &Store {
@@ -116,7 +122,17 @@ impl Core {
                 } else {
                     None
                 };
-                sessions.sample(key, s, now);
+                let room = match self.store.latest() {
+                    Some(r) => unified::room_of(Some(r), self.store.sessions.live_session(key)),
+                    None => self.replayed.get(key),
+                };
+                let note = match (note, link.recorded) {
+                    (note, false) => note,
+                    (note, true) => join_notes(note, unified::line(room, &mut link.unified_noted)),
+                };
+                self.store
+                    .sessions
+                    .sample(key, unified::bound(s, room), now);
                 Applied::Accepted { note }
             }
             Message::Event(e) => {
@@ -206,6 +222,7 @@ impl Core {
         let Some(key) = link.session else { return };
         match note {
             Note::Nvml(figure) => self.store.sessions.noted_nvml(key, figure),
+            Note::Unified(room) => self.replayed.note(key, room),
             Note::Gpu(gpu) => {
                 let sessions = &self.store.sessions;
                 let uuid = sessions
@@ -216,6 +233,18 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+/// Two notes to write before a line, one after the other (each a line of the trace).
+fn join_notes(a: Option<Vec<u8>>, b: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.push(b'\n');
+            a.extend_from_slice(&b);
+            Some(a)
+        }
+        (a, b) => a.or(b),
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Link {
     pub recorded: bool,
     /// NVML's figure for the session as its trace last noted it.
     pub nvml_noted: Option<NvmlFigure>,
+    /// The unified device's figures as the session's trace last noted them (unified.rs).
+    pub unified_noted: Option<crate::core::unified::Room>,
 }
 
 impl Link {
@@ -64,6 +66,7 @@ impl Link {
             session: None,
             recorded: false,
             nvml_noted: None,
+            unified_noted: None,
         }
     }
 }
@@ -167,4 +170,6 @@ pub enum Note {
     Nvml(Option<NvmlFigure>),
     /// `trace_gpu`: the GPU index the daemon resolved the session's device to.
     Gpu(u32),
+    /// `trace_unified`: the unified device's figures for the session's samples (unified.rs).
+    Unified(Option<crate::core::unified::Room>),
 }

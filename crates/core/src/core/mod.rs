@@ -17,4 +17,5 @@ pub mod store;
 pub mod tap;
 pub mod trace;
 pub mod trainer;
+pub mod unified;
 pub mod view;

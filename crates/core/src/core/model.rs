@@ -82,6 +82,75 @@ pub struct GpuReading {
     pub power_watts: Option<f64>,
     pub mig_mode: bool,
     pub mig_devices: Vec<MigReading>,
+    /// A unified-memory device (GB10 and the like): NVML has no frame-buffer total for it but
+    /// lists its processes. `memory` is then built from those processes' figures and the host's
+    /// memory (`UnifiedMemory`), or None where a figure is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unified: Option<UnifiedMemory>,
+}
+
+/// How a unified device's `memory` was built. Its `used` is the sum NVML gives per process (the
+/// host's MemTotal - MemAvailable would count every host allocation as GPU memory); its `total`
+/// is that plus what the allocator can still get from the host: MemAvailable, or less where a
+/// cgroup's memory.max leaves less (a container's limit binds the trainer's allocations too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnifiedMemory {
+    /// Sum of NVML's per-process figures; None when NVML gives some process's as "n/a".
+    pub processes_used: Option<u64>,
+    /// The host's MemAvailable (/proc/meminfo); None when it could not be read.
+    pub host_available: Option<u64>,
+    /// The least `memory.max - memory.current` over the cgroups (v2) of the device's processes
+    /// and their ancestors that set a limit; None when none does.
+    pub cgroup_headroom: Option<u64>,
+    /// Which figure bounds the total.
+    pub limit_from: Option<LimitFrom>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitFrom {
+    /// The host's MemAvailable.
+    HostAvailable,
+    /// A cgroup's memory.max, lower than the host's MemAvailable.
+    CgroupMax,
+}
+
+impl LimitFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitFrom::HostAvailable => "host_available",
+            LimitFrom::CgroupMax => "cgroup_max",
+        }
+    }
+}
+
+impl UnifiedMemory {
+    /// The device's memory from these figures: None where one it needs is missing ("n/a",
+    /// never a guess).
+    pub fn memory(&self) -> Option<MemoryInfo> {
+        let used = self.processes_used?;
+        let room = match (self.host_available, self.cgroup_headroom) {
+            (Some(h), Some(c)) => h.min(c),
+            (Some(h), None) => h,
+            (None, _) => return None,
+        };
+        let total = used.saturating_add(room);
+        Some(MemoryInfo {
+            total,
+            used,
+            free: room,
+            reserved: 0,
+        })
+    }
+
+    /// Which figure bounds `memory()`'s total.
+    pub fn bound(&self) -> Option<LimitFrom> {
+        let h = self.host_available?;
+        Some(match self.cgroup_headroom {
+            Some(c) if c < h => LimitFrom::CgroupMax,
+            _ => LimitFrom::HostAvailable,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +168,9 @@ pub enum ProcessKind {
     Graphics,
     /// Listed by both the compute and the graphics query.
     ComputeGraphics,
+    /// An MPS client: listed by NVML's MPS compute query only (the MPS server itself is a
+    /// compute process).
+    Mps,
 }
 
 impl ProcessKind {
@@ -107,6 +179,7 @@ impl ProcessKind {
             ProcessKind::Compute => "compute",
             ProcessKind::Graphics => "graphics",
             ProcessKind::ComputeGraphics => "compute+graphics",
+            ProcessKind::Mps => "mps",
         }
     }
 }

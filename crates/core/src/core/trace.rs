@@ -124,6 +124,9 @@ pub enum RecorderLine {
     /// `trace_nvml`: NVML's figure for the process and when it was polled; none when the
     /// daemon had none of the process's own.
     Nvml(Option<u64>, Option<f64>),
+    /// `trace_unified`: the unified device's free and total bytes for the samples after it
+    /// (unified.rs); none when the device's figures were no longer known.
+    Unified(Option<crate::core::unified::Room>),
 }
 
 /// The recorder line `line` is, if it is one and valid (protocol lines are left to the
@@ -155,6 +158,8 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
         // Numbers as any value, so one of the wrong type is named, not a parse error.
         uid: Option<Value>,
         used_bytes: Option<Value>,
+        free_bytes: Option<Value>,
+        total_bytes: Option<Value>,
         ts: Option<Value>,
     }
     // A cheap look first: nearly every line is a sample.
@@ -169,6 +174,7 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
         "trace_peer",
         "trace_closed",
         "trace_nvml",
+        "trace_unified",
     ];
     if !known.contains(&kind.as_str()) {
         return None;
@@ -177,6 +183,9 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
         Ok(m) => m,
         Err(e) => return Some(Err(format!("{kind}: {e}"))),
     };
+    if kind == "trace_unified" {
+        return Some(unified_line(&m.free_bytes, &m.total_bytes));
+    }
     Some(recorder(&kind, m.ts.as_ref(), m.used_bytes.as_ref()).and_then(|(ts, used)| {
         let needs = |field: &str| format!("{kind} needs \"{field}\"");
         Ok(match kind.as_str() {
@@ -217,6 +226,39 @@ pub fn read_recorder_line(line: &[u8]) -> Option<Result<RecorderLine, String>> {
             },
         })
     }))
+}
+
+/// `trace_unified`: both figures or neither, each a byte count, the total at least the free.
+fn unified_line(
+    free: &Option<serde_json::Value>,
+    total: &Option<serde_json::Value>,
+) -> Result<RecorderLine, String> {
+    let bytes = |name: &str, v: &Option<serde_json::Value>| match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|b| *b <= MAX_BYTES)
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                "trace_unified: {name} = {} is not a byte count (a whole number from 0 to 2^50)",
+                quote(v)
+            )
+            }),
+    };
+    Ok(RecorderLine::Unified(
+        match (bytes("free_bytes", free)?, bytes("total_bytes", total)?) {
+            (Some(free), Some(total)) if free <= total => {
+                Some(crate::core::unified::Room { free, total })
+            }
+            (None, None) => None,
+            (free, total) => {
+                return Err(format!(
+                    "trace_unified: free_bytes {free:?} and total_bytes {total:?} must both be given, the free at most the total"
+                ))
+            }
+        },
+    ))
 }
 
 /// A recorder line's numbers, each in range, or which is not.

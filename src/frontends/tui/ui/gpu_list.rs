@@ -110,10 +110,14 @@ fn compact(node: &Node, g: &GpuView, width: u16, now: Timestamp, t: Theme) -> Li
     let fixed = 3 + 17 + 13 + 5 + 6 + 6;
     let rest = usize::from(width).saturating_sub(fixed + 4);
     let (gw, sw) = (rest / 2, rest - rest / 2);
-    let name = r.identity.name.trim_start_matches("NVIDIA ");
+    let mut name = r.identity.name.trim_start_matches("NVIDIA ").to_string();
+    if r.unified.is_some() {
+        // Its memory is the host's: said where the row is, as the GPU's block says it.
+        name.push_str(" unified");
+    }
     let mut s = vec![
         Span::styled(format!("{:>2} ", r.identity.index), t.bold()),
-        Span::raw(format!("{} ", pad(&clip(name, 16), 16))),
+        Span::raw(format!("{} ", pad(&clip(&name, 16), 16))),
     ];
     match (r.state, r.memory) {
         (GpuState::Ok, Some(m)) => {

@@ -168,6 +168,25 @@ fn waiting(node: &Node, app: &App, t: Theme) -> Vec<Line<'static>> {
     }
 }
 
+/// A unified GPU's memory: its processes' sum, and the host's room for more, which figure named.
+fn unified_line(
+    m: crate::core::model::MemoryInfo,
+    u: Option<&crate::core::model::UnifiedMemory>,
+    t: Theme,
+) -> Line<'static> {
+    let from = match u.and_then(|u| u.bound()) {
+        Some(crate::core::model::LimitFrom::CgroupMax) => "cgroup memory.max",
+        _ => "host MemAvailable",
+    };
+    Line::from(vec![
+        Span::styled(USED, t.used()),
+        Span::raw(format!(" used {}  ", bytes(m.used))),
+        Span::styled(FREE, t.free()),
+        Span::raw(format!(" free {} ({from})  ", bytes(m.free))),
+        Span::styled(format!("of {} unified", bytes(m.total)), t.dim()),
+    ])
+}
+
 fn block(f: &mut Frame, area: Rect, app: &App, node: &Node, g: &GpuView, t: Theme) {
     let r = &g.reading;
     let stale = matches!(node.link, Link::Down { .. });
@@ -177,6 +196,9 @@ fn block(f: &mut Frame, area: Rect, app: &App, node: &Node, g: &GpuView, t: Them
     )];
     if r.mig_mode {
         title.push(Span::styled("MIG ", t.accent()));
+    }
+    if r.unified.is_some() {
+        title.push(Span::styled("unified ", t.accent()));
     }
     if stale {
         title.push(Span::styled("stale ", t.warn()));
@@ -189,6 +211,10 @@ fn block(f: &mut Frame, area: Rect, app: &App, node: &Node, g: &GpuView, t: Them
     f.render_widget(b, area);
     let mut lines = Vec::new();
     match (r.state, r.memory) {
+        (GpuState::Ok, Some(m)) if r.unified.is_some() => {
+            lines.push(gauge(m.used, 0, m.total, inner.width, t));
+            lines.push(unified_line(m, r.unified.as_ref(), t));
+        }
         (GpuState::Ok, Some(m)) => {
             lines.push(gauge(m.used, m.reserved, m.total, inner.width, t));
             lines.push(Line::from(vec![
@@ -201,6 +227,10 @@ fn block(f: &mut Frame, area: Rect, app: &App, node: &Node, g: &GpuView, t: Them
                 Span::styled(format!("of {}", bytes(m.total)), t.dim()),
             ]));
         }
+        (GpuState::Ok, None) if r.unified.is_some() => lines.push(Line::styled(
+            "unified memory: used or limit n/a (a process's memory or the host's not reported)",
+            t.dim(),
+        )),
         (GpuState::Ok, None) => lines.push(Line::styled("memory n/a", t.dim())),
         (state, _) => {
             let what = if state == GpuState::Lost {

@@ -22,6 +22,7 @@ fn gpu(index: u32, used: u64) -> GpuReading {
         power_watts: None,
         mig_mode: false,
         mig_devices: vec![],
+        unified: None,
     }
 }
 

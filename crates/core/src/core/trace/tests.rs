@@ -71,3 +71,34 @@ fn recorder_values_out_of_range_are_named_with_what_is_valid() {
         None
     );
 }
+
+/// `trace_unified` reads back what `unified::line` writes; a figure out of range, one alone, or a
+/// free above the total is named, not taken.
+#[test]
+fn unified_lines_read_back_and_bad_figures_are_named() {
+    use crate::core::unified::{line, Room};
+    let room = Room {
+        free: 300 << 20,
+        total: 24 << 30,
+    };
+    let mut last = None;
+    let l = line(Some(room), &mut last).unwrap();
+    assert_eq!(recorder_line(&l), Some(RecorderLine::Unified(Some(room))));
+    assert_eq!(
+        line(Some(room), &mut last),
+        None,
+        "unchanged: not noted again"
+    );
+    let gone = line(None, &mut last).unwrap();
+    assert_eq!(recorder_line(&gone), Some(RecorderLine::Unified(None)));
+    let err = |text: &str| match read_recorder_line(text.as_bytes()) {
+        Some(Err(e)) => e,
+        other => panic!("{text}: {other:?}"),
+    };
+    let e = err(r#"{"type":"trace_unified","free_bytes":-1,"total_bytes":5}"#);
+    assert!(e.contains("free_bytes = -1") && e.contains("2^50"), "{e}");
+    let e = err(r#"{"type":"trace_unified","free_bytes":5}"#);
+    assert!(e.contains("must both be given"), "{e}");
+    let e = err(r#"{"type":"trace_unified","free_bytes":6,"total_bytes":5}"#);
+    assert!(e.contains("the free at most the total"), "{e}");
+}

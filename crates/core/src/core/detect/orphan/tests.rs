@@ -22,6 +22,7 @@ fn gpu(index: u32, uuid: &str, state: GpuState) -> GpuReading {
         power_watts: None,
         mig_mode: false,
         mig_devices: Vec::new(),
+        unified: None,
     }
 }
 

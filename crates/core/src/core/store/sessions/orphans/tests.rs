@@ -56,6 +56,7 @@ fn reading(ts: f64, state: ProcState) -> NodeReading {
             power_watts: None,
             mig_mode: false,
             mig_devices: Vec::new(),
+            unified: None,
         }],
         processes: vec![ProcessReading {
             gpu: 3,
