@@ -504,8 +504,8 @@ fn job_label_uses(text: &str) -> Vec<usize> {
 }
 
 /// `job` is the scrape job: the dashboard names the trainer's job by job_name everywhere and
-/// `job` only to find gpumon's targets (`up{job=~"gpumon.*"}`), or a scrape without honor_labels
-/// would leave panels and drop-downs matching nothing.
+/// `job` only to find gpumon's targets (`up{job=~"gpumon.*"}`), or a scrape with the default
+/// settings would leave panels and drop-downs matching nothing.
 #[test]
 fn the_dashboard_names_the_trainer_s_job_by_job_name() {
     let d = dashboard();

@@ -214,8 +214,8 @@ pub fn start_alertmanager(bin: &Path, dir: &Path, webhook: &str) -> (Proc, Strin
     (proc, url)
 }
 
-/// How Prometheus scrapes gpumon. Neither asks for `honor_labels: true`: gpumon's series carry no
-/// label Prometheus sets on a target (`job`, `instance`), so the shipped rules work either way.
+/// How Prometheus scrapes gpumon: gpumon's series carry no label Prometheus sets on a target
+/// (`job`, `instance`), so the shipped rules work with the defaults, written out or not.
 #[derive(Clone, Copy, Debug)]
 pub enum Scrape {
     /// No honor_labels line: Prometheus's default.

@@ -161,7 +161,7 @@ fn two_live_sessions_with_one_label_set_export_the_newest_once() {
 }
 
 /// `job` and `instance` are the labels Prometheus sets on every target: a series carrying either
-/// loses it to `exported_*` under the default `honor_labels: false`, so none may.
+/// loses it to `exported_*` under the default scrape settings, so none may.
 #[test]
 fn no_series_carries_a_label_prometheus_sets_on_targets() {
     use crate::core::trainer::Peer;
