@@ -272,8 +272,10 @@ fn two_demo_nodes_alert_through_prometheus_and_alertmanager_and_fill_the_dashboa
     // Over the whole run the healthy trainer never had an alert, pending or firing; the same
     // query sees the leak's, so it can see one.
     let history = |job: &str| {
-        run.query(&format!("count_over_time(ALERTS{{job_name=\"{job}\"}}[10m])"))
-            .unwrap()
+        run.query(&format!(
+            "count_over_time(ALERTS{{job_name=\"{job}\"}}[10m])"
+        ))
+        .unwrap()
     };
     assert_eq!(
         history("demo-healthy"),

@@ -112,7 +112,9 @@ pub fn substituted(expr: &str, names: &BTreeSet<String>) -> String {
             "__rate_interval" | "__interval" | "__range" => "1m",
             _ if names.contains(name) => ".*",
             // label_replace's capture group: Grafana leaves a name it does not define as it is.
-            _ if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) => &rest[i..i + 1 + len],
+            _ if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) => {
+                &rest[i..i + 1 + len]
+            }
             _ => panic!("{expr} uses ${name}, which neither the dashboard nor Grafana defines"),
         };
         out.push_str(value);
@@ -161,7 +163,10 @@ fn selectors_and_legend_labels_are_found() {
     );
     assert_eq!(selectors(&e), ["a_b{gpu=~\".*\"}", "c:d{y=\"1\"}"]);
     assert_eq!(
-        substituted(r#"label_replace(x, "r", "rank $1", "rank", "(.+)")"#, &names),
+        substituted(
+            r#"label_replace(x, "r", "rank $1", "rank", "(.+)")"#,
+            &names
+        ),
         r#"label_replace(x, "r", "rank $1", "rank", "(.+)")"#
     );
     assert_eq!(

@@ -413,8 +413,9 @@ fn a_split_exports_memory_by_category_and_the_largest_safe_batch() {
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
-    let labels =
-        |pid: u32, job: &str| format!(r#"gpu="0",uuid="GPU-0",pid="{pid}",job_name="{job}",rank="0""#);
+    let labels = |pid: u32, job: &str| {
+        format!(r#"gpu="0",uuid="GPU-0",pid="{pid}",job_name="{job}",rank="0""#)
+    };
     let measured = labels(10, "measured");
     // Limit 34,000 (free + reserved), margin a twentieth: (32,300 - 16,016) / 437 per sample.
     assert_eq!(views[0].largest_safe_batch, Some(37));
