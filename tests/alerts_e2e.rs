@@ -154,7 +154,7 @@ fn a_live_leak_reaches_alertmanager_and_the_webhook_and_resolves_after_bye() {
         "only the leaking session alerts: {alerts:?}"
     );
     let a = &alerts[0];
-    assert_eq!(a["labels"]["job"], "leaky");
+    assert_eq!(a["labels"]["job_name"], "leaky");
     assert_eq!(a["labels"]["gpu"], "0");
     assert_eq!(a["labels"]["severity"], "warning");
     assert_eq!(a["status"]["state"], "active");

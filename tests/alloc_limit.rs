@@ -83,7 +83,7 @@ fn a_capped_trainer_is_judged_against_its_cap() {
     // ... and in /metrics, with the trainer series' labels.
     let me = std::process::id();
     let series = format!(
-        "gpumon_trainer_alloc_limit_bytes{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job=\"capped\",rank=\"0\"}}"
+        "gpumon_trainer_alloc_limit_bytes{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job_name=\"capped\",rank=\"0\"}}"
     );
     let m = d.metrics();
     assert_eq!(sample(&m, &series), Some(CAP as f64), "{m}");

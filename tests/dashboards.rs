@@ -210,7 +210,7 @@ fn dashboard_is_importable_with_a_datasource_variable_and_sane_panels() {
     let ds = var("datasource");
     assert_eq!(ds["type"], "datasource");
     assert_eq!(ds["query"], "prometheus");
-    for name in ["instance", "gpu", "job"] {
+    for name in ["instance", "gpu", "job_name"] {
         let v = var(name);
         assert_eq!(v["type"], "query", "{name}");
         assert!(is_datasource_var(&v["datasource"]), "{name}");
@@ -433,7 +433,7 @@ fn the_memory_split_panels_read_the_split_and_the_fit() {
             .map(|t| t["expr"].as_str().unwrap().to_string())
             .collect()
     };
-    let trainers = "{instance=~\"$instance\", gpu=~\"$gpu\", job=~\"$job\"}";
+    let trainers = "{instance=~\"$instance\", gpu=~\"$gpu\", job_name=~\"$job_name\"}";
 
     let split = panel("Where the memory goes");
     let e = exprs_of(split);
@@ -487,6 +487,53 @@ fn the_memory_split_panels_read_the_split_and_the_fit() {
             format!("gpumon_trainer_largest_safe_batch{trainers}"),
             format!("gpumon_trainer_batch_size{trainers}"),
         ]
+    );
+}
+
+/// The words `job` in `text` that are the label itself (not job_name, gpumon_job_info, $job_name).
+fn job_label_uses(text: &str) -> Vec<usize> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    text.match_indices("job")
+        .filter(|(i, _)| {
+            let before = text[..*i].chars().next_back();
+            let after = text[i + 3..].chars().next();
+            !before.is_some_and(word) && !after.is_some_and(word)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// `job` is the scrape job: the dashboard names the trainer's job by job_name everywhere and
+/// `job` only to find gpumon's targets (`up{job=~"gpumon.*"}`), or a scrape with the default
+/// settings would leave panels and drop-downs matching nothing.
+#[test]
+fn the_dashboard_names_the_trainer_s_job_by_job_name() {
+    let d = dashboard();
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for p in panels(&d) {
+        let title = p["title"].as_str().unwrap_or("?");
+        for t in p["targets"].as_array().into_iter().flatten() {
+            for k in ["expr", "legendFormat"] {
+                let v = t[k].as_str().unwrap_or("").to_string();
+                texts.push((format!("{title} {k}"), v));
+            }
+        }
+    }
+    for v in d["templating"]["list"].as_array().unwrap() {
+        let v_name = v["name"].as_str().unwrap_or("?");
+        texts.push((v_name.to_string(), v["definition"].to_string()));
+    }
+    let mut scrape_job = 0;
+    for (whose, text) in &texts {
+        for i in job_label_uses(text) {
+            assert!(text[..i].ends_with("up{"), "{whose}: `job` in {text}");
+            scrape_job += 1;
+        }
+    }
+    assert!(scrape_job >= 1, "the target-down panel lost its scrape job");
+    assert_eq!(
+        job_label_uses("{{job}} by (job, x) job_name $job_name gpumon_job_info"),
+        [2, 12]
     );
 }
 

@@ -316,7 +316,7 @@ fn the_demo_flags_the_leak_within_a_minute_names_its_line_and_cleans_up() {
     let near_series = |name: &str| {
         metrics
             .lines()
-            .filter(|l| l.starts_with(name) && l.contains("job=\"demo-near-limit\""))
+            .filter(|l| l.starts_with(name) && l.contains("job_name=\"demo-near-limit\""))
             .map(str::to_string)
             .collect::<Vec<_>>()
     };

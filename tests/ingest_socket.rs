@@ -55,7 +55,8 @@ fn a_trainer_session_shows_up_in_metrics_and_the_api() {
     // A reset of the retry counter (trainer called reset_peak_memory_stats) is not a decrease.
     w.write_all(sample_line(6, 6000, 1).as_bytes()).unwrap();
     let me = std::process::id();
-    let labels = format!("{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job=\"llama-ft\",rank=\"3\"}}");
+    let labels =
+        format!("{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job_name=\"llama-ft\",rank=\"3\"}}");
     d.wait_for(Duration::from_secs(5), "step 6 in /metrics", || {
         sample_of(&d.metrics(), "gpumon_trainer_step", &labels) == Some(6.0)
     });

@@ -1,12 +1,13 @@
 //! A training run seen across nodes, with the shipped files run by the real tools.
 //! - The Alertmanager example (dashboards/alertmanager/gpumon.alertmanager.yml): a run's
-//!   GpumonJobFailed inhibits the per-rank failure alerts of the same (job, run_id), the
+//!   GpumonJobFailed inhibits the per-rank failure alerts of the same (job_name, run_id), the
 //!   daemon's own and Prometheus's alike, and nothing else: not another run of the same job, not
 //!   another job with the same run_id, not a leak. The inhibited alerts are listed as suppressed
 //!   and never reach a receiver. amtool accepts the file and routes as its comments say.
 //! - The rules and the dashboard's Jobs row: a real Prometheus scraping two nodes (each serving a
-//!   fixed gpumon_job_* exposition) raises one GpumonJobFailed naming the first rank, and the
-//!   Jobs panels show the runs, the first failure and the ranks' peaks.
+//!   fixed gpumon_job_* exposition) with `honor_labels: false` written out raises one
+//!   GpumonJobFailed naming the first rank, and the Jobs panels show the runs, the first failure
+//!   and the ranks' peaks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod grafana;
@@ -116,12 +117,12 @@ fn label<'v>(a: &'v Value, name: &str) -> &'v str {
     a["labels"][name].as_str().unwrap_or("")
 }
 
-/// alertname/job/run_id/rank: what tells the alerts of this test apart.
+/// alertname/job_name/run_id/rank: what tells the alerts of this test apart.
 fn key(a: &Value) -> String {
     format!(
         "{}/{}/{}/{}",
         label(a, "alertname"),
-        label(a, "job"),
+        label(a, "job_name"),
         label(a, "run_id"),
         label(a, "rank")
     )
@@ -165,7 +166,7 @@ fn daemon_alert(kind: Kind, severity: &str, job: &str, run_id: &str, rank: u32) 
             "gpu": (rank % 4).to_string(),
             "uuid": format!("GPU-{host}-{}", rank % 4),
             "pid": (4000 + rank).to_string(),
-            "job": job,
+            "job_name": job,
             "run_id": run_id,
             "rank": rank.to_string(),
             "session": session,
@@ -176,10 +177,10 @@ fn daemon_alert(kind: Kind, severity: &str, job: &str, run_id: &str, rank: u32) 
     })
 }
 
-/// GpumonJobFailed as the shipped rule raises it: labels job, run_id and severity only.
+/// GpumonJobFailed as the shipped rule raises it: labels job_name, run_id and severity only.
 fn job_failed(job: &str, run_id: &str) -> Value {
     json!({
-        "labels": {"alertname": "GpumonJobFailed", "severity": "critical", "job": job, "run_id": run_id},
+        "labels": {"alertname": "GpumonJobFailed", "severity": "critical", "job_name": job, "run_id": run_id},
         "annotations": {
             "summary": format!("Job {job} (run {run_id}) failed: rank 5 (oom) on node-a:9477 first, 7 more ranks after it"),
             "first_rank": "5", "first_kind": "oom", "first_instance": "node-a:9477",
@@ -188,13 +189,15 @@ fn job_failed(job: &str, run_id: &str) -> Value {
     })
 }
 
-/// GpumonTrainerOOM as the shipped rule raises it for a trainer, with its session's run_id.
+/// GpumonTrainerOOM as the shipped rule raises it for a trainer, with its session's run_id and
+/// the scrape job.
 fn prometheus_trainer_oom(job: &str, run_id: &str, rank: u32) -> Value {
     json!({
         "labels": {
             "alertname": "GpumonTrainerOOM", "severity": "critical", "instance": "node-a:9477",
             "gpu": (rank % 4).to_string(), "uuid": format!("GPU-node-a-{}", rank % 4),
-            "pid": (4000 + rank).to_string(), "job": job, "run_id": run_id, "rank": rank.to_string(),
+            "pid": (4000 + rank).to_string(), "job": "gpumon", "job_name": job, "run_id": run_id,
+            "rank": rank.to_string(),
         },
         "annotations": {"summary": format!("CUDA out of memory on node-a:9477: {job} rank {rank}")},
         "generatorURL": "http://127.0.0.1:9090/graph",
@@ -417,7 +420,7 @@ fn the_example_waits_for_the_job_alert_and_inhibits_the_real_alert_names() {
     );
     assert!(am.contains(&targets), "want {targets}");
     assert!(am.contains("source_matchers: [alertname=\"GpumonJobFailed\"]"));
-    assert!(am.contains("equal: [job, run_id, uid]"));
+    assert!(am.contains("equal: [job_name, run_id, uid]"));
     assert!(rules.contains("- alert: GpumonTrainerOOM"));
 }
 
@@ -483,21 +486,21 @@ fn node_metrics(ranks: std::ops::Range<u32>) -> String {
             r => ("crash", FIRST + 1.1 + f64::from(r % 5) / 10.0),
         };
         failed.push_str(&format!(
-            "gpumon_job_rank_failed_timestamp_seconds{{job=\"llama\",run_id=\"r1\",rank=\"{rank}\",kind=\"{kind}\"}} {ts}\n"
+            "gpumon_job_rank_failed_timestamp_seconds{{job_name=\"llama\",run_id=\"r1\",rank=\"{rank}\",kind=\"{kind}\"}} {ts}\n"
         ));
         let (gpu, pid) = (rank % 4, 5000 + rank);
         info.push_str(&format!(
-            "gpumon_trainer_info{{gpu=\"{gpu}\",uuid=\"GPU-{gpu}-{}\",pid=\"{pid}\",job=\"llama\",rank=\"{rank}\",session=\"s-{gpu}\",torch=\"2.5.1\",client=\"gpumon-py/0.1\",run_id=\"r2\"}} 1\n",
+            "gpumon_trainer_info{{gpu=\"{gpu}\",uuid=\"GPU-{gpu}-{}\",pid=\"{pid}\",job_name=\"llama\",rank=\"{rank}\",session=\"s-{gpu}\",torch=\"2.5.1\",client=\"gpumon-py/0.1\",run_id=\"r2\"}} 1\n",
             ranks.start
         ));
         peak.push_str(&format!(
-            "gpumon_trainer_allocated_peak_bytes{{gpu=\"{gpu}\",uuid=\"GPU-{gpu}-{}\",pid=\"{pid}\",job=\"llama\",rank=\"{rank}\"}} {}\n",
+            "gpumon_trainer_allocated_peak_bytes{{gpu=\"{gpu}\",uuid=\"GPU-{gpu}-{}\",pid=\"{pid}\",job_name=\"llama\",rank=\"{rank}\"}} {}\n",
             ranks.start,
             (40.0 + f64::from(rank)) * GIB
         ));
     }
     format!(
-        "# TYPE gpumon_job_info gauge\ngpumon_job_info{{job=\"llama\",run_id=\"r2\",world_size=\"8\"}} 1\n{failed}{info}{peak}"
+        "# TYPE gpumon_job_info gauge\ngpumon_job_info{{job_name=\"llama\",run_id=\"r2\",world_size=\"8\"}} 1\n{failed}{info}{peak}"
     )
 }
 
@@ -530,6 +533,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
         &[&node_a, &node_b],
         &rules_for_test(),
         am.trim_start_matches("http://"),
+        stack::Scrape::HonorLabelsFalse,
     );
     let procs = [&am_proc, &prom_proc];
 
@@ -546,7 +550,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
     let labels: BTreeMap<String, String> = serde_json::from_value(alert["labels"].clone()).unwrap();
     let want: BTreeMap<String, String> = [
         ("alertname", "GpumonJobFailed"),
-        ("job", "llama"),
+        ("job_name", "llama"),
         ("run_id", "r1"),
         ("severity", "critical"),
     ]
@@ -653,7 +657,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
     let m = &first["metric"];
     assert_eq!(
         (
-            &m["job"],
+            &m["job_name"],
             &m["run_id"],
             &m["rank"],
             &m["kind"],
@@ -668,6 +672,8 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
         ),
         "{first}"
     );
+    // `job` is the scrape job again, not renamed away or overwritten by the trainer's.
+    assert_eq!(m["job"], "gpumon", "{first}");
     assert_eq!(stack::value(&first), FIRST * 1000.0);
     let failed = one(&prom, &q("First failure per run", "B")).unwrap();
     assert_eq!(stack::value(&failed), 8.0, "{failed}");
@@ -699,7 +705,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
     let recorded = until("the spread is recorded", &procs, || {
         one(
             &prom,
-            "job_run_id:gpumon_trainer_allocated_peak_bytes:spread",
+            "job_name_run_id:gpumon_trainer_allocated_peak_bytes:spread",
         )
     });
     assert_eq!(stack::value(&recorded), 7.0 * GIB, "{recorded}");

@@ -175,7 +175,7 @@ fn another_user_cannot_join_overturn_or_merge_with_roots_job() {
         sample(
             &m,
             &format!(
-                r#"gpumon_job_rank_failed_timestamp_seconds{{job="llama",run_id="42",uid="{uid}",rank="{rank}",kind="{kind}"}}"#
+                r#"gpumon_job_rank_failed_timestamp_seconds{{job_name="llama",run_id="42",uid="{uid}",rank="{rank}",kind="{kind}"}}"#
             ),
         )
     };

@@ -145,6 +145,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
         &[&target],
         &rules_for_test(),
         am.trim_start_matches("http://"),
+        stack::Scrape::Default,
     );
     let procs = [&am_proc, &prom_proc];
 
@@ -225,7 +226,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
             .unwrap_or_else(|| panic!("no job alert of uid {uid}: {alerts:#?}"));
         let n = &a["annotations"];
         (
-            label(a, "job").to_string(),
+            label(a, "job_name").to_string(),
             label(a, "run_id").to_string(),
             n["first_rank"].as_str().unwrap_or("").to_string(),
             n["first_kind"].as_str().unwrap_or("").to_string(),

@@ -186,7 +186,7 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         sample(
             &ma,
             &format!(
-                r#"gpumon_job_info{{job="llama",run_id="run-43",uid="{uid}",world_size="8"}}"#
+                r#"gpumon_job_info{{job_name="llama",run_id="run-43",uid="{uid}",world_size="8"}}"#
             )
         ),
         Some(1.0)
@@ -195,7 +195,7 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         sample(
             m,
             &format!(
-                r#"gpumon_job_rank_failed_timestamp_seconds{{job="llama",run_id="run-42",uid="{uid}",rank="{rank}",kind="{kind}"}}"#
+                r#"gpumon_job_rank_failed_timestamp_seconds{{job_name="llama",run_id="run-42",uid="{uid}",rank="{rank}",kind="{kind}"}}"#
             ),
         )
     };

@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(110);
 /// A step that should follow within seconds of the one before it.
 const STEP: Duration = Duration::from_secs(30);
 
-/// The alerts the demo raises, as (alertname, trainer job), on each node. Any other alert fails
+/// The alerts the demo raises, as (alertname, trainer job name), on each node. Any other alert fails
 /// the test, the healthy trainer's above all.
 const EXPECTED: &[(&str, &str)] = &[
     ("GpumonLeakSuspected", "demo-leak"),
@@ -39,8 +39,8 @@ const MAY_FIRE: &[(&str, &str)] = &[
     ("GpumonJobFailed", "demo-ddp"),
     ("GpumonTrainerOOM", "demo-ddp"),
     // The demo's orphaned memory (a zombie's, on GPU 1) is flagged a minute in: pending in
-    // Prometheus from then (its `for` is 5m). A GPU's alert, with the scrape's job.
-    ("GpumonOrphanedMemory", "gpumon"),
+    // Prometheus from then (its `for` is 5m). A GPU's alert: no trainer's job name.
+    ("GpumonOrphanedMemory", ""),
 ];
 
 /// Dashboard queries allowed to return nothing from the demo, as (panel title, refId), each with
@@ -233,7 +233,14 @@ fn two_demo_nodes_alert_through_prometheus_and_alertmanager_and_fill_the_dashboa
     let (prom_proc, prom) = {
         let t: Vec<&str> = targets.iter().map(String::as_str).collect();
         let am_target = am_url.trim_start_matches("http://");
-        stack::start_prometheus(&prometheus, dir.path(), &t, &rules, am_target)
+        stack::start_prometheus(
+            &prometheus,
+            dir.path(),
+            &t,
+            &rules,
+            am_target,
+            stack::Scrape::Default,
+        )
     };
     let run = Run {
         start,
@@ -265,8 +272,10 @@ fn two_demo_nodes_alert_through_prometheus_and_alertmanager_and_fill_the_dashboa
     // Over the whole run the healthy trainer never had an alert, pending or firing; the same
     // query sees the leak's, so it can see one.
     let history = |job: &str| {
-        run.query(&format!("count_over_time(ALERTS{{job=\"{job}\"}}[10m])"))
-            .unwrap()
+        run.query(&format!(
+            "count_over_time(ALERTS{{job_name=\"{job}\"}}[10m])"
+        ))
+        .unwrap()
     };
     assert_eq!(
         history("demo-healthy"),
@@ -307,10 +316,14 @@ fn check_alerts(run: &Run, nodes: &[DemoNode]) {
     let firing = |wanted: &[(&str, &str)]| -> Result<Vec<Value>, String> {
         let alerts = prom_alerts(&run.prom)?;
         for a in &alerts {
-            let (name, job) = (label(a, "alertname"), label(a, "job"));
+            let (name, job) = (label(a, "alertname"), label(a, "job_name"));
             let known = EXPECTED.contains(&(name, job)) || MAY_FIRE.contains(&(name, job));
             if job == "demo-healthy" || !known {
                 run.fail(&format!("unexpected alert {name} on job {job:?}: {a}"));
+            }
+            // Default scrape settings: `job` is the scrape job, on every alert that keeps it.
+            if !["", "gpumon"].contains(&label(a, "job")) {
+                run.fail(&format!("{name}: job is not the scrape job: {a}"));
             }
         }
         let mut missing = Vec::new();
@@ -318,7 +331,7 @@ fn check_alerts(run: &Run, nodes: &[DemoNode]) {
             for node in &run.targets {
                 let on = |a: &&Value| {
                     label(a, "alertname") == *name
-                        && label(a, "job") == *job
+                        && label(a, "job_name") == *job
                         && label(a, "instance") == node
                 };
                 if !alerts.iter().filter(on).any(|a| a["state"] == "firing") {
@@ -345,8 +358,13 @@ fn check_alerts(run: &Run, nodes: &[DemoNode]) {
                     && label(a, "instance") == node.target
             })
             .unwrap();
-        // The trainer's own labels, kept by honor_labels, and the rendered annotations.
+        // The trainer's own labels beside the scrape job's, and the rendered annotations.
         assert_eq!(label(a, "pid"), pid, "{a}");
+        assert_eq!(
+            (label(a, "job"), label(a, "job_name")),
+            ("gpumon", "demo-leak"),
+            "{a}"
+        );
         assert_eq!(
             (label(a, "gpu"), label(a, "rank"), label(a, "severity")),
             ("0", "0", "warning"),
@@ -380,7 +398,7 @@ fn check_webhook(run: &Run, received: &Arc<Mutex<Vec<Value>>>) {
             let mut from = BTreeSet::new();
             for b in bodies.iter() {
                 for a in b["alerts"].as_array().into_iter().flatten() {
-                    if label(a, "job") == "demo-healthy" {
+                    if label(a, "job_name") == "demo-healthy" {
                         run.fail(&format!(
                             "the webhook got an alert for the healthy trainer: {b}"
                         ));
@@ -389,7 +407,7 @@ fn check_webhook(run: &Run, received: &Arc<Mutex<Vec<Value>>>) {
                         .as_str()
                         .is_some_and(|u| u.starts_with(&run.prom));
                     if label(a, "alertname") == "GpumonLeakSuspected"
-                        && label(a, "job") == "demo-leak"
+                        && label(a, "job_name") == "demo-leak"
                         && a["status"] == "firing"
                         && from_prometheus
                     {
@@ -426,9 +444,9 @@ fn check_variables(run: &Run, dashboard: &Dashboard, nodes: &[DemoNode]) {
     let expected: BTreeMap<&str, BTreeSet<String>> = [
         ("instance", run.targets.clone()),
         ("gpu", set(&["0", "1"])),
-        // The trainers' own job names: honor_labels keeps them.
+        // The trainers' own job names, beside the scrape job.
         (
-            "job",
+            "job_name",
             set(&[
                 "demo-ddp",
                 "demo-healthy",

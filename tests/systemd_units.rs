@@ -371,7 +371,8 @@ fn the_socket_activated_daemon_serves_a_pushing_trainer() {
     };
     let url = |p: &str| format!("http://{addr}{p}");
     let me = std::process::id();
-    let labels = format!("{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job=\"llama-ft\",rank=\"0\"}}");
+    let labels =
+        format!("{{gpu=\"0\",uuid=\"{GPU0}\",pid=\"{me}\",job_name=\"llama-ft\",rank=\"0\"}}");
     wait_until(&logs, "step 3 in /metrics", || {
         sample(
             &get(&url("/metrics")).1,

@@ -226,7 +226,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
     std::fs::write(
         &cfg,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpumon\n    honor_labels: true\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n    basic_auth:\n      username: prometheus\n      password_file: {pw}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n",
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpumon\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n    basic_auth:\n      username: prometheus\n      password_file: {pw}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n",
             ca = d.join("ca.pem").display(),
             pw = d.join("password").display(),
             port = daemon.port

@@ -111,6 +111,10 @@ pub fn substituted(expr: &str, names: &BTreeSet<String>) -> String {
         let value = match name {
             "__rate_interval" | "__interval" | "__range" => "1m",
             _ if names.contains(name) => ".*",
+            // label_replace's capture group: Grafana leaves a name it does not define as it is.
+            _ if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) => {
+                &rest[i..i + 1 + len]
+            }
             _ => panic!("{expr} uses ${name}, which neither the dashboard nor Grafana defines"),
         };
         out.push_str(value);
@@ -158,6 +162,13 @@ fn selectors_and_legend_labels_are_found() {
         "count(a_b{gpu=~\".*\"} == 0) or on(x) rate(c:d{y=\"1\"}[1m]) or vector(0)"
     );
     assert_eq!(selectors(&e), ["a_b{gpu=~\".*\"}", "c:d{y=\"1\"}"]);
+    assert_eq!(
+        substituted(
+            r#"label_replace(x, "r", "rank $1", "rank", "(.+)")"#,
+            &names
+        ),
+        r#"label_replace(x, "r", "rank $1", "rank", "(.+)")"#
+    );
     assert_eq!(
         legend_labels("{{job}} rank {{ rank }} ({{instance}})"),
         ["job", "rank", "instance"]

@@ -214,14 +214,25 @@ pub fn start_alertmanager(bin: &Path, dir: &Path, webhook: &str) -> (Proc, Strin
     (proc, url)
 }
 
-/// Prometheus scraping `targets` every second with `honor_labels: true` (as dashboards/README.md
-/// requires), evaluating `rules` every second, alerting to `alertmanager` (host:port).
+/// How Prometheus scrapes gpumon: gpumon's series carry no label Prometheus sets on a target
+/// (`job`, `instance`), so the shipped rules work with the defaults, written out or not.
+#[derive(Clone, Copy, Debug)]
+pub enum Scrape {
+    /// No honor_labels line: Prometheus's default.
+    Default,
+    /// `honor_labels: false`, written out.
+    HonorLabelsFalse,
+}
+
+/// Prometheus scraping `targets` every second as `scrape` says, in the scrape job `gpumon`,
+/// evaluating `rules` every second, alerting to `alertmanager` (host:port).
 pub fn start_prometheus(
     bin: &Path,
     dir: &Path,
     targets: &[&str],
     rules: &str,
     alertmanager: &str,
+    scrape: Scrape,
 ) -> (Proc, String) {
     std::fs::write(dir.join("gpumon.rules.yml"), rules).unwrap();
     let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
@@ -229,8 +240,12 @@ pub fn start_prometheus(
     std::fs::write(
         &cfg,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nalerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nrule_files:\n  - gpumon.rules.yml\nscrape_configs:\n  - job_name: gpumon\n    honor_labels: true\n    static_configs:\n      - targets: [{}]\n",
-            targets.join(", ")
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nalerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{alertmanager}']\nrule_files:\n  - gpumon.rules.yml\nscrape_configs:\n  - job_name: gpumon\n{honor}    static_configs:\n      - targets: [{}]\n",
+            targets.join(", "),
+            honor = match scrape {
+                Scrape::Default => "",
+                Scrape::HonorLabelsFalse => "    honor_labels: false\n",
+            }
         ),
     )
     .unwrap();

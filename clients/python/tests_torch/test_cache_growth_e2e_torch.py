@@ -102,7 +102,7 @@ def test_a_creeping_cache_fires_cache_growth_end_to_end(recorded_daemon, monkeyp
 
     status, metrics = get(base + "/metrics")
     assert status == 200
-    mine = [line for line in metrics.splitlines() if 'job="%s"' % JOB in line]
+    mine = [line for line in metrics.splitlines() if 'job_name="%s"' % JOB in line]
     assert any(line.startswith("gpumon_cache_growth{") and line.endswith(" 1") for line in mine), mine
     assert any(line.startswith("gpumon_cache_full_eta_seconds{") for line in mine), mine
     assert 'gpumon_findings_firing{kind="cache_growth"} 1' in metrics.splitlines()

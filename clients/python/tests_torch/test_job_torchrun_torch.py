@@ -85,7 +85,9 @@ def start_prometheus(targets, rules, tmp):
     with open(cfg, "w") as f:
         f.write(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - gpumon.rules.yml\n"
-            "scrape_configs:\n  - job_name: gpumon\n    honor_labels: true\n    static_configs:\n"
+            # Prometheus's default scrape settings: `job` stays the scrape job, the trainer's
+            # job name is job_name.
+            "scrape_configs:\n  - job_name: gpumon\n    static_configs:\n"
             "      - targets: [%s]\n" % ", ".join("'%s'" % t for t in targets)
         )
     proc = subprocess.Popen(
@@ -180,7 +182,8 @@ def test_a_job_over_two_nodes_names_the_rank_that_failed_first(tmp_path, child_e
         alerts = wait_until(job_alert, 120, "GpumonJobFailed firing", logs_a)
         assert len(alerts) == 1, alerts
         a = alerts[0]
-        assert (a["labels"]["job"], a["labels"]["run_id"]) == ("llama", "job-42"), a
+        assert (a["labels"]["job_name"], a["labels"]["run_id"]) == ("llama", "job-42"), a
+        assert "job" not in a["labels"], a  # aggregated away: by (job_name, run_id, uid)
         assert a["annotations"].get("first_rank") == str(FAIL_RANK), a
         assert a["annotations"].get("first_kind") == "oom", a
         assert "node-a" in a["annotations"].get("first_instance", "") or base_a[len("http://"):] in a["annotations"].get("first_instance", ""), a

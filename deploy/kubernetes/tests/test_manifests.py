@@ -193,7 +193,7 @@ def test_every_manifest_is_valid(path):
         ("DaemonSet", lambda d: d["spec"]["template"]["spec"].update(hostPid=True)),
         ("Service", lambda d: d["spec"]["ports"][0].pop("port")),
         ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(honorLabel=True)),
-        ("PodMonitor", lambda d: d["spec"]["podMetricsEndpoints"][0].update(honorLabels="yes")),
+        ("PodMonitor", lambda d: d["spec"]["podMetricsEndpoints"][0].update(interval=15)),
         ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].pop("expr")),
     ],
     ids=lambda b: b[0],
@@ -395,10 +395,12 @@ def test_every_container_is_locked_down_and_bounded():
     assert "add" not in pod["containers"][0]["securityContext"]["capabilities"]
 
 
-def test_every_monitor_honors_labels_and_names_the_job_gpumon():
+def test_every_monitor_scrapes_with_prometheus_labels_and_names_the_job_gpumon():
     for kind, endpoints in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
         spec = one(kind)["spec"]
-        assert all(e["honorLabels"] is True for e in spec[endpoints]), kind
+        # gpumon's series carry no label Prometheus sets (the trainer's job is job_name): the
+        # default honorLabels (false) keeps `job` the scrape job, as overrideHonorLabels forces.
+        assert all("honorLabels" not in e for e in spec[endpoints]), kind
         assert all(e["port"] == "metrics" for e in spec[endpoints]), kind
         for e in spec[endpoints]:
             drop = [r for r in e["relabelings"] if r.get("action") == "labeldrop"]
@@ -832,7 +834,7 @@ def test_the_tls_component_mounts_the_web_config_and_the_monitors_scrape_https(k
     else:
         kind, key = "PodMonitor", "podMetricsEndpoints"
     [endpoint] = next(d for d in docs if d["kind"] == kind)["spec"][key]
-    assert endpoint["scheme"] == "https" and endpoint["honorLabels"] is True
+    assert endpoint["scheme"] == "https" and "honorLabels" not in endpoint
     assert endpoint["tlsConfig"]["ca"] == {
         "secret": {"name": tls_secret["secretName"], "key": "ca.crt"}
     }

@@ -1,5 +1,5 @@
 //! Alertmanager's v2 API: `POST /api/v2/alerts` with labels (alertname, severity, gpu, uuid, pid,
-//! job, rank, ...), annotations and startsAt/endsAt. A firing alert's endsAt lies a few resend
+//! job_name, rank, ...), annotations and startsAt/endsAt. A firing alert's endsAt lies a few resend
 //! intervals ahead, so Alertmanager resolves it by itself if this daemon dies.
 //!
 //! A leak the trainer attributed also carries `attribution` (the top site, its share and the
@@ -120,9 +120,10 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
             "gpu": opt(f.gpu.map(|g| g.to_string())),
             "uuid": opt(s.gpu_uuid.clone()),
             "pid": s.pid.to_string(),
-            "job": opt(s.job.clone()),
+            // The trainer's job name as the Prometheus rules' alerts carry it: `job` is their
+            // scrape job, and the shipped inhibit matches on (job_name, run_id, uid).
+            "job_name": opt(s.job.clone()),
             "run_id": opt(s.run_id.clone()),
-            // Whose run: the shipped inhibit matches on (job, run_id, uid).
             "uid": opt(s.uid.map(|u| u.to_string())),
             "rank": opt(s.rank.map(|r| r.to_string())),
             "session": s.session,

@@ -142,13 +142,16 @@ fn alertmanager_alerts_carry_the_contract_labels_and_times() {
         ("gpu", "0"),
         ("uuid", "GPU-1"),
         ("pid", "4242"),
-        ("job", "llama"),
+        ("job_name", "llama"),
         ("uid", "1000"),
         ("rank", "1"),
         ("instance", "node1"),
     ] {
         assert_eq!(l[k], v, "{k}");
     }
+    // `job` is the scrape job on Prometheus's alerts; the shipped routing and inhibit match on
+    // job_name, which both senders carry.
+    assert!(l.get("job").is_none(), "{l}");
     assert_eq!(a["endsAt"], "2025-11-21T04:40:00.000Z");
     assert_eq!(a["startsAt"], "1970-01-01T00:00:01.000Z");
 }
@@ -167,12 +170,12 @@ fn alertmanager_alerts_carry_a_trainer_s_strings_escaped() {
         "{text}"
     );
     assert!(
-        a["labels"]["job"]
+        a["labels"]["job_name"]
             .as_str()
             .unwrap()
             .starts_with("evil\\u{1b}[2J"),
         "{}",
-        a["labels"]["job"]
+        a["labels"]["job_name"]
     );
     assert!(a["annotations"]["summary"]
         .as_str()

@@ -13,7 +13,7 @@ pub fn job_families(store: &Store, out: &mut String) {
     let mut info = Family::gauge(
         "gpumon_job_info",
         "A job (the trainer sessions of one run: same job name, run_id and uid) with live sessions on this node; always 1.",
-        &["job", "run_id", "uid", "world_size"],
+        &["job_name", "run_id", "uid", "world_size"],
     )
     .omitting_empty(&["run_id", "world_size"]);
     // Label sets, deduplicated: two jobs of one user, name and run id (a run that started
@@ -35,7 +35,7 @@ pub fn job_families(store: &Store, out: &mut String) {
     let mut failed = Family::gauge(
         "gpumon_job_rank_failed_timestamp_seconds",
         "When a rank of the job ended by failure (an OOM it did not go on from, or a crash), Unix seconds; kept for detect.crash_hold. The smallest across nodes is the job's first failure.",
-        &["job", "run_id", "uid", "rank", "kind"],
+        &["job_name", "run_id", "uid", "rank", "kind"],
     )
     .omitting_empty(&["run_id"]);
     type Key<'a> = (&'a str, &'a str, String, String, &'a str);

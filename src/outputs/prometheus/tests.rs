@@ -161,6 +161,69 @@ fn two_live_sessions_with_one_label_set_export_the_newest_once() {
     );
 }
 
+/// `job` and `instance` are the labels Prometheus sets on every target: a series carrying either
+/// loses it to `exported_*` under the default scrape settings, so none may.
+#[test]
+fn no_series_carries_a_label_prometheus_sets_on_targets() {
+    use crate::core::trainer::Peer;
+    use crate::core::trainer::{Hello, Sample, Stats};
+    let mut store = new_store();
+    store.apply(reading(), 0.002);
+    let peer = Peer {
+        pid: 10,
+        uid: 1000,
+        gid: 1000,
+    };
+    let hello = Hello {
+        v: 1,
+        job: Some("llama".into()),
+        run_id: Some("r1".into()),
+        rank: Some(3),
+        world_size: Some(8),
+        gpu_uuid: Some("GPU-0".into()),
+        ..Hello::default()
+    };
+    let (key, _) = store.sessions.open(peer, hello, 1.0);
+    let sample = Sample {
+        ts: 2.0,
+        step: Some(1),
+        phase: "train".into(),
+        stats: Stats {
+            allocated: Some(1),
+            ..Stats::default()
+        },
+        device_free: None,
+        device_total: None,
+        alloc_limit: None,
+        categories: None,
+    };
+    store.sessions.sample(key, sample, 2.0);
+    let text = render(store);
+    let mut labelled = 0;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((_, rest)) = line.split_once('{') else {
+            continue;
+        };
+        labelled += 1;
+        let names: Vec<&str> = rest
+            .split(['{', ','])
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.trim()))
+            .collect();
+        assert!(
+            !names.contains(&"job") && !names.contains(&"instance"),
+            "{line}"
+        );
+    }
+    assert!(labelled > 0, "{text}");
+    for family in ["gpumon_trainer_info", "gpumon_job_info"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{family}{{")) && l.contains(r#"job_name="llama""#)),
+            "{family} names the trainer's job in job_name: {text}"
+        );
+    }
+}
+
 #[test]
 fn each_collection_is_deflated_ahead_once_a_gzip_scrape_came() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -351,8 +414,9 @@ fn a_split_exports_memory_by_category_and_the_largest_safe_batch() {
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
-    let labels =
-        |pid: u32, job: &str| format!(r#"gpu="0",uuid="GPU-0",pid="{pid}",job="{job}",rank="0""#);
+    let labels = |pid: u32, job: &str| {
+        format!(r#"gpu="0",uuid="GPU-0",pid="{pid}",job_name="{job}",rank="0""#)
+    };
     let measured = labels(10, "measured");
     // Limit 34,000 (free + reserved), margin a twentieth: (32,300 - 16,016) / 437 per sample.
     assert_eq!(views[0].largest_safe_batch, Some(37));

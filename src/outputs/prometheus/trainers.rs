@@ -13,7 +13,7 @@ pub const T: &[&str] = &[
     "gpu",
     "uuid",
     "pid",
-    "job",
+    "job_name",
     "rank",
     "container",
     "namespace",
@@ -25,7 +25,7 @@ const TC: &[&str] = &[
     "gpu",
     "uuid",
     "pid",
-    "job",
+    "job_name",
     "rank",
     "container",
     "namespace",
@@ -49,7 +49,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
             "gpu",
             "uuid",
             "pid",
-            "job",
+            "job_name",
             "rank",
             "session",
             "torch",
@@ -136,7 +136,7 @@ pub fn session_families(store: &Store, sessions: &Labelled, out: &mut String) {
     );
     let mut shadowed = Family::gauge(
         "gpumon_trainer_sessions_shadowed",
-        "Live sessions whose per-session series are left out because a newer session carries the same gpu, uuid, pid, job and rank labels (e.g. a reconnect before the old connection closed); their gpumon_trainer_info is kept.",
+        "Live sessions whose per-session series are left out because a newer session carries the same gpu, uuid, pid, job_name and rank labels (e.g. a reconnect before the old connection closed); their gpumon_trainer_info is kept.",
         &[],
     );
     let mut hidden = 0;
@@ -280,9 +280,10 @@ pub fn labelled(store: &Store) -> Vec<(Labels, &Session, bool)> {
 
 const LABELS: usize = 8;
 
-/// The labels every per-session series carries (`T`): gpu, uuid, pid, job and rank, and the
-/// container, namespace and pod of the session's process as its GPU process entry has them
-/// (empty, and so left out, outside a container or before NVML lists the process).
+/// The labels every per-session series carries (`T`): gpu, uuid, pid, job_name (the trainer's
+/// job name; `job` is Prometheus's own, the scrape job) and rank, and the container, namespace
+/// and pod of the session's process as its GPU process entry has them (empty, and so left out,
+/// outside a container or before NVML lists the process).
 pub struct Labels {
     gpu: String,
     pid: String,

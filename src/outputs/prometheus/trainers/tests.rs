@@ -85,7 +85,7 @@ fn pods_label_processes_and_sessions_and_are_left_out_outside_kubernetes() {
     );
     assert!(
         line(r#"gpumon_leak_suspected{gpu="",uuid="GPU-0",pid="11""#)
-            .ends_with(r#"job="j",rank=""} 0"#)
+            .ends_with(r#"job_name="j",rank=""} 0"#)
     );
 }
 
@@ -134,7 +134,7 @@ fn the_api_and_the_labels_read_one_join() {
         let info = text
             .lines()
             .find(|l| {
-                l.starts_with("gpumon_trainer_info{") && l.contains(&format!("job=\"{job}\""))
+                l.starts_with("gpumon_trainer_info{") && l.contains(&format!("job_name=\"{job}\""))
             })
             .unwrap_or_else(|| panic!("no trainer_info for {job} in\n{text}"));
         assert!(info.contains(r#"pod="myapp-pod""#), "{info}");
