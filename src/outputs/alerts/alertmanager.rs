@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::{rfc3339, AlertSettings, Sink};
-use crate::core::detect::findings::Severity;
+use crate::core::detect::findings::{Severity, Transition};
 use crate::core::detect::{Finding, FindingState, Kind};
 use crate::outputs::{attribution_text, explanation_text, peak_text};
 use crate::util::printable::{printable, printable_json, printable_lines};
@@ -169,10 +169,10 @@ pub fn alerts(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Ve
     {
         let mut was = f.clone();
         was.severity = Severity::Critical;
-        if was.state != FindingState::Resolved {
-            was.state = FindingState::Resolved;
-            was.resolved_ts = Some(f.updated_ts);
-        }
+        was.transition(Transition::Resolve {
+            at: f.updated_ts,
+            why: None,
+        });
         out.push(alert(&was, hostname, api_url, ends_after));
     }
     out
