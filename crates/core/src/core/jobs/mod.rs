@@ -11,6 +11,7 @@
 
 pub mod identity;
 pub mod merge;
+pub mod text;
 pub mod verdict;
 pub mod view;
 
