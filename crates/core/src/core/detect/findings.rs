@@ -17,7 +17,7 @@ use crate::core::model::Timestamp;
 use crate::util::bounded::Bounded;
 use held::{Group, Held, HELD_MAX, PER_JOB};
 use log_limit::LogLimit;
-pub use transition::{consequence_message, who, Transition};
+pub use transition::{consequence_message, consequence_text, who, Transition};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -64,20 +64,21 @@ fn base(message: &str) -> &str {
     message.split("; after ").next().unwrap_or(message)
 }
 
-/// A finding's message with what it followed: `...; after rank 5's oom (s-17)`.
-pub fn consequence_message(message: &str, of: &ConsequenceOf) -> String {
+/// What a consequence followed: `rank 5's oom (s-17)`, `rank 5's oom on node-b (s-17)`; the
+/// messages and the alerts' `consequence_of` annotation say it so.
+pub fn consequence_text(of: &ConsequenceOf) -> String {
     let who = who(of.rank, &of.session);
     let host = of
         .host
         .as_deref()
         .map(|h| format!(" on {h}"))
         .unwrap_or_default();
-    format!(
-        "{}; after {who}'s {}{host} ({})",
-        base(message),
-        of.kind,
-        of.session
-    )
+    format!("{who}'s {}{host} ({})", of.kind, of.session)
+}
+
+/// A finding's message with what it followed: `...; after rank 5's oom (s-17)`.
+pub fn consequence_message(message: &str, of: &ConsequenceOf) -> String {
+    format!("{}; after {}", base(message), consequence_text(of))
 }
 
 #[cfg(test)]
