@@ -52,7 +52,7 @@ pub struct ProcCache {
 }
 
 /// A cached pid: its info, the collection that last asked for it, when /proc was last asked
-/// whether it runs, and its start time once read then (a reused pid starts later).
+/// whether it runs, and its start time, read at the first look (a reused pid starts later).
 struct Entry {
     info: Arc<ProcInfo>,
     seen: u64,
@@ -83,6 +83,9 @@ struct Files {
     /// A zombie's parent and its name.
     ppid: Option<u32>,
     parent: Option<String>,
+    /// The start time from stat, read at the first look: a pid that exits and is taken by
+    /// another process before the first recheck then reads as gone, not as the new process.
+    start: Option<u64>,
 }
 
 /// Uncached pids from which `prefetch` reads in parallel: below this, threads cost more than
@@ -190,7 +193,7 @@ impl ProcCache {
             }
             return e.info.clone();
         }
-        let mut info = self.lookup(pid);
+        let (mut info, start) = self.lookup(pid);
         if info.name.is_none() {
             info.name = fallback_name();
         }
@@ -201,7 +204,7 @@ impl ProcCache {
                 info: info.clone(),
                 seen: self.round,
                 probed: self.now,
-                start: None,
+                start,
             },
         );
         info
@@ -215,7 +218,8 @@ impl ProcCache {
         self.entries.is_empty()
     }
 
-    fn lookup(&mut self, pid: u32) -> ProcInfo {
+    /// The process's info and its start time (None when stat could not be read).
+    fn lookup(&mut self, pid: u32) -> (ProcInfo, Option<u64>) {
         let files = match self.read_ahead.remove(&pid) {
             Some(f) => f,
             None => self.reader.files(pid),
@@ -229,9 +233,10 @@ impl ProcCache {
             state,
             ppid,
             parent,
+            start,
         } = files;
         let user = uid.and_then(|u| self.user_name(u));
-        ProcInfo {
+        let info = ProcInfo {
             name,
             user,
             uid,
@@ -245,7 +250,8 @@ impl ProcCache {
             state,
             ppid,
             parent,
-        }
+        };
+        (info, start)
     }
 
     fn user_name(&mut self, uid: u32) -> Option<String> {
@@ -290,8 +296,8 @@ impl Reader {
         }
     }
 
-    /// A process's name and real uid (both from status) and main cgroup; None for each that
-    /// cannot be read. status's `Name:` line is what comm holds (escaped), so comm is not read:
+    /// A process's name and real uid (both from status), start time (stat) and main cgroup;
+    /// None for each that cannot be read. status's `Name:` line is what comm holds (escaped), so comm is not read:
     /// a third of the files, and procfs costs a few µs per file opened.
     fn files(&mut self, pid: u32) -> Files {
         let (name, uid, (state, ppid)) = match self.read(pid, "status") {
@@ -303,6 +309,11 @@ impl Reader {
             None => (None, None, (ProcState::Gone, None)),
         };
         let (ppid, parent) = self.parent(state, ppid);
+        // At the first look, not the first recheck: a pid reused in between is then told apart.
+        let start = self
+            .read(pid, "stat")
+            .and_then(liveness::parse_stat)
+            .map(|s| s.start);
         let cgroup = self.read(pid, "cgroup").and_then(main_cgroup);
         let container = cgroup.as_deref().and_then(container_from_cgroup);
         let pod_uid = cgroup.as_deref().and_then(kube_ids).map(|k| k.pod_uid);
@@ -315,6 +326,7 @@ impl Reader {
             state: Some(state),
             ppid,
             parent,
+            start,
         }
     }
 

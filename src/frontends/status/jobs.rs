@@ -7,8 +7,9 @@
 use std::fmt::Write as _;
 
 use super::truncate;
+use crate::core::jobs::text::{failure_refs, later_failures};
 use crate::core::jobs::verdict::{ranks_text, summary};
-use crate::core::jobs::view::{who, FailureRef, JobView};
+use crate::core::jobs::view::{who, JobView};
 use crate::core::snapshot::Snapshot;
 use crate::units::{bytes, duration_coarse};
 
@@ -74,11 +75,10 @@ fn details(v: &JobView) -> Vec<String> {
         lines.push(format!("before it: {}", f.message));
     }
     if !v.consequences.is_empty() {
-        lines.push(format!("followed: {}", refs(&v.consequences)));
+        let followed = failure_refs(&v.consequences, FOLLOWERS_NAMED);
+        lines.push(format!("followed: {followed}"));
     }
-    if !v.other_failures.is_empty() {
-        lines.push(format!("failed later: {}", refs(&v.other_failures)));
-    }
+    lines.extend(later_failures(&v.other_failures, FOLLOWERS_NAMED));
     if let Some(m) = memory(v) {
         lines.push(m);
     }
@@ -89,22 +89,6 @@ fn details(v: &JobView) -> Vec<String> {
         lines.push(format!("conflict: {c}"));
     }
     lines
-}
-
-/// `rank 0 crash +1.2s, rank 1 crash +1.5s`, the first few named and the rest counted.
-fn refs(failures: &[FailureRef]) -> String {
-    let mut parts: Vec<String> = failures
-        .iter()
-        .take(FOLLOWERS_NAMED)
-        .map(|r| {
-            let who = who(r.rank, &r.session);
-            format!("{who} {} +{:.1}s", r.kind, r.after_seconds.max(0.0))
-        })
-        .collect();
-    if failures.len() > FOLLOWERS_NAMED {
-        parts.push(format!("{} more", failures.len() - FOLLOWERS_NAMED));
-    }
-    parts.join(", ")
 }
 
 /// `memory: peaks 3.5 GiB-4.5 GiB (highest rank 2), headroom 11.2 GiB (rank 2), OOM in 12m

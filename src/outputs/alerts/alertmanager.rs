@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::{rfc3339, AlertSettings, Sink};
-use crate::core::detect::findings::Severity;
+use crate::core::detect::findings::{consequence_text, Severity, Transition};
 use crate::core::detect::{Finding, FindingState, Kind};
 use crate::outputs::{attribution_text, explanation_text, peak_text};
 use crate::util::printable::{printable, printable_json, printable_lines};
@@ -88,11 +88,7 @@ pub fn alert(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Val
     }
     if let Some(c) = &f.consequence_of {
         // What this failure followed: the job's first failure (jobs.md), which pages instead.
-        let who = crate::core::jobs::view::who(c.rank, &c.session);
-        annotations.insert(
-            "consequence_of".into(),
-            format!("{who}'s {} ({})", c.kind, c.session).into(),
-        );
+        annotations.insert("consequence_of".into(), consequence_text(c).into());
     }
     if f.kind == Kind::Oom {
         oom_annotations(f, &mut annotations);
@@ -170,10 +166,10 @@ pub fn alerts(f: &Finding, hostname: &str, api_url: &str, ends_after: f64) -> Ve
     {
         let mut was = f.clone();
         was.severity = Severity::Critical;
-        if was.state != FindingState::Resolved {
-            was.state = FindingState::Resolved;
-            was.resolved_ts = Some(f.updated_ts);
-        }
+        was.transition(Transition::Resolve {
+            at: f.updated_ts,
+            why: None,
+        });
         out.push(alert(&was, hostname, api_url, ends_after));
     }
     out

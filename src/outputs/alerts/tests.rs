@@ -376,3 +376,22 @@ fn a_near_limit_with_a_step_peak_names_its_top_site_in_both_sinks() {
     let back: Peak = serde_json::from_value(p.clone()).unwrap();
     assert_eq!(back, attention_example());
 }
+
+#[test]
+fn a_consequence_says_what_it_followed_as_its_message_does() {
+    let mut f = finding("s-3/crash", FindingState::Firing);
+    f.kind = Kind::Crash;
+    f.severity = Severity::Critical;
+    f.subject.session = "s-3".into();
+    let of = crate::core::detect::findings::ConsequenceOf {
+        session: "s-5".into(),
+        rank: Some(5),
+        kind: Kind::Oom,
+        host: None,
+    };
+    f.transition(crate::core::detect::findings::Transition::ConsequenceOf { of: &of, at: 2.0 });
+    let a = alertmanager::alert(&f, "node1", "http://x/api", 240.0);
+    assert_eq!(a["annotations"]["consequence_of"], "rank 5's oom (s-5)");
+    assert_eq!(a["annotations"]["summary"], "m; after rank 5's oom (s-5)");
+    assert_eq!(a["labels"]["severity"], "warning");
+}

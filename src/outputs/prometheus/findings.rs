@@ -84,7 +84,7 @@ pub fn finding_families(store: &Store, sessions: &Labelled, out: &mut String) {
     for f in store.sessions.findings.held() {
         counts[f.kind.index()] += 1;
     }
-    for f in store.sessions.orphans.current() {
+    for f in store.orphans.current() {
         counts[f.kind.index()] += 1;
     }
     for k in Kind::ALL {

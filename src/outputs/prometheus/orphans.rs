@@ -11,7 +11,6 @@ pub fn orphan_families(store: &Store, out: &mut String) {
         &["gpu", "uuid", "pid"],
     );
     let mut rows: Vec<(u32, u32, &str, u64)> = store
-        .sessions
         .orphans
         .current()
         .filter_map(|f| {

@@ -12,7 +12,7 @@ mod fit;
 mod text;
 
 pub use fit::{near_limit_margin, BatchFit, Budget, FitBasis, MAX_BATCH};
-pub use text::{remedies_text, split_text};
+pub use text::{fit_basis_text, remedies_text, split_text};
 
 /// One measured step, as the client sends it (`sample.categories`): bytes of this device's
 /// tensors, each storage counted once.

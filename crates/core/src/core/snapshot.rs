@@ -255,7 +255,7 @@ impl Snapshot {
             .map(|r| {
                 r.processes
                     .iter()
-                    .map(|p| kept::Row::of(p, &live, &store.sessions.orphans))
+                    .map(|p| kept::Row::of(p, &live, &store.orphans))
                     .collect()
             })
             .unwrap_or_default();
@@ -305,7 +305,7 @@ impl Snapshot {
                 last_poll_duration_seconds,
                 simulated,
             },
-            host_pids: store.sessions.orphans.host_pids(),
+            host_pids: store.orphans.host_pids(),
             gpus,
             processes,
             sessions,
@@ -346,7 +346,7 @@ fn findings(store: &Store) -> Vec<Finding> {
     s.live()
         .flat_map(|x| x.detect.current())
         .chain(s.findings.held())
-        .chain(s.orphans.current())
+        .chain(store.orphans.current())
         .chain(s.findings.recent().rev())
         .map(|f| {
             let mut f = f.clone();

@@ -118,6 +118,24 @@ pub struct Sample {
     pub categories: Option<Box<crate::core::categories::Categories>>,
 }
 
+impl Sample {
+    /// What the caching allocator could hold at most at this sample: what it has reserved plus
+    /// what the device has free, and never more than `alloc_limit`, its cap (the session's
+    /// latest). Falls back to the device total (or the cap) when the trainer does not send
+    /// `device_free`. The one definition: near_limit, the batch fit and a job member's
+    /// headroom all read it.
+    pub fn allocator_limit(&self, alloc_limit: Option<u64>) -> Option<u64> {
+        let device = match (self.device_free, self.stats.reserved) {
+            (Some(f), Some(r)) => Some(f.saturating_add(r)),
+            _ => self.device_total,
+        };
+        match (device, alloc_limit) {
+            (Some(d), Some(l)) => Some(d.min(l)),
+            (d, l) => d.or(l),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub ts: f64,
@@ -203,3 +221,6 @@ pub enum Ending {
     /// was stopped (Ctrl-C, `timeout`, scancel, preemption), not failed.
     Stopped,
 }
+
+#[cfg(test)]
+mod tests;

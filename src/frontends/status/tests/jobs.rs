@@ -119,7 +119,7 @@ fn a_failed_job_says_which_rank_failed_first_and_who_followed() {
             "JOB                                     UID STATE      RANKS  VERDICT",
             "train-ddp (run r-42)                   1000 failed       4/4  failed: rank 2 oom on node-a at step 812, then 3 ranks within 1.8 s",
             &format!("  rank 2 oom: {OOM}"),
-            "  followed: rank 0 crash +1.2s, rank 1 crash +1.5s, rank 3 crash +1.8s",
+            "  followed: rank 0 crash +1.2 s, rank 1 crash +1.5 s, rank 3 crash +1.8 s",
             "  memory: peaks 3.5 GiB-4.5 GiB (highest rank 2)",
         ],
         "{out}"
@@ -249,6 +249,27 @@ fn the_exception_a_rank_died_of_is_named_and_reaches_the_terminal_escaped() {
     assert!(!out.contains('\u{1b}'), "{out:?}");
     assert!(
         out.contains("failed: rank 0 crash (RuntimeError: boom\\u{1b}[2J)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_failure_past_the_cascade_window_is_said_in_the_cores_words() {
+    // Rank 0's OOM, rank 1 down 1.5 s later, rank 2 95 s later: past the 60 s window.
+    let after = [0.0, 1.5, 95.0];
+    let members = (0..3)
+        .map(|r| {
+            let kind = if r == 0 { Kind::Oom } else { Kind::Crash };
+            member(r, Some((kind, after[r as usize])))
+        })
+        .collect();
+    let v = job("train-ddp", "r-42", 3, members);
+    assert_eq!(v.other_failures.len(), 1, "{v:#?}");
+    let out = table(&node(vec![v.clone()]), &origin());
+    let want = crate::core::jobs::text::later_failures(&v.other_failures, 8).unwrap();
+    assert_eq!(want, "failed past the cascade window: rank 2 crash +1m");
+    assert!(
+        section(&out).contains(&format!("  {want}").as_str()),
         "{out}"
     );
 }

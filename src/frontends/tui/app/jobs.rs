@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::node::Node;
 use crate::core::jobs::verdict::CLOCK_TOLERANCE_SECONDS;
-use crate::core::jobs::{self, FirstFailure, JobState, JobView, Rules};
+use crate::core::jobs::{self, FirstFailure, JobState, JobView, Rules, RunKey};
 use crate::frontends::tui::finding::{FindingView, State};
 
 /// One job and what the overview decides by.
@@ -51,18 +51,14 @@ impl Jobs {
             })
             .collect();
         // Each daemon's views, grouped by run; a job without a run id is its daemon's alone.
-        type Run = (String, String, Option<u32>);
-        let mut runs: BTreeMap<Run, Vec<(usize, JobView)>> = BTreeMap::new();
+        let mut runs: BTreeMap<RunKey, Vec<(usize, JobView)>> = BTreeMap::new();
         let mut groups: Vec<Vec<(usize, JobView)>> = Vec::new();
         for (n, node) in nodes.iter().enumerate() {
             let Some(snap) = &node.snap else { continue };
             for v in &snap.jobs {
                 let v = with_host(v.clone(), &snap.hostname);
-                match v.run_id.clone() {
-                    Some(run) => runs
-                        .entry((v.job.clone(), run, v.uid))
-                        .or_default()
-                        .push((n, v)),
+                match v.identity().across_daemons() {
+                    Some(key) => runs.entry(key).or_default().push((n, v)),
                     None => groups.push(vec![(n, v)]),
                 }
             }

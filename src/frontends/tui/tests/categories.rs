@@ -43,7 +43,7 @@ fn the_split_reads_at_every_size() {
             "{w}x{h}:\n{screen}"
         );
         assert!(
-            screen.contains("batch 16 now · 15 fits (proportional from batch 16)"),
+            screen.contains("batch 16 now · 15 fits (scaled from batch 16)"),
             "{w}x{h}:\n{screen}"
         );
         for part in [
@@ -53,7 +53,7 @@ fn the_split_reads_at_every_size() {
         }
         let screen = opened(fixtures::split_fitted(), w, h);
         assert!(
-            screen.contains(" fits (fitted on 8, 12, 16 within 5%)"),
+            screen.contains(" fits (fitted on batches 8, 12 and 16, within 5%)"),
             "{w}x{h}:\n{screen}"
         );
         assert!(screen.contains("64.0 MiB"), "buffers at {w}x{h}:\n{screen}");

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use super::fmt::thousands;
 use super::ledger::bar;
 use super::theme::Theme;
-use crate::core::categories::{BatchFit, FitBasis, Split};
+use crate::core::categories::{fit_basis_text, BatchFit, Split};
 use crate::core::snapshot::SessionView;
 use crate::units::bytes;
 use crate::util::printable::printable;
@@ -18,8 +18,6 @@ use crate::util::printable::printable;
 const BAR_MAX: usize = 40;
 /// Narrowest worth drawing.
 const BAR_MIN: usize = 8;
-/// A fit on more batch sizes than this names the range instead of each.
-const LISTED_SIZES: usize = 4;
 
 /// Each part's glyph, in `Theme::category`'s order: under NO_COLOR the glyph alone tells the
 /// parts apart, in the bar and beside each size.
@@ -189,7 +187,8 @@ fn bar_spans(parts: &[Part], cells: usize, t: Theme) -> Vec<Span<'static>> {
     out
 }
 
-/// "batch 16 now · 15 fits (proportional from batch 16)"; empty when the batch is not known.
+/// "batch 16 now · 15 fits (scaled from batch 16)", the fit as the findings' remedies
+/// word it; empty when the batch is not known.
 fn batch(s: &Split, fit: Option<&BatchFit>, largest: Option<u64>, t: Theme) -> Vec<Span<'static>> {
     let Some(now) = s.measured.batch_size else {
         return Vec::new();
@@ -217,40 +216,15 @@ fn batch(s: &Split, fit: Option<&BatchFit>, largest: Option<u64>, t: Theme) -> V
             let style = if n < now { t.warn() } else { t.ok() };
             out.push(Span::styled(format!("{} fits", thousands(n)), style));
             if let Some(f) = fit {
-                out.push(Span::styled(format!(" ({})", basis(f, now)), t.dim()));
+                out.push(Span::styled(
+                    format!(" ({})", fit_basis_text(f, now)),
+                    t.dim(),
+                ));
             }
         }
         None => out.push(Span::styled("what fits is not known", t.dim())),
     }
     out
-}
-
-/// How the fit was made: "proportional from batch 16", "fitted on 8, 12, 16 within 3%".
-fn basis(f: &BatchFit, now: u64) -> String {
-    match f.basis {
-        FitBasis::Proportional => format!(
-            "proportional from batch {}",
-            f.batch_sizes.first().copied().unwrap_or(now)
-        ),
-        FitBasis::Fitted => {
-            let on = match f.batch_sizes.as_slice() {
-                [first, .., last] if f.batch_sizes.len() > LISTED_SIZES => {
-                    format!("{} batch sizes, {first}\u{2013}{last}", f.batch_sizes.len())
-                }
-                sizes => sizes
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            };
-            // Rounded up, as the findings' messages say it: the error is at most this.
-            let within = f
-                .stated_error_percent()
-                .map(|e| format!(" within {e}%"))
-                .unwrap_or_default();
-            format!("fitted on {on}{within}")
-        }
-    }
 }
 
 /// "partial: activations_unmeasured: the trainer's own …; zero3_partitions: …", or just the

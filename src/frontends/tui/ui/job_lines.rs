@@ -10,6 +10,7 @@ use ratatui::text::{Line, Span};
 use super::fmt::{clip, clip_keeping_last, duration};
 use super::theme::Theme;
 use crate::core::detect::Kind;
+use crate::core::jobs::text::{failure_refs, LATER};
 use crate::core::jobs::verdict::{ranks_text, summary};
 use crate::core::jobs::view::{who, FailureRef, JobMemory};
 use crate::core::jobs::{JobState, JobView};
@@ -139,27 +140,11 @@ fn failure(v: &JobView, now: f64, t: Theme) -> Vec<Line<'static>> {
         ]));
     }
     if !v.other_failures.is_empty() {
-        let named: Vec<String> = v
-            .other_failures
-            .iter()
-            .take(LATER_SHOWN)
-            .map(|f| {
-                format!(
-                    "{} {} (+{})",
-                    who(f.rank, &f.session),
-                    f.kind,
-                    duration_coarse(f.after_seconds)
-                )
-            })
-            .collect();
-        let mut s = named.join(", ");
-        if v.other_failures.len() > LATER_SHOWN {
-            s.push_str(&format!(", {} more", v.other_failures.len() - LATER_SHOWN));
-        }
+        let named = failure_refs(&v.other_failures, LATER_SHOWN);
         out.push(Line::from(vec![
             Span::raw("  "),
-            Span::styled("later, not within the cascade: ", t.warn()),
-            Span::raw(printable(&s).into_owned()),
+            Span::styled(format!("{LATER}: "), t.warn()),
+            Span::raw(printable(&named).into_owned()),
         ]));
     }
     if let Some(p) = &v.previous_failure {

@@ -212,3 +212,42 @@ fn a_collection_rechecks_a_bounded_number_of_processes() {
     assert!(first > 0 && first <= 32, "{first}");
     assert_eq!(zombies(&mut cache), 40);
 }
+
+#[test]
+fn a_pid_taken_by_another_process_before_the_first_recheck_is_gone() {
+    // Two real processes; the second takes the first's pid in a /proc whose entry 77 is a link
+    // to one of them (the kernel hands a pid out again only after a wrap, which a test cannot
+    // wait for). The first is read, exits, and its pid is taken before any recheck.
+    let mut first = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut second = Command::new("sleep").arg("30").spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let entry = dir.path().join("77");
+    symlink(format!("/proc/{}", first.id()), &entry).unwrap();
+    // Start times are in clock ticks: the second must start at a later tick than the first.
+    let start = |pid: u32| parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).unwrap());
+    while start(second.id()).unwrap().start == start(first.id()).unwrap().start {
+        second.kill().unwrap();
+        second.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        second = Command::new("sleep").arg("30").spawn().unwrap();
+    }
+    let mut cache = ProcCache::with_root(dir.path().into()).with_recheck(Duration::from_secs(3600));
+    cache.begin();
+    assert_eq!(cache.get(77, || None).state, Some(ProcState::Running));
+    cache.end();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    fs::remove_file(&entry).unwrap();
+    symlink(format!("/proc/{}", second.id()), &entry).unwrap();
+    // The first recheck comes now.
+    let mut cache = cache.with_recheck(Duration::ZERO);
+    cache.begin();
+    let info = cache.get(77, || None);
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(
+        info.state,
+        Some(ProcState::Gone),
+        "the new process is not the one listed"
+    );
+}

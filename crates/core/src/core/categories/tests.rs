@@ -171,7 +171,7 @@ fn remedies_are_sized_from_the_split() {
     let text = remedies_text(&e);
     assert_eq!(
         text,
-        "a batch of up to 17 fits (now 16; activations and temporaries scaled from batch 16 in proportion); \
+        "a batch of up to 17 fits (now 16; scaled from batch 16); \
          activation checkpointing frees up to 4.0 GiB; bf16 parameters and gradients free 1.0 GiB (half their \
          float32 bytes); sharding the optimizer state over the job's 8 ranks (ZeRO-1, FSDP) frees 1.8 GiB"
     );

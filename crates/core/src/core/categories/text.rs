@@ -57,19 +57,36 @@ pub fn remedies_text(e: &CategoryEvidence) -> String {
     out.join("; ")
 }
 
-/// "a batch of 15 fits (now 16; how it was predicted)", or why none does.
-fn batch_text(current: u64, fits: u64, fit: &BatchFit) -> String {
-    let how = match fit.basis {
+/// Batch sizes a fit names one by one; past these, their count and range.
+const LISTED_SIZES: usize = 4;
+
+/// How the largest batch was predicted: "scaled from batch 16", "fitted on
+/// batches 8, 12 and 16, within 3%", "fitted on 6 batch sizes, 4–24, within 1%". The findings'
+/// remedies and the TUI's split say it so.
+pub fn fit_basis_text(fit: &BatchFit, current: u64) -> String {
+    match fit.basis {
         FitBasis::Proportional => format!(
-            "activations and temporaries scaled from batch {} in proportion",
+            "scaled from batch {}",
             fit.batch_sizes.first().copied().unwrap_or(current)
         ),
-        FitBasis::Fitted => format!(
-            "fitted on batches {}{}",
-            list(&fit.batch_sizes),
-            line_error(fit)
-        ),
-    };
+        FitBasis::Fitted => {
+            let on = match fit.batch_sizes.as_slice() {
+                [first, .., last] if fit.batch_sizes.len() > LISTED_SIZES => {
+                    format!(
+                        "{} batch sizes, {first}\u{2013}{last}",
+                        fit.batch_sizes.len()
+                    )
+                }
+                sizes => format!("batches {}", list(sizes)),
+            };
+            format!("fitted on {on}{}", line_error(fit))
+        }
+    }
+}
+
+/// "a batch of 15 fits (now 16; how it was predicted)", or why none does.
+fn batch_text(current: u64, fits: u64, fit: &BatchFit) -> String {
+    let how = fit_basis_text(fit, current);
     match fits {
         0 if fit.fixed_bytes > fit.limit_bytes => format!(
             "no batch fits: what does not scale with it ({}) is over the {} the allocator can hold",

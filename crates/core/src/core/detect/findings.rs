@@ -6,6 +6,7 @@
 
 mod held;
 pub mod log_limit;
+pub mod transition;
 
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +17,7 @@ use crate::core::model::Timestamp;
 use crate::util::bounded::Bounded;
 use held::{Group, Held, HELD_MAX, PER_JOB};
 use log_limit::LogLimit;
+pub use transition::{consequence_message, consequence_text, who, Transition};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -254,13 +256,12 @@ impl Findings {
         let agg = held::aggregate(self.aggregates, group, f.clone(), n, first_ts);
         self.fired(&agg.f);
         self.held.push(agg);
+        let why = format!("counted in {id}");
         for mut m in members {
-            let why = format!("counted in {id}");
-            m.f.state = FindingState::Resolved;
-            m.f.resolved_ts = Some(f.updated_ts);
-            m.f.updated_ts = f.updated_ts;
-            m.f.message = format!("{}; {why}", m.f.message);
-            m.f.evidence.detail = Some(why);
+            m.f.transition(Transition::Resolve {
+                at: f.updated_ts,
+                why: Some(&why),
+            });
             self.resolved(m.f);
         }
     }
@@ -281,9 +282,7 @@ impl Findings {
     /// must outlive its session), never folded with others. At the cap it resolves as before.
     pub fn hold_cause(&mut self, mut f: Finding, now: Timestamp) {
         if self.held.len() >= HELD_MAX {
-            f.state = FindingState::Resolved;
-            f.resolved_ts = Some(now);
-            f.updated_ts = now;
+            f.transition(Transition::Resolve { at: now, why: None });
             self.resolved(f);
             return;
         }
@@ -306,11 +305,9 @@ impl Findings {
             if h.group.is_some() || h.f.subject.session != session {
                 continue;
             }
-            h.f.severity = Severity::Warning;
-            h.f.consequence_of = Some(of.clone());
-            h.f.message = consequence_message(&h.f.message, of);
-            h.f.updated_ts = h.f.updated_ts.max(now);
-            changed.push(h.f.clone());
+            if h.f.transition(Transition::ConsequenceOf { of, at: now }) {
+                changed.push(h.f.clone());
+            }
         }
         for f in changed {
             self.post(f);
@@ -324,11 +321,10 @@ impl Findings {
             return false;
         };
         let mut f = self.held.remove(i).f;
-        f.state = FindingState::Resolved;
-        f.resolved_ts = Some(now);
-        f.updated_ts = now;
-        f.message = format!("{}; {why}", f.message);
-        f.evidence.detail = Some(why.to_string());
+        f.transition(Transition::Resolve {
+            at: now,
+            why: Some(why),
+        });
         self.resolved(f);
         true
     }
@@ -338,9 +334,7 @@ impl Findings {
         self.log.roll(now);
         let done = self.take_held(|h| now - h.f.updated_ts >= hold_seconds);
         for Held { mut f, .. } in done {
-            f.state = FindingState::Resolved;
-            f.resolved_ts = Some(now);
-            f.updated_ts = now;
+            f.transition(Transition::Resolve { at: now, why: None });
             self.resolved(f);
         }
         if self.held.capacity() > 2 * self.held.len().max(PER_JOB) {
@@ -389,23 +383,6 @@ pub struct ConsequenceOf {
     pub kind: Kind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-}
-
-/// `rank 5` or `session s-17` where the member sent no rank.
-pub fn who(rank: Option<u64>, session: &str) -> String {
-    rank.map_or_else(|| format!("session {session}"), |r| format!("rank {r}"))
-}
-
-/// A finding's message with what it followed: `...; after rank 5's oom (s-17)`.
-pub fn consequence_message(message: &str, of: &ConsequenceOf) -> String {
-    let who = who(of.rank, &of.session);
-    let host = of
-        .host
-        .as_deref()
-        .map(|h| format!(" on {h}"))
-        .unwrap_or_default();
-    let base = message.split("; after ").next().unwrap_or(message);
-    format!("{base}; after {who}'s {}{host} ({})", of.kind, of.session)
 }
 
 #[cfg(test)]

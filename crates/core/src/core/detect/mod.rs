@@ -257,16 +257,9 @@ impl Obs<'_> {
         }
     }
 
-    /// What the caching allocator could hold at most: what it has plus what the device has free,
-    /// and never more than its cap. Falls back to the device total (or the cap) when the trainer
-    /// does not send `device_free`.
+    /// What the caching allocator could hold at most (`Sample::allocator_limit`).
     pub fn limit(&self) -> Option<u64> {
-        let s = self.sample;
-        let device = match (s.device_free, s.stats.reserved) {
-            (Some(f), Some(r)) => Some(f.saturating_add(r)),
-            _ => s.device_total,
-        };
-        min_known(device, self.alloc_limit)
+        self.sample.allocator_limit(self.alloc_limit)
     }
 
     /// What a batch must fit under at this sample: its limit, cap and split blocks.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::findings::{Finding, FindingState, Findings, Severity, Subject};
+use super::findings::{Finding, FindingState, Findings, Severity, Subject, Transition};
 use super::{Evidence, Kind};
 use crate::core::model::{GpuState, NodeReading, ProcState, ProcView, ProcessReading, Timestamp};
 
@@ -243,11 +243,10 @@ impl Orphans {
                 (false, true) => "/proc shows the process running",
                 (false, false) => "NVML no longer lists its memory",
             };
-            f.state = FindingState::Resolved;
-            f.resolved_ts = Some(r.ts);
-            f.updated_ts = r.ts;
-            f.message = format!("{}; {why}", f.message);
-            f.evidence.detail = Some(why.to_string());
+            f.transition(Transition::Resolve {
+                at: r.ts,
+                why: Some(why),
+            });
             out.resolved(f);
         }
     }

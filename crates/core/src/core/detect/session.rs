@@ -4,7 +4,7 @@
 use super::attribution::Attribution;
 use super::explanation::Explanation;
 use super::findings::{
-    consequence_message, ConsequenceOf, Finding, FindingState, Findings, Severity, Subject,
+    ConsequenceOf, Finding, FindingState, Findings, Severity, Subject, Transition,
 };
 use super::lifecycle::{Change, Lifecycle, Span};
 use super::peak::Peak;
@@ -172,16 +172,12 @@ impl SessionDetect {
                 }
                 if f.kind == Kind::Oom && end.died_of_oom {
                     if let Some(of) = &end.consequence_of {
-                        f.severity = Severity::Warning;
-                        f.message = consequence_message(&f.message, of);
-                        f.consequence_of = Some(of.clone());
+                        f.transition(Transition::ConsequenceOf { of, at: now });
                     }
                     findings.hold_cause(f, now);
                     continue;
                 }
-                f.state = FindingState::Resolved;
-                f.resolved_ts = Some(now);
-                f.updated_ts = now;
+                f.transition(Transition::Resolve { at: now, why: None });
                 findings.resolved(f);
             }
         }
@@ -202,22 +198,14 @@ impl SessionDetect {
             kind: Kind::Oom,
             host: None,
         });
-        let of = end.consequence_of.clone().or(own_oom);
-        let mut message = message::describe(kind, &evidence);
-        if let Some(of) = &of {
-            message = if of.session == who.session {
-                format!("{message}; after its own oom")
-            } else {
-                consequence_message(&message, of)
-            };
-        }
-        findings.hold(Finding {
+        let of = end.consequence_of.as_ref().or(own_oom.as_ref());
+        let mut f = Finding {
             id: ending_id(&who.session, Some(end.ending)),
             kind,
             state: FindingState::Firing,
             // A stop is an end someone chose: it never pages.
-            severity: match (&of, kind) {
-                (None, Kind::Crash) => Severity::Critical,
+            severity: match kind {
+                Kind::Crash => Severity::Critical,
                 _ => Severity::Warning,
             },
             subject: who.clone(),
@@ -227,13 +215,17 @@ impl SessionDetect {
             since: Some(now),
             updated_ts: now,
             resolved_ts: None,
-            message,
+            message: message::describe(kind, &evidence),
             hint: message::hint(kind, &evidence),
             evidence,
             attribution: None,
             peak: None,
-            consequence_of: of,
-        });
+            consequence_of: None,
+        };
+        if let Some(of) = of {
+            f.transition(Transition::ConsequenceOf { of, at: now });
+        }
+        findings.hold(f);
     }
 
     /// Pending and firing findings of this session.
@@ -454,9 +446,7 @@ fn apply(
         Change::Resolved => {
             t.no_line = None;
             if let Some(mut f) = t.current.take() {
-                f.state = FindingState::Resolved;
-                f.resolved_ts = Some(ts);
-                f.updated_ts = ts;
+                f.transition(Transition::Resolve { at: ts, why: None });
                 findings.resolved(f);
             }
         }

@@ -9,37 +9,32 @@
 use std::collections::BTreeMap;
 
 use super::verdict::{verdict, Basis, Rules};
-use super::JobView;
+use super::{JobView, RunKey};
 
 /// One view per job across `views` (each already carrying its members' hosts). `skewed_hosts`
 /// are hosts whose clock was measured off by more than the tolerance. A run is judged with the
 /// widest cascade window its daemons were judged with (`rules.cascade` when none says): a rank
 /// on a node that waits out NCCL's timeout is a consequence there, so it is one here too.
 pub fn merge(views: Vec<JobView>, skewed_hosts: &[String], rules: &Rules) -> Vec<JobView> {
-    type Key = (String, String, Option<u32>);
-    let mut cascade: BTreeMap<Key, f64> = BTreeMap::new();
-    let mut by_run: BTreeMap<Key, Basis> = BTreeMap::new();
+    let mut cascade: BTreeMap<RunKey, f64> = BTreeMap::new();
+    let mut by_run: BTreeMap<RunKey, Basis> = BTreeMap::new();
     let mut alone = Vec::new();
     for v in views {
-        let Some(run) = v.run_id.clone() else {
+        let Some(key) = v.identity().across_daemons() else {
             alone.push(v);
             continue;
         };
         if let Some(c) = v.cascade_seconds.filter(|c| c.is_finite() && *c >= 0.0) {
-            let w = cascade
-                .entry((v.job.clone(), run.clone(), v.uid))
-                .or_insert(c);
+            let w = cascade.entry(key.clone()).or_insert(c);
             *w = w.max(c);
         }
-        let b = by_run
-            .entry((v.job.clone(), run, v.uid))
-            .or_insert_with(|| Basis {
-                job: v.job.clone(),
-                run_id: v.run_id.clone(),
-                uid: v.uid,
-                skewed_hosts: skewed_hosts.to_vec(),
-                ..Basis::default()
-            });
+        let b = by_run.entry(key).or_insert_with(|| Basis {
+            job: v.job.clone(),
+            run_id: v.run_id.clone(),
+            uid: v.uid,
+            skewed_hosts: skewed_hosts.to_vec(),
+            ..Basis::default()
+        });
         b.world_size = b.world_size.or(v.world_size);
         b.restarts = b.restarts.max(v.restarts);
         let earlier = match (&b.previous_failure, &v.previous_failure) {

@@ -9,7 +9,9 @@
 //! uid, `ENDED_KEPT` ended jobs, `MAX_MEMBERS` sessions a job, `MAX_RECORDS` in all; past those
 //! a session is not grouped (counted), and its own view stays whole.
 
+pub mod identity;
 pub mod merge;
+pub mod text;
 pub mod verdict;
 pub mod view;
 
@@ -17,6 +19,7 @@ pub use crate::core::detect::findings::ConsequenceOf;
 use crate::core::detect::Kind;
 use crate::core::model::Timestamp;
 use crate::core::trainer::Hello;
+pub use identity::{Identity, RunKey};
 pub use merge::merge;
 pub use verdict::{Basis, Rules};
 pub use view::{Failure, FirstFailure, JobState, JobView, Member, MemberFinding};
@@ -69,6 +72,14 @@ pub struct Job {
 }
 
 impl Job {
+    pub fn identity(&self) -> Identity<'_> {
+        Identity {
+            job: &self.job,
+            run_id: self.run_id.as_deref(),
+            uid: Some(self.uid),
+        }
+    }
+
     pub fn live(&self) -> bool {
         self.members.iter().any(|m| m.ended.is_none())
     }
@@ -191,15 +202,15 @@ impl Jobs {
     }
 
     fn find(&self, name: &str, run_id: Option<&str>, world: Option<u64>, uid: u32) -> Option<u64> {
-        // The uid is part of the identity, root's too: a job another user opened first under
-        // the same name and run id is not this session's, whoever this session is.
-        let same = |j: &&Job| j.uid == uid && j.job == name && j.run_id.as_deref() == run_id;
-        let fits = |j: &&Job| match run_id {
-            Some(_) => true,
-            // Without a run id, only a job still running, of the same size.
-            None => j.live() && j.world_size == world,
+        let me = Identity {
+            job: name,
+            run_id,
+            uid: Some(uid),
         };
-        self.jobs.iter().filter(same).rfind(fits).map(|j| j.id)
+        self.jobs
+            .iter()
+            .rfind(|j| me.joins(world, &j.identity(), || j.live(), j.world_size))
+            .map(|j| j.id)
     }
 
     /// Frees one record for a session of `uid` joining job `joining`, at `MAX_RECORDS`: the

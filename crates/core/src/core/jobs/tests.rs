@@ -241,19 +241,33 @@ fn a_long_run_whose_ranks_reconnect_keeps_its_members_bounded() {
 
 #[test]
 fn all_jobs_together_keep_at_most_max_records_sessions() {
+    // 20 users, each a job of MAX_MEMBERS ranks whose rank 0 runs on (so the job is live and
+    // does not restart) while the others crash: 5,120 sessions, five times MAX_RECORDS.
     let mut j = Jobs::default();
+    let mut most = 0;
     for uid in 0..20u32 {
-        for r in 0..MAX_MEMBERS as u64 {
+        let h = |r| hello("flood", Some("r"), r, MAX_MEMBERS as u64);
+        let id = j.join(&format!("s-{uid}-0"), 1, 1000 + uid, &h(0), 1.0);
+        assert!(id.is_some(), "user {uid}'s first rank is grouped");
+        for r in 1..MAX_MEMBERS as u64 {
             let s = format!("s-{uid}-{r}");
-            let h = hello("flood", Some("r"), r, MAX_MEMBERS as u64);
-            if let Some(id) = j.join(&s, 1 + r as u32, 1000 + uid, &h, 1.0) {
-                j.left(id, &s, 2.0, crash(2.0), Vec::new());
-            }
+            let id = j.join(&s, 1 + r as u32, 1000 + uid, &h(r), 1.0 + r as f64);
+            let id = id.unwrap_or_else(|| panic!("{s} not grouped"));
+            let records: usize = j.iter().map(|x| x.members.len()).sum();
+            most = most.max(records);
+            j.left(id, &s, 1.5 + r as f64, crash(1.5 + r as f64), Vec::new());
         }
     }
+    assert_eq!(most, MAX_RECORDS, "the bound was reached, and held");
     let records: usize = j.iter().map(|x| x.members.len()).sum();
-    assert!(records <= MAX_RECORDS, "{records}");
-    assert!(j.ungrouped == 0, "ended jobs made room: {}", j.ungrouped);
+    assert_eq!(records, MAX_RECORDS);
+    assert_eq!(j.ungrouped, 0, "ended members made room");
+    // Every user's live rank is still grouped: only ended ones made room.
+    let live = j
+        .iter()
+        .flat_map(|x| &x.members)
+        .filter(|m| m.ended.is_none());
+    assert_eq!(live.count(), 20);
 }
 
 #[test]

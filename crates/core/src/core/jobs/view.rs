@@ -235,6 +235,14 @@ pub struct JobView {
 }
 
 impl JobView {
+    pub fn identity(&self) -> super::Identity<'_> {
+        super::Identity {
+            job: &self.job,
+            run_id: self.run_id.as_deref(),
+            uid: self.uid,
+        }
+    }
+
     /// The job as one line names it: `llama-ft (uid 1000)` or `llama-ft (run 1234, uid 1000)`;
     /// two users' runs of one name and run id are two jobs, and read as two.
     pub fn name(&self) -> String {

@@ -81,14 +81,7 @@ pub fn facts(m: &mut Member, s: &Session, r: &Record, by_pid: &ByPid) {
     let st = last.map(|x| x.stats);
     m.peak_bytes = st.and_then(|st| st.allocated_peak.or(st.allocated));
     if let (Some(x), Some(peak)) = (last, m.peak_bytes) {
-        let device = match (x.device_free, x.stats.reserved) {
-            (Some(f), Some(res)) => Some(f.saturating_add(res)),
-            _ => x.device_total,
-        };
-        let limit = match (device, s.alloc_limit) {
-            (Some(d), Some(l)) => Some(d.min(l)),
-            (d, l) => d.or(l),
-        };
+        let limit = x.allocator_limit(s.alloc_limit);
         m.headroom_bytes = limit.map(|l| l as i64 - peak as i64);
     }
     if s.ended.is_none() {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::detect::orphan::Orphans;
 use crate::core::model::{GpuState, NodeReading, Timestamp};
 pub use series::{Point, Series};
 
@@ -90,6 +91,9 @@ pub struct Store {
     pub nvml: NvmlStatus,
     /// Trainer sessions pushed over the ingest socket.
     pub sessions: sessions::Sessions,
+    /// Memory NVML lists for processes that have exited (orphaned_memory), beside the sessions
+    /// that tell whose it was.
+    pub orphans: Orphans,
     /// Bumped by every collection, so outputs can cache what they derive from one.
     generation: u64,
     latest: Option<Arc<NodeReading>>,
@@ -115,6 +119,7 @@ impl Store {
                 ..NvmlStatus::default()
             },
             sessions: sessions::Sessions::new(sessions::SessionLimits::default()),
+            orphans: Orphans::default(),
             generation: 0,
             latest: None,
             by_pid: Vec::new(),
@@ -152,10 +157,14 @@ impl Store {
             .and_then(|u| self.gpu_index(u));
     }
 
+    /// Every finding firing now: the sessions' (live and held) and orphaned memory.
+    pub fn firing(&self) -> impl Iterator<Item = &crate::core::detect::Finding> {
+        self.sessions.firing().chain(self.orphans.current())
+    }
+
     /// Firing findings as alert sinks resend them, GPU resolved.
     pub fn firing_resolved(&self) -> Vec<crate::core::detect::Finding> {
-        self.sessions
-            .firing()
+        self.firing()
             .map(|f| {
                 let mut f = f.clone();
                 self.resolve_gpu(&mut f);
@@ -230,7 +239,8 @@ impl Store {
         let ts = reading.ts;
         self.sessions.tick(ts);
         self.sessions.polled(&reading);
-        self.sessions.orphans_polled(&reading, self.nvml.proc_view);
+        self.sessions
+            .orphans_polled(&mut self.orphans, &reading, self.nvml.proc_view);
         self.sessions.devices = Some(reading.clone());
         self.generation += 1;
         self.gpu_series

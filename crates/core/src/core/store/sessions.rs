@@ -4,6 +4,7 @@
 
 mod arm;
 mod attribute;
+mod close;
 pub mod nvml;
 pub mod ooms;
 mod orphans;
@@ -15,14 +16,11 @@ use serde::{Deserialize, Serialize};
 
 use super::session_series::SessionSeries;
 use crate::core::detect::attribution::Attribution;
-use crate::core::detect::crash;
 use crate::core::detect::findings::log_limit::LogLimit;
 use crate::core::detect::findings::Subject;
-use crate::core::detect::orphan::Orphans;
 use crate::core::detect::session::ending_id;
-use crate::core::detect::session::End;
-use crate::core::detect::{DetectConfig, Findings, Kind, Obs, SessionDetect};
-use crate::core::jobs::{Classified, Failure, Jobs, Rules};
+use crate::core::detect::{DetectConfig, Findings, Obs, SessionDetect};
+use crate::core::jobs::{Jobs, Rules};
 use crate::core::model::Timestamp;
 use crate::core::trainer::{
     Ending, Event, EventKind, EventRecord, Exit, Hello, Peer, Sample, SessionPoint, Stats,
@@ -204,8 +202,6 @@ pub struct Sessions {
     log: Option<LogLimit>,
     /// The sessions of one run, grouped (jobs.md).
     pub jobs: Jobs,
-    /// Memory NVML lists for processes that have exited (orphaned_memory).
-    pub orphans: Orphans,
 }
 
 impl Sessions {
@@ -225,7 +221,6 @@ impl Sessions {
             devices: None,
             log: None,
             jobs: Jobs::default(),
-            orphans: Orphans::default(),
         }
     }
 
@@ -434,118 +429,6 @@ impl Sessions {
         }
     }
 
-    pub fn close(&mut self, key: u64, ending: Ending, now: Timestamp) {
-        let how = match ending {
-            Ending::Clean => "bye",
-            Ending::Crash => "crash (no bye)",
-            Ending::Stopped => "stopped (no bye, after a signal)",
-        };
-        self.close_as(key, ending, now, how);
-    }
-
-    /// `close`, with how it ended in words for the log line (`idle_timeout`, `daemon_stopped`).
-    pub fn close_as(&mut self, key: u64, ending: Ending, now: Timestamp, how: &str) {
-        let Some(mut sess) = self.live.remove(&key) else {
-            return;
-        };
-        if self.log.as_mut().is_some_and(|l| l.allow(now)) {
-            tracing::info!(
-                session = %sess.id,
-                job = sess.hello.job.as_deref().unwrap_or("-"),
-                pid = sess.peer.pid,
-                samples = sess.samples,
-                ended = how,
-                "trainer session closed"
-            );
-        }
-        sess.end_window(now);
-        sess.end_arming();
-        let failure = (ending != Ending::Clean).then(|| failure_of(&sess, now));
-        // A trainer that said it received a signal was stopped, not failed.
-        let ending = match &failure {
-            Some(f) if f.kind == Kind::Stopped => Ending::Stopped,
-            _ => ending,
-        };
-        if ending != Ending::Clean {
-            let (kind, detail) = match (&ending, &sess.signal, &sess.exception) {
-                (Ending::Stopped, Some((_, sig)), _) => (
-                    "stopped",
-                    format!("connection closed without bye after {sig}: the trainer was stopped"),
-                ),
-                (_, _, Some(x)) => (
-                    "crash",
-                    format!("connection closed without bye: the trainer died of {x}"),
-                ),
-                _ => (
-                    "crash",
-                    "connection closed without bye: the trainer exited or was killed".into(),
-                ),
-            };
-            push_event(
-                &mut sess,
-                EventRecord {
-                    ts: now,
-                    kind: kind.into(),
-                    detail: Some(detail),
-                    alloc_bytes: None,
-                    device_free: None,
-                    alloc_limit: None,
-                },
-            );
-        }
-        sess.ended = Some((now, ending));
-        // The ring was allocated whole for a running session (115 KB at 3600 points); an ended
-        // one grows no more: keep only its points.
-        sess.series.shrink_to_fit();
-        let died_of_oom = failure.as_ref().is_some_and(|f| f.kind == Kind::Oom);
-        let verdict = match sess.job {
-            Some(j) => {
-                // What was firing as it ended (before close resolves it), for the job's story.
-                let firing = sess
-                    .detect
-                    .current()
-                    .filter(|f| f.state == crate::core::detect::FindingState::Firing)
-                    .filter(|f| !matches!(f.kind, Kind::Crash | Kind::Oom | Kind::Stopped))
-                    .map(|f| crate::core::jobs::MemberFinding {
-                        kind: f.kind,
-                        message: f.message.clone(),
-                    })
-                    .collect();
-                self.jobs.left(j, &sess.id, now, failure, firing)
-            }
-            None => Classified::default(),
-        };
-        for (session, of) in &verdict.relabel {
-            self.findings.relabel(session, of, now);
-        }
-        let end = End {
-            ending,
-            last: sess.last_sample.as_ref().map(|(_, s)| s),
-            now,
-            died_of_oom,
-            consequence_of: verdict.consequence_of,
-            signal: sess.signal.as_ref().map(|(_, s)| s.as_str()),
-            exception: sess.exception.as_deref(),
-        };
-        self.findings.closing(Some(sess.peer.uid));
-        sess.detect.close(&sess.subject, &end, &mut self.findings);
-        self.findings.closing(None);
-        if ending != Ending::Clean {
-            // A trainer restarted at once may say hello before its old connection's close is
-            // read: the crash is over already if so.
-            let back = self
-                .live
-                .values()
-                .find(|s| s.started >= sess.started && same_trainer(s, sess.peer, &sess.hello));
-            if let Some(back) = back {
-                let why = format!("restarted as {}", back.id);
-                self.findings
-                    .release(&ending_id(&sess.id, Some(ending)), now, &why);
-            }
-        }
-        self.ended.push(sess);
-    }
-
     pub fn live(&self) -> impl Iterator<Item = &Session> {
         self.live.values()
     }
@@ -554,14 +437,14 @@ impl Sessions {
         self.ended.iter()
     }
 
-    /// Every finding firing now: live sessions', held crashes and orphaned memory.
+    /// Every session's finding firing now: live sessions' and held ones (crashes, a failure's
+    /// cause). Orphaned memory is the store's (`Store::firing`).
     pub fn firing(&self) -> impl Iterator<Item = &crate::core::detect::Finding> {
         self.live
             .values()
             .flat_map(|s| s.detect.current())
             .filter(|f| f.state == crate::core::detect::FindingState::Firing)
             .chain(self.findings.held())
-            .chain(self.orphans.current())
     }
 
     /// Time passes with no sample: held findings (crashes) expire.
@@ -604,68 +487,11 @@ fn point(st: &Stats, step: Option<u64>, train: bool) -> SessionPoint {
 
 /// Whether `s` and a trainer saying `hello` from `peer` are one trainer run again: same user,
 /// job and rank.
-fn same_trainer(s: &Session, peer: Peer, hello: &Hello) -> bool {
+pub(super) fn same_trainer(s: &Session, peer: Peer, hello: &Hello) -> bool {
     s.peer.uid == peer.uid && s.hello.job == hello.job && s.hello.rank == hello.rank
 }
 
-/// How a session that closed without bye failed: of the OOM it did not go on from (its time and
-/// step), else a crash at the close.
-fn failure_of(sess: &Session, now: Timestamp) -> Failure {
-    let unsurvived = sess.oom_log.ooms.front().filter(|o| !o.survived);
-    let last_step = sess.last_sample.as_ref().and_then(|(_, s)| s.step);
-    if let Some(o) = unsurvived {
-        // The trainer's clock, trusted as a sample's is: within the hour before the close.
-        let sane = (now - 3600.0..=now + 300.0).contains(&o.ts);
-        return Failure {
-            kind: Kind::Oom,
-            ts: if sane { o.ts } else { now },
-            step: o.step.or(last_step),
-            message: sess
-                .detect
-                .firing(Kind::Oom)
-                .map_or_else(|| "CUDA out of memory".to_string(), |f| f.message.clone()),
-            exception: None,
-            signal: None,
-        };
-    }
-    if sess.ooms.total > sess.ooms_survived {
-        return Failure {
-            kind: Kind::Oom,
-            ts: now,
-            step: last_step,
-            message: "CUDA out of memory (the allocator's counter rose; no oom event)".into(),
-            exception: None,
-            signal: None,
-        };
-    }
-    let mut evidence = crash::evidence(sess.last_sample.as_ref().map(|(_, s)| s));
-    // A signal counts as the end when the close came within the grace a trainer gets to
-    // checkpoint and exit; one that handled it and went on longer, then died, crashed.
-    let stopped = sess
-        .signal
-        .as_ref()
-        .filter(|(ts, _)| now - ts <= crash::STOP_GRACE_SECONDS);
-    let kind = match stopped {
-        Some((_, sig)) => {
-            evidence.signal = Some(sig.clone());
-            Kind::Stopped
-        }
-        None => {
-            evidence.exception = sess.exception.clone();
-            Kind::Crash
-        }
-    };
-    Failure {
-        kind,
-        ts: now,
-        step: last_step,
-        message: crate::core::detect::message::describe(kind, &evidence),
-        exception: evidence.exception,
-        signal: evidence.signal,
-    }
-}
-
-fn push_event(sess: &mut Session, e: EventRecord) {
+pub(super) fn push_event(sess: &mut Session, e: EventRecord) {
     // Bounded by `SessionLimits::events` when the session was opened.
     sess.events.push(e);
 }

@@ -61,10 +61,7 @@ fn one_line_of_sizes_and_bar_and_one_of_the_batch_when_wide() {
     assert_eq!(out[0].chars().count(), 160, "{out:#?}");
     assert_eq!(bar, "██▓▓▒▒▒▒░░░░░░░░▪▪▪");
     // Budget 9.5 GiB: (9.5 - 4) / (5.6 / 16) = 15.7.
-    assert_eq!(
-        out[1],
-        "batch 16 now · 15 fits (proportional from batch 16)"
-    );
+    assert_eq!(out[1], "batch 16 now · 15 fits (scaled from batch 16)");
 }
 
 #[test]
@@ -80,7 +77,7 @@ fn a_fit_on_several_batches_says_on_which_and_how_close() {
     assert_eq!(
         out[1],
         format!(
-            "batch 16 now · {} fits (fitted on 8, 12, 16 within {pct:.0}%)",
+            "batch 16 now · {} fits (fitted on batches 8, 12 and 16, within {pct:.0}%)",
             thousands(fit.largest_safe_batch)
         )
     );
@@ -90,7 +87,7 @@ fn a_fit_on_several_batches_says_on_which_and_how_close() {
         .collect();
     let out = plain(&lines(&session(&many, 79 * GIB), 160, Theme::new(false)));
     assert!(
-        out[1].contains("fitted on 6 batch sizes, 4\u{2013}24 within 0%"),
+        out[1].contains("fitted on 6 batch sizes, 4\u{2013}24, within 0%"),
         "{out:#?}"
     );
 }
@@ -157,12 +154,12 @@ fn the_batch_and_partial_share_a_line_when_they_fit() {
     let out = plain(&lines(&s, 160, Theme::new(false)));
     assert_eq!(
         out[1],
-        "batch 16 now · 15 fits (proportional from batch 16) · partial: dtensor_local: local shards counted"
+        "batch 16 now · 15 fits (scaled from batch 16) · partial: dtensor_local: local shards counted"
     );
     let out = plain(&lines(&s, 70, Theme::new(false)));
     assert_eq!(
         out[out.len() - 2],
-        "batch 16 now · 15 fits (proportional from batch 16)"
+        "batch 16 now · 15 fits (scaled from batch 16)"
     );
     assert_eq!(
         out[out.len() - 1],
@@ -191,7 +188,7 @@ fn every_line_fits_its_width() {
             "split at step 3, peak 9.6 GiB  ████▓▓▓▓▒▒▒▒▒▒▒▒▚░░░░░░░░░░░░░░░░░▪▪▪▪▪▪",
             "█ params 1.0 GiB  ▓ grads 1.0 GiB  ▒ optim 2.0 GiB  ▚ buffers 64.0 MiB",
             "░ act 4.0 GiB  ▪ other 1.5 GiB",
-            "batch 16 now · 15 fits (proportional from batch 16)",
+            "batch 16 now · 15 fits (scaled from batch 16)",
             "partial: zero3_partitions: 96 parameters are DeepSpeed ZeRO-3 partitions",
         ]
     );

@@ -201,3 +201,24 @@ fn a_stopped_job_is_told_as_stopped_not_as_a_failure() {
         "{all}"
     );
 }
+
+#[test]
+fn a_failure_past_the_cascade_window_is_said_in_the_cores_words() {
+    // Rank 0's OOM at 10 s, rank 1 down at 11.5 s, rank 2 at 105 s: past the 60 s window.
+    let j = job(Basis {
+        job: "llama".into(),
+        run_id: Some("r1".into()),
+        world_size: Some(3),
+        members: vec![
+            member(0, Some((Kind::Oom, 10.0))),
+            member(1, Some((Kind::Crash, 11.5))),
+            member(2, Some((Kind::Crash, 105.0))),
+        ],
+        ..Basis::default()
+    });
+    let want = crate::core::jobs::text::later_failures(&j.view.other_failures, LATER_SHOWN);
+    let want = want.unwrap();
+    assert_eq!(want, "failed past the cascade window: rank 2 crash +1m");
+    let lines = text(&lines(&j, 200, 120.0, Theme::new(false)));
+    assert!(lines.contains(&format!("  {want}")), "{lines:#?}");
+}

@@ -4,6 +4,7 @@
 use super::*;
 use crate::core::categories::Categories;
 use crate::core::detect::findings::{Finding, FindingState};
+use crate::core::detect::Kind;
 
 const GIB: u64 = 1 << 30;
 const PEER: Peer = Peer {

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::core::detect::findings::Severity;
-use crate::core::detect::{Finding, FindingState};
+use crate::core::detect::{Finding, FindingState, Kind};
 use crate::core::jobs::JobState;
 use crate::core::snapshot::Snapshot;
 use crate::core::store::{HistoryLimits, Store};

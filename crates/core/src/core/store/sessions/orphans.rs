@@ -2,18 +2,23 @@
 //! ended (kept a while) or remembered by the jobs registry after the store forgot it.
 
 use super::{nvml::joins, Session, Sessions};
-use crate::core::detect::orphan::Known;
+use crate::core::detect::orphan::{Known, Orphans};
 use crate::core::jobs::Jobs;
 use crate::core::model::{NodeReading, ProcView, ProcessReading};
 
 impl Sessions {
-    /// A poll, for orphaned_memory (detect/orphan.rs); `view` is the source's view of /proc.
-    pub fn orphans_polled(&mut self, r: &NodeReading, view: Option<ProcView>) {
+    /// A poll, for `orphans` (the store's, detect/orphan.rs), told what the sessions and the
+    /// jobs knew of each process; `view` is the source's view of /proc.
+    pub fn orphans_polled(
+        &mut self,
+        orphans: &mut Orphans,
+        r: &NodeReading,
+        view: Option<ProcView>,
+    ) {
         let grace = self.detect.orphan_grace_seconds;
         let (live, ended, jobs) = (&self.live, &self.ended, &self.jobs);
         let known = |p: &ProcessReading| known(live.values().chain(ended.iter()), jobs, p);
-        self.orphans
-            .poll(r, view, grace, &known, &mut self.findings);
+        orphans.poll(r, view, grace, &known, &mut self.findings);
     }
 }
 

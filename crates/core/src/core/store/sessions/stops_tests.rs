@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::core::detect::findings::Severity;
-use crate::core::detect::Finding;
+use crate::core::detect::{crash, Finding, Kind};
 use crate::core::jobs::JobState;
 
 fn hello(rank: u64) -> Hello {

@@ -128,7 +128,7 @@ fn a_dead_rank_s_memory_names_its_job_rank_session_and_parent_in_every_reader() 
     assert_eq!(json["processes"][0]["state"], "zombie");
     assert_eq!(json["processes"][0]["ppid"], 80001);
     assert_eq!(json["processes"][0]["orphaned"], true);
-    assert!(store.sessions.orphans.orphaned(UUID, 81234));
+    assert!(store.orphans.orphaned(UUID, 81234));
 }
 
 #[test]
