@@ -6,10 +6,33 @@
 use std::path::PathBuf;
 
 use gpumon::core::apply::Core;
+use gpumon::core::input::{Input, Lines};
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
 use gpumon::sources::ingest::conn::{Conn, Outcome};
 use gpumon::sources::ingest::protocol::{self, Code, Reply};
+
+/// One line through the connection and the core as ingest takes it: parsed, numbered (`take`),
+/// applied by the core as a batch, and its outcome made (`applied`).
+fn take_line(conn: &mut Conn, raw: &[u8], core: &mut Core, now: f64) -> Outcome {
+    let (msg, seq) = match protocol::parse_numbered(raw) {
+        Ok(m) => m,
+        Err(r) => return conn.reject(r),
+    };
+    let mut batch = Box::new(Lines::new(conn.link()));
+    let pending = match conn.take(msg, seq, &mut batch.messages) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    batch.now = now;
+    let mut done = core
+        .apply(Input::Lines(batch))
+        .into_lines()
+        .expect("lines in, lines out");
+    conn.moved_on(done.link);
+    let applied = done.applied.pop().expect("one answer per message");
+    conn.applied(applied, pending, raw, now)
+}
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protocol")
@@ -47,7 +70,7 @@ fn every_client_fixture_line_is_accepted() {
                     | protocol::Message::Armed(_)
                     | protocol::Message::Peak(_)
             );
-            match conn.handle(line.as_bytes(), &mut sessions, 1.0) {
+            match take_line(&mut conn, line.as_bytes(), &mut sessions, 1.0) {
                 Outcome::Accepted if !answer => {}
                 Outcome::Bye => byes += 1,
                 Outcome::Duplicate => panic!("{name}:{}: a replay drops no line", i + 1),
