@@ -88,6 +88,23 @@ fn one_directory_is_one_daemon_and_a_crash_after_another_ranks_is_its_consequenc
     // The same files named one by one are the same node: their directory's.
     let loose = analyze(&[&r0, &r1]);
     assert_eq!(crash(&loose, &r0)["consequence_of"]["rank"], 1);
+
+    // Traces without a `trace_host` line name no host (not an empty one).
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("job pair (uid 0): 2 traces, ranks 0,1: failed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("first failure: rank 1 crash at step 20"),
+        "{text}"
+    );
+    assert!(text.contains("followed: rank 0 crash +1.0 s "), "{text}");
 }
 
 #[test]

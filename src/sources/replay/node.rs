@@ -326,9 +326,8 @@ impl Replay {
                 if let Some(t) = files.get(m.session.as_str()) {
                     m.session = t.file.clone();
                     m.file = Some(t.file.clone());
-                    if t.host.is_some() {
-                        m.host = t.host.clone();
-                    }
+                    // Its own `trace_host`; none when the trace has none (an older daemon's).
+                    m.host = t.host.clone();
                 }
             },
         )
