@@ -318,7 +318,25 @@ pub fn resuming_rank(socket: &Path, r: u64, position: (u64, f64)) -> Trainer {
     Trainer::connect(socket, &hello, 200 + r as u32).numbered(position.0, position.1)
 }
 
-/// The run `resumed` before the restart: both ranks train 30 steps.
+/// A trainer whose leak spans a daemon restart (`instance` `spans`): 200 steps of it before,
+/// 200 after, each daemon too few to raise it, the run as a whole enough.
+pub fn spanning(socket: &Path, position: (u64, f64)) -> Trainer {
+    let hello = Hello {
+        job: "spans",
+        rank: Some(0),
+        gpu_uuid: "GPU-spans".into(),
+        extra: vec![r#""caps":["ack"]"#.into(), r#""instance":"spans""#.into()],
+        ..Hello::default()
+    };
+    Trainer::connect(socket, &hello, 300).numbered(position.0, position.1)
+}
+
+pub fn spanning_steps(t: &mut Trainer, from: u64, to: u64) {
+    t.steps(from, to, 0.01, leak_step, none);
+}
+
+/// The run `resumed` before the restart: both ranks train 30 steps; and the first half of the
+/// spanning leak (the last trainer returned).
 pub fn before_restart(d: &Daemon) -> Vec<Trainer> {
     let mut ranks: Vec<Trainer> = (0..2)
         .map(|r| resuming_rank(&d.socket, r, (0, 0.0)))
@@ -326,22 +344,32 @@ pub fn before_restart(d: &Daemon) -> Vec<Trainer> {
     for (r, t) in ranks.iter_mut().enumerate() {
         t.steps(1, 30, 0.5, flat(r as u64), none);
     }
+    let mut spans = spanning(&d.socket, (0, 0.0));
+    spanning_steps(&mut spans, 1, 200);
+    ranks.push(spans);
     d.wait_for(Duration::from_secs(10), "2 ranks at step 30", || {
         d.snapshot()["sessions"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|s| s["job"] == "resumed" && s["step"] == 30)
+            .filter(|s| {
+                (s["job"] == "resumed" && s["step"] == 30)
+                    || (s["job"] == "spans" && s["step"] == 200)
+            })
             .count()
-            == 2
+            == 3
     });
     ranks
 }
 
-/// After the restart: both resume, train 30 steps more; rank 1 runs out of memory and dies,
-/// rank 0 is taken down after it.
+/// After the restart: the spanning leak resumes for its second half and ends; both ranks
+/// resume, train 30 steps more; rank 1 runs out of memory and dies, rank 0 is taken down
+/// after it.
 pub fn after_restart(d: &Daemon, positions: &[(u64, f64)]) {
-    let mut ranks: Vec<Trainer> = positions
+    let mut spans = spanning(&d.socket, positions[2]);
+    spanning_steps(&mut spans, 201, 400);
+    spans.bye();
+    let mut ranks: Vec<Trainer> = positions[..2]
         .iter()
         .enumerate()
         .map(|(r, p)| resuming_rank(&d.socket, r as u64, *p))
