@@ -4,9 +4,9 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumon::core::apply::Core;
+use gpumon::core::input::{Input, Lines, Link};
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
-use gpumon::sources::ingest::conn::Conn;
 use gpumon::sources::ingest::protocol::{parse, Message};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/protocol/client_session.jsonl");
@@ -32,28 +32,29 @@ fn bench(c: &mut Criterion) {
         b.iter(|| parse(std::hint::black_box(split.as_bytes())).unwrap())
     });
 
-    let mut sessions = Core::with_sessions(Sessions::new(SessionLimits::default()));
-    let mut conn = Conn::new(Peer {
+    let mut core = Core::with_sessions(Sessions::new(SessionLimits::default()));
+    let mut batch = Box::new(Lines::new(Link::new(Peer {
         pid: 1,
         uid: 0,
         gid: 0,
-    });
-    conn.handle(hello.as_bytes(), &mut sessions, 1e9);
-    for _ in 0..4000 {
-        conn.handle(sample.as_bytes(), &mut sessions, 1e9);
+    })));
+    batch.now = 1e9;
+    // The hello and a full ring, each as the batch of parsed lines ingest hands the core.
+    for line in std::iter::once(hello).chain(std::iter::repeat_n(sample, 4000)) {
+        batch.messages.push(parse(line.as_bytes()).unwrap());
+        batch.applied.clear();
+        batch = core.apply(Input::Lines(batch)).into_lines().unwrap();
     }
     let Message::Sample(parsed) = parse(sample.as_bytes()).unwrap() else {
         panic!("the fixture's second line is a sample")
     };
+    let mut batch = Some(batch);
     c.bench_function("apply one sample to a full session", |b| {
         b.iter(|| {
-            conn.apply(
-                Message::Sample(parsed.clone()),
-                sample.as_bytes(),
-                None,
-                &mut sessions,
-                1e9,
-            )
+            let mut l = batch.take().unwrap();
+            l.applied.clear();
+            l.messages.push(Message::Sample(parsed.clone()));
+            batch = Some(core.lines(l));
         })
     });
 }

@@ -13,14 +13,14 @@ mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumon::core::apply::Core;
-use gpumon::core::input::Input;
+use gpumon::core::input::{Input, Lines, Link};
 use gpumon::core::model::now;
 use gpumon::core::snapshot::Snapshot;
 use gpumon::core::store::{Collection, HistoryLimits, NvmlStatus, Store};
 use gpumon::core::trainer::Peer;
 use gpumon::frontends::tui::app::node::{Node, Origin};
 use gpumon::frontends::tui::app::state::{Action, App, Update};
-use gpumon::sources::ingest::conn::Conn;
+use gpumon::sources::ingest::protocol::parse;
 use std::sync::Arc;
 
 const GPUS: u32 = 8;
@@ -84,11 +84,11 @@ fn bench(c: &mut Criterion) {
         poll(&mut store, t0 + f64::from(i), i);
     }
     let mut core = Core::new(store);
-    let mut conns: Vec<Conn> = Vec::new();
+    let mut conns: Vec<Link> = Vec::new();
     for g in 0..GPUS {
         for k in 0..TRAINERS_PER_GPU {
             let pid = 100_000 + g * 1000 + k;
-            let mut conn = Conn::new(Peer {
+            let mut conn = Link::new(Peer {
                 pid,
                 uid: 1000,
                 gid: 1000,
@@ -96,7 +96,7 @@ fn bench(c: &mut Criterion) {
             let hello = format!(
                 r#"{{"type":"hello","v":1,"pid":{pid},"job":"llama-ft","rank":{k},"world_size":64,"cuda_device":{g},"gpu_uuid":"GPU-{g:08x}-1111-2222-3333-444444444444","client":"gpumon-py/0.1.0","torch":"2.5.1"}}"#
             );
-            conn.handle(hello.as_bytes(), &mut core, t0);
+            send(&mut core, &mut conn, hello.as_bytes(), t0);
             conns.push(conn);
         }
     }
@@ -104,7 +104,7 @@ fn bench(c: &mut Criterion) {
     for s in 0..SAMPLES {
         let ts = last - f64::from(SAMPLES - s);
         for conn in &mut conns {
-            conn.handle(sample(ts, s).as_bytes(), &mut core, ts);
+            send(&mut core, conn, sample(ts, s).as_bytes(), ts);
         }
     }
     let first = Snapshot::build_since(core.store(), "node", 300.0, Some(""));
@@ -112,7 +112,7 @@ fn bench(c: &mut Criterion) {
     // The refresh after that cursor's: a poll, and a sample from each trainer.
     collect(&mut core, last);
     for conn in &mut conns {
-        conn.handle(sample(last, SAMPLES).as_bytes(), &mut core, last);
+        send(&mut core, conn, sample(last, SAMPLES).as_bytes(), last);
     }
     let delta = Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor));
     assert!(delta.delta);
@@ -197,16 +197,16 @@ fn node_of(hello: impl Fn(u32, u32, u32) -> String, split: Option<&str>) -> (Cor
         poll(&mut store, t0 + f64::from(i), i);
     }
     let mut core = Core::new(store);
-    let mut conns: Vec<Conn> = Vec::new();
+    let mut conns: Vec<Link> = Vec::new();
     for g in 0..GPUS {
         for k in 0..TRAINERS_PER_GPU {
             let pid = 100_000 + g * 1000 + k;
-            let mut conn = Conn::new(Peer {
+            let mut conn = Link::new(Peer {
                 pid,
                 uid: 1000,
                 gid: 1000,
             });
-            conn.handle(hello(g, k, pid).as_bytes(), &mut core, t0);
+            send(&mut core, &mut conn, hello(g, k, pid).as_bytes(), t0);
             conns.push(conn);
         }
     }
@@ -219,14 +219,14 @@ fn node_of(hello: impl Fn(u32, u32, u32) -> String, split: Option<&str>) -> (Cor
             line.push_str(&format!(r#","categories":{split}}}"#));
         }
         for conn in &mut conns {
-            conn.handle(line.as_bytes(), &mut core, ts);
+            send(&mut core, conn, line.as_bytes(), ts);
         }
     }
     let first = Snapshot::build_since(core.store(), "node", 300.0, Some(""));
     let cursor = first.cursor.clone().unwrap();
     collect(&mut core, last);
     for conn in &mut conns {
-        conn.handle(sample(last, SAMPLES).as_bytes(), &mut core, last);
+        send(&mut core, conn, sample(last, SAMPLES).as_bytes(), last);
     }
     let delta = Snapshot::build_since(core.store(), "node", 300.0, Some(&cursor));
     assert!(delta.delta);
@@ -283,3 +283,14 @@ fn categories(c: &mut Criterion) {
 
 criterion_group!(benches, bench, jobs, categories);
 criterion_main!(benches);
+
+/// One line applied to `core` on the connection `link`, as ingest hands the core a batch of
+/// parsed lines.
+fn send(core: &mut Core, link: &mut Link, raw: &[u8], now: f64) {
+    let mut batch = Box::new(Lines::new(*link));
+    batch.messages.push(parse(raw).unwrap());
+    batch.now = now;
+    if let Some(done) = core.apply(Input::Lines(batch)).into_lines() {
+        *link = done.link;
+    }
+}

@@ -112,7 +112,8 @@ fn a_line_gigabytes_long_is_skipped_in_bounded_memory_and_named() {
     let ran = analyze(&[path.to_str().unwrap()], 512 << 20);
     assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
     assert!(
-        ran.stdout.contains(&format!("line 3: {long} bytes long")),
+        ran.stdout
+            .contains(&format!("line 3: line of {long} bytes exceeds")),
         "{}",
         ran.stdout
     );

@@ -1,5 +1,7 @@
 //! Target `conn`: the connection state machine (`Conn`) over a session store with small limits,
-//! driven by the input split into lines. A line starting with a NUL byte is a control line
+//! driven by the input split into lines, each taken as the daemon takes it off a socket: framed
+//! by ingest's `LineReader` (a line over the cap skipped by its length), parsed, numbered by
+//! `Conn::take`, applied by the core as a batch of parsed lines, answered by `Conn::applied`. A line starting with a NUL byte is a control line
 //! instead: `\0c` closes the current connection (as a dropped socket does) and opens a fresh
 //! one in its place, `\0` + any other byte switches to connection `byte % 3`.
 //!
@@ -8,11 +10,15 @@
 //! points, events and ended sessions stay within the limits; a session's sample count equals
 //! the sample lines accepted for it; closing a connection always ends its session.
 
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
 use gpumon::core::apply::Core;
-use gpumon::core::input::Closing;
+use gpumon::core::input::{Closing, Input, Lines};
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::{Ending, Peer};
 use gpumon::sources::ingest::conn::{Conn, Outcome};
+use gpumon::sources::ingest::lines::{Frame, LineReader};
 use gpumon::sources::ingest::protocol::{self, Code, Message, Rejection, MAX_LINE};
 
 use crate::parse::{check_error_line, one_json_line};
@@ -77,12 +83,12 @@ fn feed(slot: &mut Slot, line: &[u8], core: &mut Core, now: f64, ids_seen: &mut 
     slot.lines += 1;
     let live_before = core.sessions().live_count();
     // What the server does with a line over the cap: the reader skipped it.
-    let (outcome, parsed) = if line.len() > MAX_LINE {
-        let r = Rejection::new(Code::LineTooLong, "skipped");
-        (slot.conn.reject(r.clone()), Err(r))
+    let parsed = if line.len() > MAX_LINE {
+        Err(Rejection::new(Code::LineTooLong, "skipped"))
     } else {
-        (slot.conn.handle(line, core, now), protocol::parse(line))
+        protocol::parse(line)
     };
+    let outcome = take_line(&mut slot.conn, line, core, now);
     assert_eq!(slot.conn.line_number(), slot.lines);
     match (parsed, slot.session.is_some(), outcome) {
         (
@@ -122,8 +128,16 @@ fn feed(slot: &mut Slot, line: &[u8], core: &mut Core, now: f64, ids_seen: &mut 
         }
         (Ok(Message::Sample(_)), true, Outcome::Accepted) => slot.samples += 1,
         (Ok(Message::Event(_)), true, Outcome::Accepted) => {}
-        // Sessions without a policy are a replay: an attribution is taken as recorded.
-        (Ok(Message::Attribution(_)), true, Outcome::Accepted) => {}
+        // An answer is taken only for the request it answers, and this connection's batches
+        // ask for none: every answer answers no open request.
+        (
+            Ok(Message::Attribution(_) | Message::Armed(_) | Message::Peak(_)),
+            true,
+            Outcome::Reply { line, rejected },
+        ) => {
+            assert_eq!(rejected, Some(Code::BadField));
+            check_error_line(&line, Code::BadField, slot.lines, None);
+        }
         (Ok(Message::Bye { .. }), true, Outcome::Bye) => {
             let id = slot.session.take();
             let ended = core
@@ -142,9 +156,54 @@ fn feed(slot: &mut Slot, line: &[u8], core: &mut Core, now: f64, ids_seen: &mut 
     }
 }
 
+/// `line` as one read of a socket brings it: framed, then through both halves of the
+/// connection around the core's apply, as ingest's batch does.
+fn take_line(conn: &mut Conn, line: &[u8], core: &mut Core, now: f64) -> Outcome {
+    let mut input = line.to_vec();
+    input.push(b'\n');
+    let mut reader = LineReader::new(&input[..], MAX_LINE);
+    let mut cx = Context::from_waker(Waker::noop());
+    // An in-memory reader is always ready: one poll reads the frame.
+    let mut next = std::pin::pin!(reader.next());
+    let frame = match next.as_mut().poll(&mut cx) {
+        Poll::Ready(Ok(f)) => f,
+        other => panic!("framing one line from memory: {other:?}"),
+    };
+    let (msg, seq) = match frame {
+        Frame::Line(l) => match protocol::parse_numbered(l) {
+            Ok(m) => m,
+            Err(r) => return conn.reject(r),
+        },
+        Frame::TooLong { len } => {
+            return conn.reject(Rejection::new(
+                Code::LineTooLong,
+                format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
+            ))
+        }
+        Frame::Eof { .. } => panic!("a newline-terminated line framed as the end"),
+    };
+    let mut batch = Box::new(Lines::new(conn.link()));
+    let pending = match conn.take(msg, seq, &mut batch.messages) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    batch.now = now;
+    let Some(mut done) = core.apply(Input::Lines(batch)).into_lines() else {
+        panic!("lines in, lines out");
+    };
+    conn.moved_on(done.link);
+    match done.applied.pop() {
+        Some(a) => conn.applied(a, pending, line, now),
+        None => panic!("the core answers every message"),
+    }
+}
+
 fn close(slot: Slot, core: &mut Core, now: f64) {
     let live_before = core.sessions().live_count();
-    slot.conn.close(core, Closing::Crash, now);
+    let closing = slot.conn.closing(Closing::Crash, now);
+    if let Some(closed) = core.apply(Input::Close(closing)).into_closed() {
+        slot.conn.closed(closed);
+    }
     let sessions = core.sessions();
     let Some(id) = slot.session else {
         assert_eq!(

@@ -6,6 +6,7 @@ pub mod kubelet;
 pub mod nvml;
 pub mod poller;
 pub mod procinfo;
+pub mod replay;
 
 use crate::core::model::{NodeReading, ProcView};
 

@@ -496,23 +496,32 @@ fn a_leak_forecast_beyond_the_threshold_does_not_arm() {
 }
 
 #[test]
-fn a_replay_sends_nothing_and_puts_the_peak_on_the_near_limit_of_the_moment() {
+fn a_replay_arms_as_live_and_its_recorded_answers_find_the_arming() {
+    // A replay's sessions (gpumon analyze: `Sessions::new` alone) arm as the daemon's default
+    // policy does; the replay drops the request, and the recorded `armed` and `peak` answer it.
     let mut s = Sessions::new(SessionLimits::default());
     let (key, _) = s.open(PEER, hello(&["oom_history"]), T0);
-    for step in 1..=10 {
+    let mut arm = None;
+    for step in 1..=100 {
         let x = tight(step);
         let now = x.ts;
         s.sample(key, x, now);
-        assert!(s.arm_due(key, now).is_none());
+        if let Some(ArmLine::Arm(a)) = s.arm_due(key, now) {
+            arm = Some(a);
+            break;
+        }
     }
-    let a = ArmAnswer {
-        id: 1,
+    let arm = arm.expect("armed as live");
+    let answer = |id| ArmAnswer {
+        id,
         ts: T0 + 10.0,
         error: None,
         detail: None,
     };
-    s.armed(key, a).unwrap();
-    s.peak(key, attention(1)).unwrap();
+    // An answer to no arming is refused, as live.
+    assert!(s.armed(key, answer(arm.id + 1)).is_err());
+    s.armed(key, answer(arm.id)).unwrap();
+    s.peak(key, attention(arm.id)).unwrap();
     let sess = s.live().next().unwrap();
     let f = sess.detect.firing(Kind::NearLimit).unwrap();
     assert_eq!(

@@ -247,11 +247,16 @@ fn sessions_that_cannot_answer_or_a_disabled_policy_are_never_asked() {
             "{caps:?} {policy:?}: {message}"
         );
     }
-    // A replay (gpumon analyze) asks nobody: nobody could answer.
-    let mut r = Rig::with(Sessions::new(SessionLimits::default()), &["attribution"]);
-    r.until_leak();
-    r.run(100, 4 * MIB);
-    assert!(r.requests.is_empty());
+    // A replay's sessions (gpumon analyze: `Sessions::new` alone) ask as the daemon's default
+    // policy asks; the replay drops the requests, and the recorded answers find them.
+    let mut replay = Rig::with(Sessions::new(SessionLimits::default()), &["attribution"]);
+    let mut live = Rig::live(&["attribution"], AttributionPolicy::default());
+    replay.until_leak();
+    live.until_leak();
+    replay.run(100, 4 * MIB);
+    live.run(100, 4 * MIB);
+    assert!(!replay.requests.is_empty());
+    assert_eq!(replay.requests, live.requests);
 }
 
 #[test]
@@ -443,16 +448,17 @@ fn a_trainer_that_dies_mid_window_leaves_the_finding_as_it_was() {
 }
 
 #[test]
-fn a_replay_attaches_a_recorded_answer_to_the_leak_of_the_moment() {
-    let mut r = Rig::with(Sessions::new(SessionLimits::default()), &[]);
-    // Before any leak: kept on the session, on no finding.
-    r.answer(found(3)).unwrap();
-    assert_eq!(r.sess().attribution.as_ref().unwrap().finding, None);
+fn a_replay_takes_a_recorded_answer_for_the_request_it_made_again() {
+    // A replay has no mode of its own: an answer before the request it answers is refused,
+    // as live; the request made again at the leak, as live, takes the recorded answer.
+    let mut r = Rig::with(Sessions::new(SessionLimits::default()), &["attribution"]);
+    assert!(r.answer(found(1)).is_err());
     r.until_leak();
-    r.answer(found(4)).unwrap();
+    assert_eq!(r.requests.first().map(|(_, q)| q.id), Some(1));
+    r.answer(found(1)).unwrap();
     let f = r.leak().unwrap();
     let a = f.attribution.as_ref().unwrap();
-    assert_eq!((a.id, a.finding.as_deref()), (4, Some("s-1/leak")));
+    assert_eq!((a.id, a.finding.as_deref()), (1, Some("s-1/leak")));
     assert!(f.message.contains("train.py:27"), "{}", f.message);
 }
 

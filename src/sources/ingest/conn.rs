@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use super::protocol::{self, Code, Message, Rejection, Reply, CAP_ACK};
 use super::resume::{Mark, Resume};
+#[cfg(test)]
 use crate::core::apply::Core;
-use crate::core::input::{Applied, Close, Closed, Closing, Lines, Link, Request};
+#[cfg(test)]
+use crate::core::input::Lines;
+use crate::core::input::{Applied, Close, Closed, Closing, Link, Request};
 use crate::core::model::Timestamp;
 use crate::core::store::sessions::ArmLine;
 use crate::core::tap::{SessionTap, Tap};
@@ -45,8 +48,6 @@ pub struct Conn {
     taken: u64,
     acked: u64,
     ack_sent: Option<Timestamp>,
-    /// The one-line batch `apply` reuses.
-    scratch: Option<Box<Lines>>,
 }
 
 /// What the caller should do after a line.
@@ -89,7 +90,6 @@ impl Conn {
             taken: 0,
             acked: 0,
             ack_sent: None,
-            scratch: None,
         }
     }
 
@@ -160,49 +160,6 @@ impl Conn {
         };
         self.limited_reply = Some(now);
         Some(error(self.line, Rejection::new(Code::RateLimited, msg)))
-    }
-
-    /// One line handled whole against `core` (a replay, tests): parsed, taken, applied.
-    pub fn handle(&mut self, raw: &[u8], core: &mut Core, now: Timestamp) -> Outcome {
-        match protocol::parse_numbered(raw) {
-            Ok((msg, seq)) => self.apply(msg, raw, seq, core, now),
-            Err(r) => self.reject(r),
-        }
-    }
-
-    /// A line already parsed from `raw`, applied to `core` at once as a batch of one;
-    /// counts as the connection's next line, like `handle`.
-    pub fn apply(
-        &mut self,
-        msg: Message,
-        raw: &[u8],
-        seq: Option<u64>,
-        core: &mut Core,
-        now: Timestamp,
-    ) -> Outcome {
-        let mut batch = self
-            .scratch
-            .take()
-            .unwrap_or_else(|| Box::new(Lines::new(self.link)));
-        let pending = match self.take(msg, seq, &mut batch.messages) {
-            Ok(p) => p,
-            Err(o) => {
-                self.scratch = Some(batch);
-                return o;
-            }
-        };
-        batch.link = self.link;
-        batch.now = now;
-        batch.ask = false;
-        let mut batch = core.lines(batch);
-        self.link = batch.link;
-        let outcome = match batch.applied.pop() {
-            Some(a) => self.applied(a, pending, raw, now),
-            None => Outcome::Accepted,
-        };
-        batch.applied.clear();
-        self.scratch = Some(batch);
-        outcome
     }
 
     /// The first half of a parsed line, on the connection's task: numbers it and drops a
@@ -352,10 +309,33 @@ impl Conn {
         }
     }
 
-    /// The connection ended `how`, applied to `core` at once (a replay, tests).
+    /// The connection ended `how`, applied to `core` at once (tests).
+    #[cfg(test)]
     pub fn close(self, core: &mut Core, how: Closing, now: Timestamp) {
         let closed = core.close(self.closing(how, now));
         self.closed(closed);
+    }
+
+    /// One line through both halves at once against `core`, as a batch of one that asks for
+    /// nothing (the unit tests' driver; the daemon frames and batches in `batch`).
+    #[cfg(test)]
+    pub fn handle(&mut self, raw: &[u8], core: &mut Core, now: Timestamp) -> Outcome {
+        let (msg, seq) = match protocol::parse_numbered(raw) {
+            Ok(m) => m,
+            Err(r) => return self.reject(r),
+        };
+        let mut batch = Box::new(Lines::new(self.link));
+        let pending = match self.take(msg, seq, &mut batch.messages) {
+            Ok(p) => p,
+            Err(o) => return o,
+        };
+        batch.now = now;
+        let mut batch = core.lines(batch);
+        self.link = batch.link;
+        match batch.applied.pop() {
+            Some(a) => self.applied(a, pending, raw, now),
+            None => Outcome::Accepted,
+        }
     }
 }
 

@@ -146,6 +146,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         Some(Frame::Line(&self.buf[from..to]))
     }
 
+    /// What it reads from (a replayed trace's file says whether it ended mid-line).
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
     /// Where the line last returned by `next_buffered` lies, for `bytes`.
     pub fn last_line(&self) -> Range<usize> {
         self.last_line.clone()

@@ -13,6 +13,12 @@ use crate::core::store::Store;
 
 /// Every job the registry keeps, newest first: live ones, then ended ones.
 pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
+    views_named(store, hostname, |_| {})
+}
+
+/// `views`, with each member named by `name` before its job is judged (`gpumon analyze` names
+/// a member by its trace file, which the verdict then carries into its failures).
+pub fn views_named(store: &Store, hostname: &str, name: impl Fn(&mut Member)) -> Vec<JobView> {
     let sessions = &store.sessions;
     // Only the live members' pids: a node lists a thousand processes, a job's ranks a handful,
     // and this runs for every API answer.
@@ -39,6 +45,7 @@ pub fn views(store: &Store, hostname: &str) -> Vec<JobView> {
                 if let Some(s) = sessions.get(&r.session) {
                     facts(&mut m, s, r, &by_pid);
                 }
+                name(&mut m);
                 m
             });
             verdict::verdict(basis, &rules)

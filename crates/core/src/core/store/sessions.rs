@@ -187,10 +187,10 @@ pub struct Sessions {
     live: BTreeMap<u64, Session>,
     ended: Bounded<Session>,
     detect: DetectConfig,
-    /// How live sessions ask for attributions; None in a replay.
-    policy: Option<AttributionPolicy>,
-    /// How live sessions are armed before an OOM; None in a replay.
-    arming: Option<OomPolicy>,
+    /// How sessions ask for attributions (`[attribution]`; a replay: the defaults).
+    policy: AttributionPolicy,
+    /// How sessions are armed before an OOM (`[oom]`; a replay: the defaults).
+    arming: OomPolicy,
     pub findings: Findings,
     /// Samples whose `ts` was outside the sane window around their arrival and were taken at
     /// their arrival time instead (`sample`), since start.
@@ -217,8 +217,8 @@ impl Sessions {
             live: BTreeMap::new(),
             ended: Bounded::new(limits.ended_kept),
             detect: DetectConfig::default(),
-            policy: None,
-            arming: None,
+            policy: AttributionPolicy::default(),
+            arming: OomPolicy::default(),
             findings: Findings::default(),
             timestamps_clamped: 0,
             oom_counts: ooms::OomCounts::default(),

@@ -5,8 +5,8 @@
 //! never again once a trainer said it cannot; disarmed when the risk has passed, and over after
 //! its `seconds` anyway (the trainer stops by itself then).
 //!
-//! Without a policy (`gpumon analyze`) the sessions are a replay: nothing is sent, an `armed`
-//! line is only noted, and a `peak` goes on the near_limit finding of the moment.
+//! A replay (`gpumon analyze`) runs these same rules: its core arms as the daemon did, drops
+//! the requests, and the trace's recorded `armed` and `peak` lines answer them as they did live.
 
 mod policy;
 
@@ -172,16 +172,16 @@ impl<'a> Risk<'a> {
 }
 
 impl Sessions {
-    /// Live sessions arm their trainers (the daemon); without this the sessions are a replay.
+    /// The `[oom]` settings (the defaults until set).
     pub fn with_arming(mut self, policy: OomPolicy) -> Self {
-        self.arming = Some(policy);
+        self.arming = policy;
         self
     }
 
     /// The arm or disarm line session `key` should send now, if one is due. Also ends an
     /// arming past its time cap (the trainer stops by itself then: nothing is sent).
     pub fn arm_due(&mut self, key: u64, now: Timestamp) -> Option<ArmLine> {
-        let policy = self.arming?;
+        let policy = self.arming;
         let sess = self.live.get_mut(&key)?;
         if !sess.arming.capable {
             return None;
@@ -256,10 +256,9 @@ impl Sessions {
         }))
     }
 
-    /// The trainer's `armed` answer. Live, it must answer the open arming, once; an error ends
-    /// the arming (and `unavailable` any later one). In a replay it is only noted.
+    /// The trainer's `armed` answer. It must answer the open arming, once; an error ends the
+    /// arming (and `unavailable` any later one).
     pub fn armed(&mut self, key: u64, a: ArmAnswer) -> Result<(), UnaskedArm> {
-        let replay = self.arming.is_none();
         let Some(sess) = self.live.get_mut(&key) else {
             return Ok(());
         };
@@ -268,31 +267,27 @@ impl Sessions {
             id: a.id,
         };
         let mut late = false;
-        if !replay {
-            match (sess.arming.open.as_mut(), sess.arming.closed.as_mut()) {
-                (Some(open), _) if open.id == a.id && !open.recording => {
-                    open.recording = a.error.is_none();
-                }
-                // The arming ended while this answer was on its way: taken once, as an event.
-                (_, Some(c)) if c.id == a.id && c.armed_due => {
-                    c.armed_due = false;
-                    late = true;
-                }
-                _ => return Err(unasked),
+        match (sess.arming.open.as_mut(), sess.arming.closed.as_mut()) {
+            (Some(open), _) if open.id == a.id && !open.recording => {
+                open.recording = a.error.is_none();
             }
+            // The arming ended while this answer was on its way: taken once, as an event.
+            (_, Some(c)) if c.id == a.id && c.armed_due => {
+                c.armed_due = false;
+                late = true;
+            }
+            _ => return Err(unasked),
         }
         match a.error.as_deref() {
             Some(error) => {
-                if !replay {
-                    if !late {
-                        sess.arming.end();
-                        // This was its answer: a second is not late but twice.
-                        if let Some(c) = sess.arming.closed.as_mut() {
-                            c.armed_due = false;
-                        }
+                if !late {
+                    sess.arming.end();
+                    // This was its answer: a second is not late but twice.
+                    if let Some(c) = sess.arming.closed.as_mut() {
+                        c.armed_due = false;
                     }
-                    sess.arming.unavailable |= error == "unavailable";
                 }
+                sess.arming.unavailable |= error == "unavailable";
                 let detail = format!("{error}: {}", a.detail.as_deref().unwrap_or(""));
                 event(sess, a.ts, "arm_failed", detail);
             }
@@ -307,34 +302,29 @@ impl Sessions {
         Ok(())
     }
 
-    /// A `peak` from session `key`'s trainer. Live, it must answer the open arming that asked
-    /// for one, once; it goes on the near_limit finding the arming was for while that is
-    /// pending or firing. In a replay it goes on the near_limit finding of the moment.
+    /// A `peak` from session `key`'s trainer. It must answer the open arming that asked for
+    /// one, once; it goes on the near_limit finding the arming was for while that is pending
+    /// or firing.
     pub fn peak(&mut self, key: u64, mut p: Peak) -> Result<(), UnaskedArm> {
-        let replay = self.arming.is_none();
         let Some(sess) = self.live.get_mut(&key) else {
             return Ok(());
         };
-        let finding = if replay {
-            sess.detect.near_limit().map(|f| f.id.clone())
-        } else {
-            match (sess.arming.open.as_ref(), sess.arming.closed.as_mut()) {
-                (Some(a), _) if a.id == p.id && sess.arming.peak_open => {
-                    sess.arming.peak_open = false;
-                    Some(a.finding.clone())
-                }
-                // The arming ended (disarm, time cap) while its peak was on its way: taken once;
-                // it goes on the finding if that is still pending or firing, else is an event.
-                (_, Some(c)) if c.id == p.id && c.peak_due => {
-                    c.peak_due = false;
-                    Some(c.finding.clone())
-                }
-                _ => {
-                    return Err(UnaskedArm {
-                        what: "peak",
-                        id: p.id,
-                    })
-                }
+        let finding = match (sess.arming.open.as_ref(), sess.arming.closed.as_mut()) {
+            (Some(a), _) if a.id == p.id && sess.arming.peak_open => {
+                sess.arming.peak_open = false;
+                Some(a.finding.clone())
+            }
+            // The arming ended (disarm, time cap) while its peak was on its way: taken once;
+            // it goes on the finding if that is still pending or firing, else is an event.
+            (_, Some(c)) if c.id == p.id && c.peak_due => {
+                c.peak_due = false;
+                Some(c.finding.clone())
+            }
+            _ => {
+                return Err(UnaskedArm {
+                    what: "peak",
+                    id: p.id,
+                })
             }
         };
         p.finding = finding.clone();
@@ -344,8 +334,7 @@ impl Sessions {
                 event(sess, p.ts, "peak_failed", detail);
             }
             None => {
-                let target = if replay { None } else { finding.as_deref() };
-                sess.detect.peak(target, &p, &mut self.findings);
+                sess.detect.peak(finding.as_deref(), &p, &mut self.findings);
                 event(sess, p.ts, "peak", summary(&p));
             }
         }

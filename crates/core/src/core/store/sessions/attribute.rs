@@ -3,9 +3,9 @@
 //! one window per session at a time, a cool-down between requests, a deadline after which an
 //! unanswered window counts as failed, and no asking again once a trainer said it cannot.
 //!
-//! Without a policy (`Sessions::new` alone: `gpumon analyze`, the protocol fixtures) the
-//! sessions are a replay: nothing is asked, since nobody could answer, and an `attribution` line
-//! of a recorded trace attaches to the leak finding of that moment, as it did live.
+//! A replay (`gpumon analyze`) runs these same rules: its core asks as the daemon did, drops the
+//! requests (nobody can answer), and the trace's recorded answers find the windows they
+//! answered live.
 
 use super::{push_event, Session, Sessions};
 use crate::core::detect::attribution::Attribution;
@@ -185,9 +185,9 @@ pub(super) fn event(sess: &mut Session, ts: Timestamp, kind: &str, detail: Strin
 }
 
 impl Sessions {
-    /// Live sessions ask their trainers (the daemon); without this the sessions are a replay.
+    /// The `[attribution]` settings (the defaults until set).
     pub fn with_attribution(mut self, policy: AttributionPolicy) -> Self {
-        self.policy = Some(policy);
+        self.policy = policy;
         self
     }
 
@@ -195,7 +195,7 @@ impl Sessions {
     /// firing without an attribution, the trainer can be asked, no window is open and the
     /// cool-down has passed. Also closes a window past its deadline as failed.
     pub fn request_due(&mut self, key: u64, now: Timestamp) -> Option<Request> {
-        let policy = self.policy?;
+        let policy = self.policy;
         let sess = self.live.get_mut(&key)?;
         if sess.asking.open.as_ref().is_some_and(|w| now > w.deadline) {
             if let Some(w) = sess.asking.open.take() {
@@ -235,22 +235,16 @@ impl Sessions {
         Some(req)
     }
 
-    /// An `attribution` from session `key`'s trainer. Live, it must answer the open window,
-    /// else it is a `bad_field` and nothing changes; it closes the window, and its sites go on
-    /// the leak finding it was asked for while that is pending or firing. In a replay it goes
-    /// on the leak finding of the moment.
+    /// An `attribution` from session `key`'s trainer. It must answer the open window, else it
+    /// is a `bad_field` and nothing changes; it closes the window, and its sites go on the leak
+    /// finding it was asked for while that is pending or firing.
     pub fn attribution(&mut self, key: u64, mut a: Attribution) -> Result<(), Unasked> {
-        let replay = self.policy.is_none();
         let Some(sess) = self.live.get_mut(&key) else {
             return Ok(());
         };
-        let finding = if replay {
-            sess.detect.leak().map(|f| f.id.clone())
-        } else {
-            match sess.asking.open.as_ref() {
-                Some(w) if w.id == a.id => sess.asking.open.take().map(|w| w.finding),
-                _ => return Err(Unasked { id: a.id }),
-            }
+        let finding = match sess.asking.open.as_ref() {
+            Some(w) if w.id == a.id => sess.asking.open.take().map(|w| w.finding),
+            _ => return Err(Unasked { id: a.id }),
         };
         a.finding = finding.clone();
         match a.error.as_deref() {
@@ -261,14 +255,14 @@ impl Sessions {
                 let detail = format!("{error}: {}", a.detail.as_deref().unwrap_or(""));
                 event(sess, a.ts, "attribution_failed", detail);
                 // The finding says why it names no line, wherever it is shown.
-                let target = if replay { None } else { finding.as_deref() };
-                sess.detect.unattributed(target, &a, &mut self.findings);
+                sess.detect
+                    .unattributed(finding.as_deref(), &a, &mut self.findings);
             }
             None => {
-                // Live, only the finding asked about takes it: a leak raised again meanwhile
-                // is another finding, measured over other steps.
-                let target = if replay { None } else { finding.as_deref() };
-                sess.detect.attribute(target, &a, &mut self.findings);
+                // Only the finding asked about takes it: a leak raised again meanwhile is
+                // another finding, measured over other steps.
+                sess.detect
+                    .attribute(finding.as_deref(), &a, &mut self.findings);
                 event(sess, a.ts, "attribution", summary(&a));
             }
         }

@@ -12,18 +12,21 @@ use crate::core::trace::{self, RecorderLine, MAX_LINE};
 /// `trace_resumes`, and one to spare.
 const HEAD_LINES: usize = 6;
 
-struct Head {
+/// What a trace's first lines say of its connection.
+#[derive(Debug, Default)]
+pub(super) struct Head {
     instance: Option<String>,
     resumes: Option<String>,
+    /// The uid the daemon read off the socket (`trace_peer`), and the pid the hello names: the
+    /// replayed connection's peer, as the daemon saw it.
+    pub uid: Option<u32>,
+    pub pid: Option<u32>,
 }
 
-fn head(path: &Path) -> Option<Head> {
+pub(super) fn head(path: &Path) -> Option<Head> {
     // Opened as analyze opens it: a fifo here would block on the open.
     let mut r = BufReader::new(super::open::open_trace(path).ok()?);
-    let mut out = Head {
-        instance: None,
-        resumes: None,
-    };
+    let mut out = Head::default();
     for k in 0..HEAD_LINES {
         let mut line = Vec::new();
         if (&mut r)
@@ -37,11 +40,28 @@ fn head(path: &Path) -> Option<Head> {
         let line = line.strip_suffix(b"\n").unwrap_or(&line);
         if k == 0 {
             out.instance = trace::hello_instance(line);
-        } else if let Some(RecorderLine::Resumes(f)) = trace::recorder_line(line) {
-            out.resumes = Some(f);
+            out.pid = hello_pid(line);
+            continue;
+        }
+        match trace::recorder_line(line) {
+            Some(RecorderLine::Resumes(f)) => out.resumes = Some(f),
+            Some(RecorderLine::Peer(uid)) => out.uid = out.uid.or(Some(uid)),
+            _ => {}
         }
     }
     Some(out)
+}
+
+/// The `pid` a hello line names, if it is one.
+fn hello_pid(line: &[u8]) -> Option<u32> {
+    #[derive(serde::Deserialize)]
+    struct Pid {
+        pid: Option<u32>,
+    }
+    if !trace::is_hello(line) {
+        return None;
+    }
+    serde_json::from_slice::<Pid>(line).ok()?.pid
 }
 
 /// The files in runs, each in the order written: a file follows the one its `trace_resumes`
