@@ -423,7 +423,10 @@ pub fn cascade_over(a: &Daemon, b: &Daemon, job_name: &'static str, run: &'stati
     five.oom(2 * GIB, 100 * MIB, "");
     std::thread::sleep(Duration::from_millis(200));
     five.die();
-    std::thread::sleep(Duration::from_millis(300));
+    // The others a second after the OOM: past the clocks' tolerance (0.5 s), so their order is
+    // known both live and from the recorder's milliseconds, which could round a failure right at
+    // the tolerance to either side of it.
+    std::thread::sleep(Duration::from_millis(800));
     for t in ranks.drain(..) {
         t.die();
         std::thread::sleep(Duration::from_millis(20));

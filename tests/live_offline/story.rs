@@ -3,9 +3,11 @@
 //! field, as a person reads it.
 //!
 //! Normalised on both sides, and only this: a session is named by its trace file (a live id
-//! `s-<start>-<n>` and an offline one differ by construction; the file is the one name both
-//! know), a finding's timestamps are left out (the recorder keeps milliseconds), and
-//! `after_seconds` is compared to within 2 ms for the same reason.
+//! `s-<start>-<n>` and an offline one may differ; the file is the one name both know), and a
+//! message is compared as two fields, its words (`message`, each session id in it read
+//! `<session>`) and the traces the ids in it stand for (`message_sessions`); a finding's
+//! timestamps are left out, and `after_seconds` is compared to within 2 ms (the recorder keeps
+//! milliseconds).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -15,16 +17,6 @@ use serde_json::{json, Value};
 
 /// Rows by key (`job/rank/kind#n`, `job run`), each a map of field to value.
 pub type Rows = BTreeMap<String, BTreeMap<&'static str, Value>>;
-
-/// A finding's fields compared.
-pub const FINDING_FIELDS: [&str; 6] = [
-    "severity",
-    "state",
-    "consequence_of",
-    "message",
-    "hint",
-    "gpu_uuid",
-];
 
 /// Session names to trace files: a live session id maps to the file the recorder named after it
 /// (`gpumon-<started>-<session>-<job>[-r<rank>]`), an offline trace report to its own file.
@@ -114,38 +106,60 @@ impl Names {
         s.to_string()
     }
 
-    /// `text` with every session id it names (`s-<start>-<n>`, whole) replaced by its trace's
-    /// name.
-    pub fn text(&self, text: &str) -> String {
+    /// `text` with every session id it names (`s-<start>-<n>` as a daemon names it, `s-<n>`)
+    /// replaced by `<session>`, and the names of the traces those ids stand for (an id no trace
+    /// is known by stays as it is), in order.
+    pub fn text(&self, text: &str) -> (String, Vec<String>) {
         let mut out = String::new();
+        let mut named = Vec::new();
         let mut rest = text;
         while let Some(i) = rest.find("s-") {
             let (before, from) = rest.split_at(i);
             out.push_str(before);
             let boundary = !before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '-');
-            // The longest id the text holds here: `s-`, an alphanumeric start, `-`, digits.
-            let id_len = from[2..]
-                .find(|c: char| !c.is_ascii_alphanumeric())
-                .filter(|n| *n > 0 && from[2 + n..].starts_with('-'))
-                .and_then(|n| {
-                    let digits = from[3 + n..]
-                        .find(|c: char| !c.is_ascii_digit())
-                        .unwrap_or(from.len() - 3 - n);
-                    (digits > 0).then_some(3 + n + digits)
-                });
-            match id_len.filter(|_| boundary) {
-                Some(n) if self.by_session.contains_key(&from[..n]) => {
-                    out.push_str(&format!("<{}>", self.by_session[&from[..n]]));
+            match session_id(from).filter(|_| boundary) {
+                Some(n) => {
+                    let id = &from[..n];
+                    named.push(
+                        self.by_session
+                            .get(id)
+                            .cloned()
+                            .unwrap_or_else(|| id.to_string()),
+                    );
+                    out.push_str("<session>");
                     rest = &from[n..];
                 }
-                _ => {
+                None => {
                     out.push_str("s-");
                     rest = &from[2..];
                 }
             }
         }
         out.push_str(rest);
-        out
+        (out, named)
+    }
+}
+
+/// The length of the session id `from` starts with: `s-`, an alphanumeric start, `-`, digits
+/// (a daemon's), or `s-` and digits.
+fn session_id(from: &str) -> Option<usize> {
+    let word = from[2..]
+        .find(|c: char| !c.is_ascii_alphanumeric())
+        .unwrap_or(from.len() - 2);
+    if word == 0 {
+        return None;
+    }
+    let after = &from[2 + word..];
+    let digits = after
+        .strip_prefix('-')
+        .map(|d| d.find(|c: char| !c.is_ascii_digit()).unwrap_or(d.len()))
+        .unwrap_or(0);
+    if digits > 0 {
+        Some(3 + word + digits)
+    } else if from[2..2 + word].chars().all(|c| c.is_ascii_digit()) {
+        Some(2 + word)
+    } else {
+        None
     }
 }
 
@@ -184,8 +198,16 @@ fn consequence(v: &Value, names: &Names) -> Value {
 
 fn text(v: &Value, names: &Names) -> Value {
     match v.as_str() {
-        Some(s) => Value::String(names.text(s)),
+        Some(s) => Value::String(names.text(s).0),
         None => v.clone(),
+    }
+}
+
+/// The traces the sessions a text names stand for.
+fn sessions_named(v: &Value, names: &Names) -> Value {
+    match v.as_str() {
+        Some(s) => json!(names.text(s).1),
+        None => Value::Null,
     }
 }
 
@@ -214,6 +236,7 @@ fn finding_rows<'a>(found: impl Iterator<Item = (Value, Value, &'a Value)>, name
         row.insert("state", f["state"].clone());
         row.insert("consequence_of", consequence(&f["consequence_of"], names));
         row.insert("message", text(&f["message"], names));
+        row.insert("message_sessions", sessions_named(&f["message"], names));
         row.insert("hint", text(&f["hint"], names));
         row.insert("gpu_uuid", f["gpu_uuid"].clone());
         rows.insert(format!("{key}#{k}"), row);
