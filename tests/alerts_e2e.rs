@@ -106,9 +106,13 @@ fn samples(steps: std::ops::Range<u64>, leak_per_step: u64) -> String {
     buf
 }
 
+/// A tenth of a second a step: on the trainer's own clock, the one its recorded trace is
+/// replayed on, it answers within the window the daemon's request gave it, as it did live.
 fn step_ts(step: u64) -> f64 {
-    1_763_700_000.0 + step as f64 * 0.5
+    1_763_700_000.0 + step as f64 * STEP_SECONDS
 }
+
+const STEP_SECONDS: f64 = 0.1;
 
 fn am_alerts(am: &Alertmanager) -> Vec<serde_json::Value> {
     let (code, body) = get(&format!("{}/api/v2/alerts", am.url));
@@ -238,7 +242,7 @@ fn kept_outputs_answer(id: u64, from: u64, to: u64) -> String {
     format!(
         r#"{{"type":"attribution","id":{id},"ts":{},"step_from":{from},"step_to":{to},"seconds":{},"total_growth_bytes":167772160,"sites":[{{"file":"{TRAIN_PY}","line":27,"function":"kept_outputs","bytes":125829120,"blocks":120,"stack":[{},{},{}]}}]}}"#,
         step_ts(to),
-        (to - from) as f64 * 0.5,
+        (to - from) as f64 * STEP_SECONDS,
         frame(27, "kept_outputs"),
         frame(48, "run"),
         frame(69, "<module>"),

@@ -149,9 +149,11 @@ fn hostile_trace() -> tempfile::NamedTempFile {
             total - reserved - GIB
         )
         .unwrap();
-        if s == 3000 {
+        // Within the window of the request the daemon makes when the leak is raised (step
+        // 623): an answer the replay takes, as the daemon did.
+        if s == 700 {
             let a = serde_json::json!({"type": "attribution", "id": 1,
-                "ts": 1_763_700_000 + s, "step_from": 2970, "step_to": 3000, "seconds": 30.0,
+                "ts": 1_763_700_000 + s, "step_from": 670, "step_to": 700, "seconds": 30.0,
                 "total_growth_bytes": 125_829_120u64,
                 "sites": [{"file": format!("/p/{HOSTILE}.py"), "line": 3, "function": HOSTILE,
                     "bytes": 125_829_120u64, "blocks": 120, "stack": [frame, frame],

@@ -23,8 +23,8 @@ use crate::core::detect::attribution::Attribution;
 use crate::core::detect::explanation::Explanation;
 use crate::core::detect::findings::Severity;
 use crate::core::detect::peak::Peak;
-use crate::core::detect::{DetectConfig, Evidence, Finding, FindingState, Kind};
-use crate::sources::replay::{self, Trace};
+use crate::core::detect::{DetectConfig, Evidence, FindingState, Kind};
+use crate::sources::replay::{self, Found, Trace};
 
 pub use crate::sources::replay::{Unreadable, OPEN};
 
@@ -161,8 +161,10 @@ fn report(t: Trace) -> TraceReport {
     }
 }
 
-fn found(f: Finding) -> FoundFinding {
-    let e = &f.evidence;
+/// The finding as it stands, its forecast as it was raised (the contract's `first_step` +
+/// `oom_eta_steps`).
+fn found(Found { finding: f, fired }: Found) -> FoundFinding {
+    let e = &fired;
     FoundFinding {
         kind: f.kind,
         severity: Some(f.severity),

@@ -15,7 +15,7 @@ mod stitch;
 
 use std::path::PathBuf;
 
-use crate::core::detect::{DetectConfig, Finding};
+use crate::core::detect::{DetectConfig, Evidence, Finding};
 use crate::core::jobs::verdict::Rules;
 use crate::core::jobs::JobView;
 
@@ -49,9 +49,8 @@ pub struct Trace {
     /// The GPU index the daemon resolved the trainer's device to (`trace_gpu`).
     pub gpu: Option<u32>,
     pub samples: u64,
-    /// Every finding of its session that fired, as the core holds it at the end (state,
-    /// severity, message, hint, consequence_of), in the order they first fired.
-    pub findings: Vec<Finding>,
+    /// Every finding of its session that fired, in the order they first fired.
+    pub findings: Vec<Found>,
     /// Rejected lines, as `line N: message (code)` (the first few).
     pub bad_lines: Vec<String>,
     pub bad_line_count: u64,
@@ -81,6 +80,15 @@ impl Trace {
             ended: None,
         }
     }
+}
+
+/// A finding as the core holds it at the end of the replay (state, severity, message, hint,
+/// consequence_of, evidence), with the evidence it first fired with: the forecast analyze's
+/// contract reports is the one made when the finding was raised.
+#[derive(Debug)]
+pub struct Found {
+    pub finding: Finding,
+    pub fired: Evidence,
 }
 
 /// Every node's traces and the jobs across them.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::cursor::{Cursor, Step};
-use super::{stitch, Trace, Unreadable};
+use super::{stitch, Found, Trace, Unreadable};
 use crate::core::apply::Core;
 use crate::core::detect::{DetectConfig, FindingState};
 use crate::core::input::{Applied, Closing, Input, Lines, Output};
@@ -273,7 +273,7 @@ impl Replay {
                     .get_mut(run)
                     .and_then(|c| c.trace.findings.get_mut(i))
                 {
-                    *slot = f;
+                    slot.finding = f;
                 }
                 continue;
             }
@@ -288,7 +288,8 @@ impl Replay {
             };
             self.seen
                 .insert(f.id.clone(), (run, c.trace.findings.len()));
-            c.trace.findings.push(f);
+            let fired = f.evidence.clone();
+            c.trace.findings.push(Found { finding: f, fired });
         }
     }
 
@@ -303,7 +304,7 @@ impl Replay {
             .runs
             .iter_mut()
             .flat_map(|c| c.trace.findings.iter_mut());
-        for of in findings.filter_map(|f| f.consequence_of.as_mut()) {
+        for of in findings.filter_map(|f| f.finding.consequence_of.as_mut()) {
             if let Some(file) = files.get(&of.session) {
                 of.session = file.clone();
             }

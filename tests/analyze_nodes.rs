@@ -1,0 +1,110 @@
+//! `gpumon analyze` replays a record directory as the daemon that wrote it lived it: its traces
+//! in one core, interleaved by time, so a crash that followed another rank's is that rank's
+//! consequence, worded and graded as live. Traces of different directories are different
+//! daemons: a job without a run id is never joined across them (docs/jobs.md).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpumon");
+const GIB: u64 = 1 << 30;
+const T0: u64 = 1_763_700_000;
+
+/// A rank of a 2-rank job without a run id that sends samples 0..=`last` a second apart and
+/// ends without bye (a crash, at its last sample).
+fn rank(dir: &Path, rank: u64, last: u64) -> PathBuf {
+    let mut out = format!(
+        "{{\"type\":\"hello\",\"v\":1,\"pid\":{},\"job\":\"pair\",\"rank\":{rank},\"world_size\":2}}\n",
+        100 + rank
+    );
+    for s in 0..=last {
+        out.push_str(&format!(
+            "{{\"type\":\"sample\",\"ts\":{},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{}}}}}\n",
+            T0 + s,
+            2 * GIB
+        ));
+    }
+    let path = dir.join(format!("rank{rank}.trace.jsonl"));
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+fn analyze(args: &[&Path]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["analyze", "--format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The crash finding of the trace read from `file`.
+fn crash<'a>(report: &'a serde_json::Value, file: &Path) -> &'a serde_json::Value {
+    let t = report["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["file"] == file.to_str().unwrap())
+        .unwrap();
+    t["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "crash")
+        .unwrap_or_else(|| panic!("no crash in {t:#}"))
+}
+
+#[test]
+fn one_directory_is_one_daemon_and_a_crash_after_another_ranks_is_its_consequence() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rank 1 dies at second 20, rank 0 a second later: the cascade.
+    let r0 = rank(dir.path(), 0, 21);
+    let r1 = rank(dir.path(), 1, 20);
+    let report = analyze(&[dir.path()]);
+
+    let first = crash(&report, &r1);
+    assert_eq!(first["severity"], "critical", "{first:#}");
+    assert!(first.get("consequence_of").is_none(), "{first:#}");
+    let after = crash(&report, &r0);
+    assert_eq!(after["severity"], "warning", "{after:#}");
+    assert_eq!(after["consequence_of"]["rank"], 1, "{after:#}");
+    assert_eq!(
+        after["consequence_of"]["session"],
+        r1.to_str().unwrap(),
+        "{after:#}"
+    );
+    // Worded as the daemon words it live.
+    let message = after["message"].as_str().unwrap();
+    assert!(message.contains("after rank 1's crash"), "{message}");
+
+    let jobs = report["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    assert_eq!(jobs[0]["first_failure"]["rank"], 1);
+    assert_eq!(jobs[0]["first_failure"]["file"], r1.to_str().unwrap());
+    assert_eq!(jobs[0]["members"].as_array().unwrap().len(), 2);
+
+    // The same files named one by one are the same node: their directory's.
+    let loose = analyze(&[&r0, &r1]);
+    assert_eq!(crash(&loose, &r0)["consequence_of"]["rank"], 1);
+}
+
+#[test]
+fn two_directories_are_two_daemons_and_a_job_without_run_id_is_not_joined_across_them() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let r0 = rank(a.path(), 0, 21);
+    let r1 = rank(b.path(), 1, 20);
+    let report = analyze(&[a.path(), b.path()]);
+
+    for file in [&r0, &r1] {
+        let c = crash(&report, file);
+        assert_eq!(c["severity"], "critical", "{c:#}");
+        assert!(c.get("consequence_of").is_none(), "{c:#}");
+    }
+    let jobs = report["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+    assert!(jobs
+        .iter()
+        .all(|j| j["members"].as_array().unwrap().len() == 1));
+}
