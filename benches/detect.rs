@@ -2,6 +2,7 @@
 //! sessions (the load is 1,000 sessions × 10 samples/s on one core).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use gpumon::core::jobs::Jobs;
 use gpumon::core::store::sessions::{SessionLimits, Sessions};
 use gpumon::core::trainer::Peer;
 use gpumon::core::trainer::{Hello, Sample, Stats};
@@ -31,6 +32,7 @@ fn sample(step: u64, leak: bool) -> Sample {
 
 fn bench(c: &mut Criterion) {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let mut keys = Vec::new();
     for i in 0..1000u32 {
         let hello = Hello {
@@ -47,7 +49,7 @@ fn bench(c: &mut Criterion) {
             uid: 0,
             gid: 0,
         };
-        let (key, _) = s.open(peer, hello, 0.0);
+        let (key, _) = s.open(&mut jobs, peer, hello, 0.0);
         keys.push(key);
     }
     // Warm every session past warm-up into steady state; one in ten leaks.

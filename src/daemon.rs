@@ -38,12 +38,14 @@ pub async fn run(
         config.interval.as_secs_f64(),
         config.nvml_lib.clone(),
     );
-    store.sessions = crate::core::store::sessions::Sessions::new(Default::default())
-        .with_id_epoch(crate::core::model::now())
-        .with_log()
-        .with_detect(config.detect())
-        .with_attribution(config.attribution())
-        .with_arming(config.oom());
+    store.set_sessions(
+        crate::core::store::sessions::Sessions::new(Default::default())
+            .with_id_epoch(crate::core::model::now())
+            .with_log()
+            .with_detect(config.detect())
+            .with_attribution(config.attribution())
+            .with_arming(config.oom()),
+    );
     let hostname = config
         .node_name
         .clone()

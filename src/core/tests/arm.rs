@@ -3,6 +3,7 @@
 use crate::core::detect::attribution::{Frame, Site};
 use crate::core::detect::peak::Peak;
 use crate::core::detect::{Finding, FindingState, Kind};
+use crate::core::jobs::Jobs;
 use crate::core::store::sessions::{
     ArmAnswer, ArmLine, ArmReason, ArmRequest, Armed, AttributionPolicy, OomPolicy, Session,
     SessionLimits, Sessions,
@@ -65,6 +66,8 @@ fn roomy(step: u64) -> Sample {
 
 struct Rig {
     s: Sessions,
+    /// The jobs its session is a rank of (none: it names no job).
+    jobs: Jobs,
     key: u64,
     step: u64,
     lines: Vec<(u64, ArmLine)>,
@@ -73,9 +76,11 @@ struct Rig {
 impl Rig {
     fn live(caps: &[&str], policy: OomPolicy) -> Self {
         let mut s = Sessions::new(SessionLimits::default()).with_arming(policy);
-        let (key, _) = s.open(PEER, hello(caps), T0);
+        let mut jobs = Jobs::default();
+        let (key, _) = s.open(&mut jobs, PEER, hello(caps), T0);
         Self {
             s,
+            jobs,
             key,
             step: 0,
             lines: Vec::new(),
@@ -439,7 +444,9 @@ fn leak_rig(policy: OomPolicy) -> (Rig, Vec<crate::core::store::sessions::Reques
     let mut s = Sessions::new(SessionLimits::default())
         .with_attribution(AttributionPolicy::default())
         .with_arming(policy);
+    let mut jobs = Jobs::default();
     let (key, _) = s.open(
+        &mut jobs,
         PEER,
         Hello {
             alloc_limit: None,
@@ -449,6 +456,7 @@ fn leak_rig(policy: OomPolicy) -> (Rig, Vec<crate::core::store::sessions::Reques
     );
     let mut r = Rig {
         s,
+        jobs,
         key,
         step: 0,
         lines: Vec::new(),
@@ -500,7 +508,8 @@ fn a_replay_arms_as_live_and_its_recorded_answers_find_the_arming() {
     // A replay's sessions (gpumon analyze: `Sessions::new` alone) arm as the daemon's default
     // policy does; the replay drops the request, and the recorded `armed` and `peak` answer it.
     let mut s = Sessions::new(SessionLimits::default());
-    let (key, _) = s.open(PEER, hello(&["oom_history"]), T0);
+    let mut jobs = Jobs::default();
+    let (key, _) = s.open(&mut jobs, PEER, hello(&["oom_history"]), T0);
     let mut arm = None;
     for step in 1..=100 {
         let x = tight(step);
@@ -530,7 +539,7 @@ fn a_replay_arms_as_live_and_its_recorded_answers_find_the_arming() {
     );
     assert!(f.message.contains("model.py:88 in attention"));
     // Closing ends any arming; nothing is left armed in the ended session.
-    s.close(key, Ending::Clean, T0 + 11.0);
+    s.close(&mut jobs, key, Ending::Clean, T0 + 11.0);
     assert_eq!(s.armed_count(), 0);
 }
 
@@ -539,7 +548,7 @@ fn closing_the_session_ends_its_arming() {
     let mut r = Rig::capable();
     r.until_near_limit();
     assert_eq!(r.s.armed_count(), 1);
-    r.s.close(r.key, Ending::Crash, T0 + 100.0);
+    r.s.close(&mut r.jobs, r.key, Ending::Crash, T0 + 100.0);
     assert_eq!(r.s.armed_count(), 0);
     assert!(r.s.ended().next().unwrap().arming.armed().is_none());
 }

@@ -2,6 +2,7 @@
 
 use crate::core::detect::attribution::{Attribution, Site};
 use crate::core::detect::{Finding, FindingState, Kind};
+use crate::core::jobs::Jobs;
 use crate::core::store::sessions::{
     steps_for, AttributionPolicy, Request, Session, SessionLimits, Sessions,
 };
@@ -59,6 +60,8 @@ fn ts(step: u64) -> f64 {
 
 struct Rig {
     s: Sessions,
+    /// The jobs its session is a rank of (none: it names no job).
+    jobs: Jobs,
     key: u64,
     step: u64,
     requests: Vec<(u64, Request)>,
@@ -73,9 +76,11 @@ impl Rig {
     }
 
     fn with(mut s: Sessions, caps: &[&str]) -> Self {
-        let (key, _) = s.open(PEER, hello(caps), T0);
+        let mut jobs = Jobs::default();
+        let (key, _) = s.open(&mut jobs, PEER, hello(caps), T0);
         Self {
             s,
+            jobs,
             key,
             step: 0,
             requests: Vec::new(),
@@ -310,7 +315,7 @@ fn an_answer_goes_on_the_finding_through_refreshes_and_into_its_resolved_record(
     // It has its attribution: it is not asked about again.
     assert_eq!(r.requests.len(), 1);
 
-    r.s.close(r.key, Ending::Clean, ts(r.step) + 1.0);
+    r.s.close(&mut r.jobs, r.key, Ending::Clean, ts(r.step) + 1.0);
     let resolved = r.s.findings.recent().last().unwrap();
     assert_eq!(
         (resolved.kind, resolved.state),
@@ -430,7 +435,7 @@ fn a_trainer_that_dies_mid_window_leaves_the_finding_as_it_was() {
     let mut r = Rig::live(&["attribution"], AttributionPolicy::default());
     r.until_leak();
     let message = r.leak().unwrap().message.clone();
-    r.s.close(r.key, Ending::Crash, ts(r.step) + 5.0);
+    r.s.close(&mut r.jobs, r.key, Ending::Crash, ts(r.step) + 5.0);
     let leak =
         r.s.findings
             .recent()

@@ -9,7 +9,7 @@ use crate::core::store::Store;
 use crate::util::family::{self, Family};
 
 pub fn job_families(store: &Store, out: &mut String) {
-    let jobs = &store.sessions.jobs;
+    let jobs = &store.jobs;
     let mut info = Family::gauge(
         "gpumon_job_info",
         "A job (the trainer sessions of one run: same job name, run_id and uid) with live sessions on this node; always 1.",

@@ -127,7 +127,7 @@ fn two_live_sessions_with_one_label_set_export_the_newest_once() {
     };
     // A reconnect whose new hello arrived before the old connection was seen closing.
     for (i, allocated) in [111u64, 222].into_iter().enumerate() {
-        let (key, _) = store.sessions.open(peer, hello.clone(), 1.0 + i as f64);
+        let (key, _) = store.open(peer, hello.clone(), 1.0 + i as f64);
         let sample = Sample {
             ts: 2.0,
             step: Some(1),
@@ -183,7 +183,7 @@ fn no_series_carries_a_label_prometheus_sets_on_targets() {
         gpu_uuid: Some("GPU-0".into()),
         ..Hello::default()
     };
-    let (key, _) = store.sessions.open(peer, hello, 1.0);
+    let (key, _) = store.open(peer, hello, 1.0);
     let sample = Sample {
         ts: 2.0,
         step: Some(1),
@@ -342,10 +342,12 @@ fn a_split_exports_memory_by_category_and_the_largest_safe_batch() {
     use crate::core::trainer::{Hello, Peer, Sample, Stats};
     let mut store = new_store();
     // Byte counts in thousands: near_limit's margin (which the fit keeps too) scaled to them.
-    store.sessions = Sessions::new(SessionLimits::default()).with_detect(DetectConfig {
-        headroom_margin_bytes: 512,
-        ..DetectConfig::default()
-    });
+    store.set_sessions(
+        Sessions::new(SessionLimits::default()).with_detect(DetectConfig {
+            headroom_margin_bytes: 512,
+            ..DetectConfig::default()
+        }),
+    );
     store.apply(reading(), 0.002);
     let mut ids = Vec::new();
     for (pid, job, partial) in [
@@ -369,7 +371,7 @@ fn a_split_exports_memory_by_category_and_the_largest_safe_batch() {
             gpu_uuid: Some("GPU-0".into()),
             ..Hello::default()
         };
-        let (key, _) = store.sessions.open(peer, hello, 1.0);
+        let (key, _) = store.open(peer, hello, 1.0);
         ids.push(store.sessions.live_session(key).unwrap().id.clone());
         // A client that could not measure activations sends 0 for them, and says why.
         let activations_bytes = if partial.is_empty() { 12000 } else { 0 };

@@ -114,11 +114,7 @@ pub fn replay(paths: &[PathBuf], cfg: DetectConfig) -> Replayed {
         jobs.extend(n.jobs);
     }
     if several {
-        let rules = Rules {
-            cascade: cfg.job_cascade_seconds,
-            ..Rules::default()
-        };
-        jobs = crate::core::jobs::merge(jobs, &[], &rules);
+        jobs = crate::core::jobs::merge(jobs, &[], &Rules::of(&cfg));
     }
     Replayed {
         traces,

@@ -34,7 +34,7 @@ impl Core {
     /// A core without NVML history (a replay, a test), holding `sessions`.
     pub fn with_sessions(sessions: Sessions) -> Self {
         let mut store = Store::new(HistoryLimits { gpu_points: 1 }, 1.0, String::new());
-        store.sessions = sessions;
+        store.set_sessions(sessions);
         Self::new(store)
     }
 
@@ -152,7 +152,7 @@ impl Core {
                 Err(e) => Applied::Refused(Refusal::UnaskedArm(e)),
             },
             Message::Bye { .. } => {
-                sessions.close(key, Ending::Clean, now);
+                self.store.close(key, Ending::Clean, now);
                 link.session = None;
                 Applied::Ended
             }
@@ -165,7 +165,7 @@ impl Core {
             false => (None, None),
         };
         let trace_gpu = link.recorded.then(|| self.trace_gpu(&h, now)).flatten();
-        let (key, id) = self.store.sessions.open(link.peer, h, now);
+        let (key, id) = self.store.open(link.peer, h, now);
         link.session = Some(key);
         Applied::Opened(Box::new(Opened {
             id,
@@ -188,16 +188,16 @@ impl Core {
         let Some(key) = c.link.session else {
             return Closed { note: None };
         };
-        let (sessions, now) = (&mut self.store.sessions, c.now);
+        let (store, now) = (&mut self.store, c.now);
         let note = match c.how {
             Closing::Crash => {
-                sessions.close(key, Ending::Crash, now);
+                store.close(key, Ending::Crash, now);
                 Some(trace::closed_line(now))
             }
             // The daemon is going away, not the trainer: its trace says so, and analyze reads
             // no crash into the end either.
             Closing::DaemonStopped => {
-                sessions.close_as(key, Ending::Clean, now, trace::DAEMON_STOPPED);
+                store.close_as(key, Ending::Clean, now, trace::DAEMON_STOPPED);
                 Some(trace::ended_line(trace::DAEMON_STOPPED, now))
             }
             // The trainer may well be alive (stuck, or between steps longer than the idle
@@ -207,8 +207,8 @@ impl Core {
                 let line = serde_json::json!({
                     "type": "event", "ts": now, "kind": kind.as_str(), "detail": &detail,
                 });
-                sessions.event(key, idle_event(now, detail));
-                sessions.close_as(key, Ending::Clean, now, kind.as_str());
+                store.sessions.event(key, idle_event(now, detail));
+                store.close_as(key, Ending::Clean, now, kind.as_str());
                 Some(line.to_string().into_bytes())
             }
         };

@@ -51,7 +51,7 @@ fn pods_label_processes_and_sessions_and_are_left_out_outside_kubernetes() {
             gpu_uuid: Some("GPU-0".into()),
             ..Hello::default()
         };
-        store.sessions.open(peer, hello, 1.0);
+        store.open(peer, hello, 1.0);
     }
     let text = Exporter::of_store(&store, Default::default())
         .unwrap()
@@ -116,7 +116,7 @@ fn the_api_and_the_labels_read_one_join() {
             gpu_uuid: Some(uuid.into()),
             ..Hello::default()
         };
-        let (key, _) = store.sessions.open(peer, hello, 1.0);
+        let (key, _) = store.open(peer, hello, 1.0);
         ids.push(store.sessions.live_session(key).unwrap().id.clone());
     }
     let text = Exporter::of_store(&store, Default::default())

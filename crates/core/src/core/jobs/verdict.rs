@@ -35,6 +35,16 @@ impl Default for Rules {
     }
 }
 
+impl Rules {
+    /// The rules a detection config sets (its cascade window), the clock tolerance as ever.
+    pub fn of(cfg: &crate::core::detect::DetectConfig) -> Self {
+        Self {
+            cascade: cfg.job_cascade_seconds,
+            ..Self::default()
+        }
+    }
+}
+
 /// What a job is besides its members' facts.
 #[derive(Debug, Clone, Default)]
 pub struct Basis {

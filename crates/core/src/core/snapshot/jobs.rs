@@ -22,7 +22,7 @@ pub fn views_named(store: &Store, hostname: &str, name: impl Fn(&mut Member)) ->
     let sessions = &store.sessions;
     // Only the live members' pids: a node lists a thousand processes, a job's ranks a handful,
     // and this runs for every API answer.
-    let mut pids: Vec<u32> = sessions
+    let mut pids: Vec<u32> = store
         .jobs
         .iter()
         .flat_map(|j| &j.members)
@@ -35,8 +35,8 @@ pub fn views_named(store: &Store, hostname: &str, name: impl Fn(&mut Member)) ->
         Some(r) if !pids.is_empty() => by_pid(r, &pids),
         _ => ByPid::default(),
     };
-    let rules = *sessions.jobs.rules();
-    let mut out: Vec<JobView> = sessions
+    let rules = *store.jobs.rules();
+    let mut out: Vec<JobView> = store
         .jobs
         .iter()
         .map(|j| {

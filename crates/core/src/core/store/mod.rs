@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::core::detect::orphan::Orphans;
+use crate::core::jobs::{Jobs, Rules};
 use crate::core::model::{GpuState, NodeReading, Timestamp};
 pub use series::{Point, Series};
 
@@ -91,6 +92,9 @@ pub struct Store {
     pub nvml: NvmlStatus,
     /// Trainer sessions pushed over the ingest socket.
     pub sessions: sessions::Sessions,
+    /// The sessions of one run, grouped (jobs.md): each session joins its job as it opens and
+    /// leaves it as it closes, and the job outlives its sessions.
+    pub jobs: Jobs,
     /// Memory NVML lists for processes that have exited (orphaned_memory), beside the sessions
     /// that tell whose it was.
     pub orphans: Orphans,
@@ -119,6 +123,7 @@ impl Store {
                 ..NvmlStatus::default()
             },
             sessions: sessions::Sessions::new(sessions::SessionLimits::default()),
+            jobs: Jobs::default(),
             orphans: Orphans::default(),
             generation: 0,
             latest: None,
@@ -127,6 +132,40 @@ impl Store {
             gpu_series: HashMap::new(),
             noted_gpus: HashMap::new(),
         }
+    }
+
+    /// Takes `sessions` (as the daemon or a replay configured them), with no job yet, judged
+    /// by the rules of the same detection config (its cascade window).
+    pub fn set_sessions(&mut self, sessions: sessions::Sessions) {
+        self.jobs = Jobs::new(Rules::of(sessions.detect_config()));
+        self.sessions = sessions;
+    }
+
+    /// Opens a session (`Sessions::open`), a rank of its job.
+    pub fn open(
+        &mut self,
+        peer: crate::core::trainer::Peer,
+        hello: crate::core::trainer::Hello,
+        now: Timestamp,
+    ) -> (u64, String) {
+        self.sessions.open(&mut self.jobs, peer, hello, now)
+    }
+
+    /// Ends session `key` (`Sessions::close_as`); its job hears it left.
+    pub fn close_as(
+        &mut self,
+        key: u64,
+        ending: crate::core::trainer::Ending,
+        now: Timestamp,
+        how: &str,
+    ) {
+        self.sessions
+            .close_as(&mut self.jobs, key, ending, now, how);
+    }
+
+    /// `close_as`, with how it ended said by `ending` alone.
+    pub fn close(&mut self, key: u64, ending: crate::core::trainer::Ending, now: Timestamp) {
+        self.sessions.close(&mut self.jobs, key, ending, now);
     }
 
     /// NVML index of the GPU with this UUID, or of the parent of this MIG device, in the latest
@@ -240,7 +279,7 @@ impl Store {
         self.sessions.tick(ts);
         self.sessions.polled(&reading);
         self.sessions
-            .orphans_polled(&mut self.orphans, &reading, self.nvml.proc_view);
+            .orphans_polled(&self.jobs, &mut self.orphans, &reading, self.nvml.proc_view);
         self.sessions.devices = Some(reading.clone());
         self.generation += 1;
         self.gpu_series

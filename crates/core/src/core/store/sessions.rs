@@ -20,7 +20,7 @@ use crate::core::detect::findings::log_limit::LogLimit;
 use crate::core::detect::findings::Subject;
 use crate::core::detect::session::ending_id;
 use crate::core::detect::{DetectConfig, Findings, Obs, SessionDetect};
-use crate::core::jobs::{Jobs, Rules};
+use crate::core::jobs::Jobs;
 use crate::core::model::Timestamp;
 use crate::core::trainer::{
     Ending, Event, EventKind, EventRecord, Exit, Hello, Peer, Sample, SessionPoint, Stats,
@@ -200,8 +200,6 @@ pub struct Sessions {
     pub devices: Option<std::sync::Arc<crate::core::model::NodeReading>>,
     /// A log line per session opened and closed, within a budget; None in a replay.
     log: Option<LogLimit>,
-    /// The sessions of one run, grouped (jobs.md).
-    pub jobs: Jobs,
 }
 
 impl Sessions {
@@ -220,7 +218,6 @@ impl Sessions {
             oom_counts: ooms::OomCounts::default(),
             devices: None,
             log: None,
-            jobs: Jobs::default(),
         }
     }
 
@@ -246,11 +243,13 @@ impl Sessions {
 
     pub fn with_detect(mut self, cfg: DetectConfig) -> Self {
         self.detect = cfg;
-        self.jobs = Jobs::new(Rules {
-            cascade: cfg.job_cascade_seconds,
-            ..Rules::default()
-        });
         self
+    }
+
+    /// The detection config the sessions judge by (which also sets their jobs' rules:
+    /// `Store::set_sessions`).
+    pub fn detect_config(&self) -> &DetectConfig {
+        &self.detect
     }
 
     /// Seconds a failure stays firing (and in the job's failure metric) after its session.
@@ -258,9 +257,16 @@ impl Sessions {
         self.detect.crash_hold_seconds
     }
 
-    /// Opens a session and returns its key and its id string (`s-17`). A trainer that comes
-    /// back (same user, job and rank as a session that crashed) resolves that crash.
-    pub fn open(&mut self, peer: Peer, hello: Hello, now: Timestamp) -> (u64, String) {
+    /// Opens a session, a rank of its job in `jobs`, and returns its key and its id string
+    /// (`s-17`). A trainer that comes back (same user, job and rank as a session that crashed)
+    /// resolves that crash.
+    pub fn open(
+        &mut self,
+        jobs: &mut Jobs,
+        peer: Peer,
+        hello: Hello,
+        now: Timestamp,
+    ) -> (u64, String) {
         let key = self.next_id;
         self.next_id += 1;
         let id = format!("s-{}{key}", self.id_prefix);
@@ -279,7 +285,7 @@ impl Sessions {
         let alloc_limit = hello.alloc_limit;
         let asking = Asking::new(hello.can(CAP_ATTRIBUTION));
         let arming = Arming::new(hello.can(CAP_OOM_HISTORY));
-        let job = self.jobs.join(&id, peer.pid, peer.uid, &hello, now);
+        let job = jobs.join(&id, peer.pid, peer.uid, &hello, now);
         let subject = Subject {
             session: id.clone(),
             job: hello.job.clone(),

@@ -21,7 +21,7 @@ impl Daemon {
     fn new() -> Self {
         let t0 = now() - 200.0;
         let mut store = Store::new(HistoryLimits { gpu_points: 3600 }, 1.0, "lib".into());
-        store.sessions = Sessions::new(SessionLimits::default()).with_id_epoch(t0);
+        store.set_sessions(Sessions::new(SessionLimits::default()).with_id_epoch(t0));
         Self {
             store,
             t0,
@@ -67,7 +67,7 @@ impl Daemon {
             uid: 0,
             gid: 0,
         };
-        self.store.sessions.open(peer, hello, self.t0).0
+        self.store.open(peer, hello, self.t0).0
     }
 
     fn samples(&mut self, key: u64, from: u64, n: u64) {
@@ -147,7 +147,7 @@ fn a_whole_answer_then_deltas_leave_the_state_one_whole_answer_gives() {
     d.samples(a, 250, 400);
     d.samples(b, 10, 3);
     d.samples(c, 0, 5);
-    d.store.sessions.close(b, Ending::Clean, d.t0 + 120.0);
+    d.store.close(b, Ending::Clean, d.t0 + 120.0);
     let e = d.open(3);
     d.samples(e, 0, 7);
     let delta = d.answer(first.cursor.as_deref());
@@ -176,7 +176,7 @@ fn a_whole_answer_then_deltas_leave_the_state_one_whole_answer_gives() {
 
     // Process 1002's trainer ends: GPU 0's processes change (no session), GPU 1's do not. A few
     // more points for a full window: the node keeps them past the window (slack) for now.
-    d.store.sessions.close(c, Ending::Crash, d.t0 + 130.0);
+    d.store.close(c, Ending::Crash, d.t0 + 130.0);
     d.samples(a, 650, 10);
     let after_end = d.answer(quiet.cursor.as_deref());
     assert_eq!(after_end.processes_kept, vec![1]);

@@ -101,18 +101,20 @@ fn times_anywhere_in_the_protocols_range_come_back_exact() {
 /// minutes late, and those a little ahead, keep their own time.
 #[test]
 fn sessions_take_untrusted_times_at_their_arrival() {
+    use crate::core::jobs::Jobs;
     use crate::core::store::sessions::{SessionLimits, Sessions};
     use crate::core::trainer::Peer;
     use crate::core::trainer::{Hello, Sample, Stats};
 
     let (t0, day) = (1_763_700_000.0, 86_400.0);
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let peer = Peer {
         pid: 1,
         uid: 0,
         gid: 0,
     };
-    let (key, _) = s.open(peer, Hello::default(), t0);
+    let (key, _) = s.open(&mut jobs, peer, Hello::default(), t0);
     let sample = |ts: f64, step: u64| Sample {
         ts,
         step: Some(step),

@@ -36,7 +36,7 @@ fn sample(ts: f64, step: u64, categories: Option<Categories>) -> Sample {
     }
 }
 
-fn open(s: &mut Sessions, t0: f64) -> u64 {
+fn open(s: &mut Sessions, jobs: &mut Jobs, t0: f64) -> u64 {
     let hello = Hello {
         v: 1,
         job: Some("ft".into()),
@@ -46,7 +46,7 @@ fn open(s: &mut Sessions, t0: f64) -> u64 {
         alloc_limit: Some(10 * GIB),
         ..Hello::default()
     };
-    s.open(PEER, hello, t0).0
+    s.open(jobs, PEER, hello, t0).0
 }
 
 fn firing(s: &mut Sessions, kind: Kind) -> Option<Finding> {
@@ -60,8 +60,9 @@ fn firing(s: &mut Sessions, kind: Kind) -> Option<Finding> {
 #[test]
 fn near_limit_and_oom_say_where_the_memory_went_and_what_fits() {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let t0 = 1_763_700_000.0;
-    let key = open(&mut s, t0);
+    let key = open(&mut s, &mut jobs, t0);
     let mut near = None;
     for step in 1..=10 {
         let ts = t0 + step as f64;
@@ -126,8 +127,9 @@ fn near_limit_and_oom_say_where_the_memory_went_and_what_fits() {
 #[test]
 fn without_a_split_the_messages_are_as_before() {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let t0 = 1_763_700_000.0;
-    let key = open(&mut s, t0);
+    let key = open(&mut s, &mut jobs, t0);
     let mut near = None;
     for step in 1..=10 {
         let ts = t0 + step as f64;

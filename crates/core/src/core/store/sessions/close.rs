@@ -7,22 +7,30 @@ use super::{push_event, same_trainer, Session, Sessions};
 use crate::core::detect::findings::ConsequenceOf;
 use crate::core::detect::session::{ending_id, End};
 use crate::core::detect::{crash, FindingState, Kind};
-use crate::core::jobs::{Classified, Failure, MemberFinding};
+use crate::core::jobs::{Classified, Failure, Jobs, MemberFinding};
 use crate::core::model::Timestamp;
 use crate::core::trainer::{Ending, EventRecord};
 
 impl Sessions {
-    pub fn close(&mut self, key: u64, ending: Ending, now: Timestamp) {
+    /// Ends session `key`, telling its job in `jobs` that it left.
+    pub fn close(&mut self, jobs: &mut Jobs, key: u64, ending: Ending, now: Timestamp) {
         let how = match ending {
             Ending::Clean => "bye",
             Ending::Crash => "crash (no bye)",
             Ending::Stopped => "stopped (no bye, after a signal)",
         };
-        self.close_as(key, ending, now, how);
+        self.close_as(jobs, key, ending, now, how);
     }
 
     /// `close`, with how it ended in words for the log line (`idle_timeout`, `daemon_stopped`).
-    pub fn close_as(&mut self, key: u64, ending: Ending, now: Timestamp, how: &str) {
+    pub fn close_as(
+        &mut self,
+        jobs: &mut Jobs,
+        key: u64,
+        ending: Ending,
+        now: Timestamp,
+        how: &str,
+    ) {
         let Some(mut sess) = self.live.remove(&key) else {
             return;
         };
@@ -37,7 +45,7 @@ impl Sessions {
         };
         sess.end(ending, now);
         let died_of_oom = failure.as_ref().is_some_and(|f| f.kind == Kind::Oom);
-        let verdict = self.leave_job(&sess, failure, now);
+        let verdict = self.leave_job(jobs, &sess, failure, now);
         self.close_findings(&mut sess, ending, died_of_oom, verdict.consequence_of, now);
         if ending != Ending::Clean {
             self.release_if_back(&sess, ending, now);
@@ -58,10 +66,11 @@ impl Sessions {
         }
     }
 
-    /// Tells the session's job it left (with `failure` when it failed), and makes the sessions
-    /// whose failure this one overturns as the cause consequences of it.
+    /// Tells the session's job in `jobs` it left (with `failure` when it failed), and makes the
+    /// sessions whose failure this one overturns as the cause consequences of it.
     fn leave_job(
         &mut self,
+        jobs: &mut Jobs,
         sess: &Session,
         failure: Option<Failure>,
         now: Timestamp,
@@ -80,7 +89,7 @@ impl Sessions {
                 message: f.message.clone(),
             })
             .collect();
-        let verdict = self.jobs.left(job, &sess.id, now, failure, firing);
+        let verdict = jobs.left(job, &sess.id, now, failure, firing);
         for (session, of) in &verdict.relabel {
             self.findings.relabel(session, of, now);
         }

@@ -65,8 +65,10 @@ fn peer(rank: u64) -> Peer {
     }
 }
 
-fn job_of_8(s: &mut Sessions) -> Vec<u64> {
-    let keys: Vec<u64> = (0..8).map(|r| s.open(peer(r), hello(r), 10.0).0).collect();
+fn job_of_8(s: &mut Sessions, jobs: &mut Jobs) -> Vec<u64> {
+    let keys: Vec<u64> = (0..8)
+        .map(|r| s.open(jobs, peer(r), hello(r), 10.0).0)
+        .collect();
     for step in 1..=20 {
         for (r, k) in keys.iter().enumerate() {
             s.sample(
@@ -86,11 +88,12 @@ fn firing(s: &Sessions) -> Vec<Finding> {
 #[test]
 fn the_first_failure_pages_and_the_ranks_it_took_down_do_not() {
     let mut s = Sessions::new(SessionLimits::default());
-    let keys = job_of_8(&mut s);
+    let mut jobs = Jobs::default();
+    let keys = job_of_8(&mut s, &mut jobs);
     s.event(keys[5], oom(100.0));
-    s.close(keys[5], Ending::Crash, 100.2);
+    s.close(&mut jobs, keys[5], Ending::Crash, 100.2);
     for (r, k) in keys.iter().enumerate().filter(|(r, _)| *r != 5) {
-        s.close(*k, Ending::Crash, 101.5 + r as f64 * 0.01);
+        s.close(&mut jobs, *k, Ending::Crash, 101.5 + r as f64 * 0.01);
     }
     let f = firing(&s);
     let critical: Vec<&Finding> = f
@@ -119,6 +122,7 @@ fn the_first_failure_pages_and_the_ranks_it_took_down_do_not() {
 
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = s;
+    store.jobs = jobs;
     let snap = Snapshot::build(&store, "node-a", 0.0);
     assert_eq!(snap.jobs.len(), 1);
     let j = &snap.jobs[0];
@@ -155,7 +159,10 @@ fn the_first_failure_pages_and_the_ranks_it_took_down_do_not() {
 #[test]
 fn the_same_leak_on_every_rank_is_one_job_finding() {
     let mut s = Sessions::new(SessionLimits::default()).with_detect(DetectConfig::default());
-    let keys: Vec<u64> = (0..8).map(|r| s.open(peer(r), hello(r), 0.0).0).collect();
+    let mut jobs = Jobs::default();
+    let keys: Vec<u64> = (0..8)
+        .map(|r| s.open(&mut jobs, peer(r), hello(r), 0.0).0)
+        .collect();
     for step in 1..=400u64 {
         for k in &keys {
             let mut x = sample(step, step as f64, 0);
@@ -166,6 +173,7 @@ fn the_same_leak_on_every_rank_is_one_job_finding() {
     }
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = s;
+    store.jobs = jobs;
     let snap = Snapshot::build(&store, "h", 0.0);
     let j = &snap.jobs[0];
     let leak: Vec<_> = j.findings.iter().filter(|f| f.kind == Kind::Leak).collect();
@@ -191,19 +199,21 @@ fn the_same_leak_on_every_rank_is_one_job_finding() {
 #[test]
 fn another_users_session_cannot_join_the_job() {
     let mut s = Sessions::new(SessionLimits::default());
-    let keys = job_of_8(&mut s);
+    let mut jobs = Jobs::default();
+    let keys = job_of_8(&mut s, &mut jobs);
     let mallory = Peer {
         pid: 666,
         uid: 1001,
         gid: 1001,
     };
     // Mallory claims rank 0 of the same run and crashes first: it is not the job's failure.
-    let (m, _) = s.open(mallory, hello(0), 50.0);
-    s.close(m, Ending::Crash, 60.0);
+    let (m, _) = s.open(&mut jobs, mallory, hello(0), 50.0);
+    s.close(&mut jobs, m, Ending::Crash, 60.0);
     s.event(keys[5], oom(100.0));
-    s.close(keys[5], Ending::Crash, 100.2);
+    s.close(&mut jobs, keys[5], Ending::Crash, 100.2);
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = s;
+    store.jobs = jobs;
     let snap = Snapshot::build(&store, "h", 0.0);
     let ours = snap.jobs.iter().find(|j| j.sessions.len() == 8).unwrap();
     assert_eq!(ours.first_failure.as_ref().unwrap().rank, Some(5));
@@ -220,24 +230,27 @@ fn another_users_session_cannot_join_the_job() {
 #[test]
 fn root_is_no_exception_a_job_another_user_opened_first_gets_none_of_roots_ranks() {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let mallory = Peer {
         pid: 666,
         uid: 1001,
         gid: 1001,
     };
-    let (m, _) = s.open(mallory, hello(0), 5.0);
+    let (m, _) = s.open(&mut jobs, mallory, hello(0), 5.0);
     let root = |r: u64| Peer {
         pid: 2000 + r as u32,
         uid: 0,
         gid: 0,
     };
-    let keys: Vec<u64> = (0..8).map(|r| s.open(root(r), hello(r), 10.0).0).collect();
+    let keys: Vec<u64> = (0..8)
+        .map(|r| s.open(&mut jobs, root(r), hello(r), 10.0).0)
+        .collect();
     for (r, k) in keys.iter().enumerate() {
         s.sample(*k, sample(1, 11.0, r as u64), 11.0);
     }
-    s.close(m, Ending::Crash, 60.0);
+    s.close(&mut jobs, m, Ending::Crash, 60.0);
     s.event(keys[5], oom(100.0));
-    s.close(keys[5], Ending::Crash, 100.2);
+    s.close(&mut jobs, keys[5], Ending::Crash, 100.2);
     let five = s
         .firing()
         .find(|f| f.kind == Kind::Oom && f.subject.rank == Some(5))
@@ -248,6 +261,7 @@ fn root_is_no_exception_a_job_another_user_opened_first_gets_none_of_roots_ranks
     assert_eq!(five.subject.uid, Some(0));
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = s;
+    store.jobs = jobs;
     let snap = Snapshot::build(&store, "h", 0.0);
     let roots = snap.jobs.iter().find(|j| j.uid == Some(0)).unwrap();
     assert_eq!(roots.ranks, (0..8).collect::<Vec<u64>>());
@@ -258,16 +272,17 @@ fn root_is_no_exception_a_job_another_user_opened_first_gets_none_of_roots_ranks
 #[test]
 fn a_rank_cannot_backdate_an_oom_before_its_own_lines_to_take_over_as_the_cause() {
     let mut s = Sessions::new(SessionLimits::default());
-    let keys = job_of_8(&mut s);
+    let mut jobs = Jobs::default();
+    let keys = job_of_8(&mut s, &mut jobs);
     s.event(keys[5], oom(100.0));
-    s.close(keys[5], Ending::Crash, 100.2);
+    s.close(&mut jobs, keys[5], Ending::Crash, 100.2);
     // Rank 3 keeps sending (a sample dated 101), then an OOM dated a second before rank 5's:
     // it is taken at its own previous line's time, 101, and follows rank 5's.
     s.sample(keys[3], sample(21, 101.0, 3), 101.0);
     let clamped = s.timestamps_clamped;
     s.event(keys[3], oom(99.0));
     assert_eq!(s.timestamps_clamped, clamped + 1);
-    s.close(keys[3], Ending::Crash, 101.3);
+    s.close(&mut jobs, keys[3], Ending::Crash, 101.3);
     let five = s
         .firing()
         .find(|f| f.kind == Kind::Oom && f.subject.rank == Some(5))
@@ -277,6 +292,7 @@ fn a_rank_cannot_backdate_an_oom_before_its_own_lines_to_take_over_as_the_cause(
     assert!(five.consequence_of.is_none(), "{five:#?}");
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = s;
+    store.jobs = jobs;
     let snap = Snapshot::build(&store, "h", 0.0);
     let f = snap.jobs[0].first_failure.as_ref().unwrap();
     assert_eq!((f.rank, f.kind, f.ts), (Some(5), Kind::Oom, 100.0));
@@ -291,13 +307,15 @@ fn a_rank_cannot_backdate_an_oom_before_its_own_lines_to_take_over_as_the_cause(
 #[test]
 fn an_event_dated_after_the_sessions_last_line_keeps_its_time() {
     let mut s = Sessions::new(SessionLimits::default());
-    let keys = job_of_8(&mut s);
+    let mut jobs = Jobs::default();
+    let keys = job_of_8(&mut s, &mut jobs);
     let clamped = s.timestamps_clamped;
     s.event(keys[2], oom(30.5));
-    s.close(keys[2], Ending::Crash, 31.0);
+    s.close(&mut jobs, keys[2], Ending::Crash, 31.0);
     assert_eq!(s.timestamps_clamped, clamped);
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = s;
+    store.jobs = jobs;
     let snap = Snapshot::build(&store, "h", 0.0);
     let f = snap.jobs[0].first_failure.as_ref().unwrap();
     assert_eq!((f.rank, f.ts), (Some(2), 30.5));
@@ -307,7 +325,7 @@ fn an_event_dated_after_the_sessions_last_line_keeps_its_time() {
 fn a_rank_whose_process_also_holds_memory_on_another_gpu_is_named() {
     use crate::core::model::NodeReading;
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
-    let keys = job_of_8(&mut store.sessions);
+    let keys = job_of_8(&mut store.sessions, &mut store.jobs);
     // Rank 3's process made a CUDA context on GPU-0 as well as on its own GPU-3; a process
     // outside the job uses GPU-0 too and is not counted.
     let mut stray = super::nvml::tests::process(peer(3).pid, "GPU-0", 500 << 20);
@@ -333,7 +351,7 @@ fn a_rank_whose_process_also_holds_memory_on_another_gpu_is_named() {
         ("GPU-0", 500 << 20)
     );
     // Once rank 3 ended, nothing is named.
-    store.sessions.close(keys[3], Ending::Clean, 40.0);
+    store.close(keys[3], Ending::Clean, 40.0);
     let snap = Snapshot::build(&store, "h", 0.0);
     assert!(snap.jobs[0].memory.stray.is_empty());
 }

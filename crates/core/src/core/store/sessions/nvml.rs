@@ -127,6 +127,7 @@ impl Sessions {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::core::jobs::Jobs;
     use crate::core::model::{ProcInfo, ProcessKind};
     use crate::core::store::sessions::SessionLimits;
     use crate::core::trainer::{Hello, Peer};
@@ -150,7 +151,7 @@ pub(super) mod tests {
         }
     }
 
-    fn open(s: &mut Sessions, pid: u32, uuid: &str) -> u64 {
+    fn open(s: &mut Sessions, jobs: &mut Jobs, pid: u32, uuid: &str) -> u64 {
         let hello = Hello {
             gpu_uuid: Some(uuid.into()),
             ..Hello::default()
@@ -160,7 +161,7 @@ pub(super) mod tests {
             uid: 1000,
             gid: 1000,
         };
-        s.open(peer, hello, 1.0).0
+        s.open(jobs, peer, hello, 1.0).0
     }
 
     fn reading(ts: f64, processes: Vec<ProcessReading>) -> NodeReading {
@@ -175,10 +176,11 @@ pub(super) mod tests {
     #[test]
     fn a_session_takes_its_process_figure_unless_shared() {
         let mut s = Sessions::new(SessionLimits::default());
-        let a = open(&mut s, 10, "GPU-a");
-        let b1 = open(&mut s, 20, "GPU-a");
-        let b2 = open(&mut s, 20, "GPU-a");
-        let c = open(&mut s, 30, "GPU-b");
+        let mut jobs = Jobs::default();
+        let a = open(&mut s, &mut jobs, 10, "GPU-a");
+        let b1 = open(&mut s, &mut jobs, 20, "GPU-a");
+        let b2 = open(&mut s, &mut jobs, 20, "GPU-a");
+        let c = open(&mut s, &mut jobs, 30, "GPU-b");
         s.polled(&reading(
             5.0,
             vec![
@@ -207,7 +209,8 @@ pub(super) mod tests {
         // A daemon's clock: the trace reads back only a Unix time.
         const T: f64 = 1_763_700_000.0;
         let mut s = Sessions::new(SessionLimits::default());
-        let a = open(&mut s, 10, "GPU-a");
+        let mut jobs = Jobs::default();
+        let a = open(&mut s, &mut jobs, 10, "GPU-a");
         let mut last = None;
         assert_eq!(s.nvml_line(a, &mut last), None);
         s.polled(&reading(T + 5.0, vec![process(10, "GPU-a", 3 << 30)]));

@@ -7,16 +7,17 @@ use crate::core::jobs::Jobs;
 use crate::core::model::{NodeReading, ProcView, ProcessReading};
 
 impl Sessions {
-    /// A poll, for `orphans` (the store's, detect/orphan.rs), told what the sessions and the
-    /// jobs knew of each process; `view` is the source's view of /proc.
+    /// A poll, for `orphans` (the store's, detect/orphan.rs), told what the sessions and
+    /// `jobs` knew of each process; `view` is the source's view of /proc.
     pub fn orphans_polled(
         &mut self,
+        jobs: &Jobs,
         orphans: &mut Orphans,
         r: &NodeReading,
         view: Option<ProcView>,
     ) {
         let grace = self.detect.orphan_grace_seconds;
-        let (live, ended, jobs) = (&self.live, &self.ended, &self.jobs);
+        let (live, ended) = (&self.live, &self.ended);
         let known = |p: &ProcessReading| known(live.values().chain(ended.iter()), jobs, p);
         orphans.poll(r, view, grace, &known, &mut self.findings);
     }

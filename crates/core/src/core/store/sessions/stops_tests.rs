@@ -53,39 +53,43 @@ fn ending_of(s: &Sessions, rank: u64) -> Finding {
         .unwrap_or_else(|| panic!("no finding for rank {rank}"))
 }
 
-fn job_view(s: &Sessions) -> crate::core::jobs::JobView {
-    let j = s.jobs.iter().next().expect("a job");
-    crate::core::jobs::verdict::verdict(
-        j.basis(|r| crate::core::jobs::bare(r, None)),
-        s.jobs.rules(),
-    )
+fn job_view(jobs: &Jobs) -> crate::core::jobs::JobView {
+    let j = jobs.iter().next().expect("a job");
+    crate::core::jobs::verdict::verdict(j.basis(|r| crate::core::jobs::bare(r, None)), jobs.rules())
 }
 
 #[test]
 fn a_trainer_stopped_by_a_signal_is_stopped_not_crashed() {
     for sig in ["SIGINT", "SIGTERM", "SIGHUP"] {
         let mut s = Sessions::new(SessionLimits::default());
-        let k = s.open(peer(0), hello(0), 10.0).0;
+        let mut jobs = Jobs::default();
+        let k = s.open(&mut jobs, peer(0), hello(0), 10.0).0;
         s.event(k, signal(20.0, sig));
-        s.close(k, Ending::Crash, 20.1);
+        s.close(&mut jobs, k, Ending::Crash, 20.1);
         let f = ending_of(&s, 0);
         assert_eq!((f.kind, f.severity), (Kind::Stopped, Severity::Warning));
         assert_eq!(f.evidence.signal.as_deref(), Some(sig));
         assert_eq!(f.message, format!("the trainer was stopped by {sig}"));
         assert!(s.firing().all(|f| f.kind != Kind::Crash));
-        let v = job_view(&s);
+        let v = job_view(&jobs);
         assert_eq!(v.state, JobState::Stopped);
         assert_eq!(v.stop.and_then(|x| x.signal).as_deref(), Some(sig));
-        assert!(s.jobs.failed_ranks(20.2, 600.0).is_empty());
+        assert!(jobs.failed_ranks(20.2, 600.0).is_empty());
     }
 }
 
 #[test]
 fn a_signal_long_before_the_end_is_not_what_ended_it() {
     let mut s = Sessions::new(SessionLimits::default());
-    let k = s.open(peer(0), hello(0), 10.0).0;
+    let mut jobs = Jobs::default();
+    let k = s.open(&mut jobs, peer(0), hello(0), 10.0).0;
     s.event(k, signal(20.0, "SIGHUP"));
-    s.close(k, Ending::Crash, 20.0 + crash::STOP_GRACE_SECONDS + 1.0);
+    s.close(
+        &mut jobs,
+        k,
+        Ending::Crash,
+        20.0 + crash::STOP_GRACE_SECONDS + 1.0,
+    );
     let f = ending_of(&s, 0);
     assert_eq!((f.kind, f.severity), (Kind::Crash, Severity::Critical));
 }
@@ -96,13 +100,14 @@ fn an_exception_names_itself_on_the_crash_and_in_the_verdict() {
     let new = Exit::Exception("RuntimeError: boom".into());
     for ending in [Some(new), None] {
         let mut s = Sessions::new(SessionLimits::default());
-        let k = s.open(peer(0), hello(0), 10.0).0;
+        let mut jobs = Jobs::default();
+        let k = s.open(&mut jobs, peer(0), hello(0), 10.0).0;
         s.event(k, mark(20.0, "trainer died: RuntimeError: boom", ending));
-        s.close(k, Ending::Crash, 20.1);
+        s.close(&mut jobs, k, Ending::Crash, 20.1);
         let f = ending_of(&s, 0);
         assert_eq!((f.kind, f.severity), (Kind::Crash, Severity::Critical));
         assert_eq!(f.message, "the trainer died of RuntimeError: boom");
-        let v = job_view(&s);
+        let v = job_view(&jobs);
         assert_eq!(v.state, JobState::Failed);
         let first = v.first_failure.expect("a failure");
         assert_eq!(first.exception.as_deref(), Some("RuntimeError: boom"));
@@ -112,16 +117,19 @@ fn an_exception_names_itself_on_the_crash_and_in_the_verdict() {
 #[test]
 fn torchruns_teardown_after_one_rank_raised_follows_that_rank() {
     let mut s = Sessions::new(SessionLimits::default());
-    let keys: Vec<u64> = (0..4).map(|r| s.open(peer(r), hello(r), 10.0).0).collect();
+    let mut jobs = Jobs::default();
+    let keys: Vec<u64> = (0..4)
+        .map(|r| s.open(&mut jobs, peer(r), hello(r), 10.0).0)
+        .collect();
     let died = Exit::Exception("ValueError: bad batch".into());
     s.event(
         keys[2],
         mark(30.0, "trainer died: ValueError: bad batch", Some(died)),
     );
-    s.close(keys[2], Ending::Crash, 30.1);
+    s.close(&mut jobs, keys[2], Ending::Crash, 30.1);
     for r in [0, 1, 3] {
         s.event(keys[r], signal(31.0, "SIGTERM"));
-        s.close(keys[r], Ending::Crash, 31.2);
+        s.close(&mut jobs, keys[r], Ending::Crash, 31.2);
     }
     let critical: Vec<Finding> = s
         .firing()
@@ -136,14 +144,14 @@ fn torchruns_teardown_after_one_rank_raised_follows_that_rank() {
         let of = f.consequence_of.expect("a consequence");
         assert_eq!((of.rank, of.kind), (Some(2), Kind::Crash));
     }
-    let v = job_view(&s);
+    let v = job_view(&jobs);
     assert_eq!(v.state, JobState::Failed);
     assert_eq!(
         crate::core::jobs::verdict::summary(&v),
         "failed: rank 2 crash (ValueError: bad batch), then 3 ranks within 1.1 s"
     );
     // Only the rank that raised is a failed rank for the job alert.
-    let failed: Vec<_> = s.jobs.failed_ranks(32.0, 600.0);
+    let failed: Vec<_> = jobs.failed_ranks(32.0, 600.0);
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].1.rank, Some(2));
 }

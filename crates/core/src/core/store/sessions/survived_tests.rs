@@ -54,19 +54,20 @@ fn oom(ts: f64, explanation: Option<Explanation>) -> Event {
 }
 
 /// A session with samples to step 220 and then an OOM with the real explanation.
-fn after_oom() -> (Sessions, u64) {
+fn after_oom() -> (Sessions, Jobs, u64) {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let hello = Hello {
         v: 1,
         job: Some("j".into()),
         ..Hello::default()
     };
-    let (key, _) = s.open(PEER, hello, 100.0);
+    let (key, _) = s.open(&mut jobs, PEER, hello, 100.0);
     for step in 210..=220 {
         s.sample(key, sample(step), 100.0 + step as f64);
     }
     s.event(key, oom(320.5, Some(fragmentation())));
-    (s, key)
+    (s, jobs, key)
 }
 
 fn oom_finding(s: &Sessions) -> Finding {
@@ -82,7 +83,7 @@ fn oom_finding(s: &Sessions) -> Finding {
 
 #[test]
 fn an_oom_the_run_went_on_from_is_a_warning_that_says_so() {
-    let (mut s, key) = after_oom();
+    let (mut s, _, key) = after_oom();
     let f = oom_finding(&s);
     assert_eq!(
         (f.state, f.severity),
@@ -135,8 +136,8 @@ fn an_oom_the_run_went_on_from_is_a_warning_that_says_so() {
 
 #[test]
 fn an_oom_followed_by_the_trainer_s_death_stays_critical() {
-    let (mut s, key) = after_oom();
-    s.close(key, Ending::Crash, 322.0);
+    let (mut s, mut jobs, key) = after_oom();
+    s.close(&mut jobs, key, Ending::Crash, 322.0);
     // The OOM is what the trainer died of: it stays firing after the session (the cause), and
     // the crash it was followed by is a warning pointing at it, so one alert pages, not two.
     let f = oom_finding(&s);
@@ -169,9 +170,10 @@ fn an_oom_followed_by_the_trainer_s_death_stays_critical() {
 fn the_snapshot_lists_ooms_without_the_explanation_and_the_session_entry_keeps_it() {
     use crate::core::snapshot::{SessionEntry, Snapshot};
     use crate::core::store::{HistoryLimits, Store};
-    let (sessions, _) = after_oom();
+    let (sessions, jobs, _) = after_oom();
     let mut store = Store::new(HistoryLimits { gpu_points: 4 }, 1.0, "lib".into());
     store.sessions = sessions;
+    store.jobs = jobs;
     let snap = serde_json::to_value(Snapshot::build(&store, "h", 60.0)).unwrap();
     let o = &snap["sessions"][0]["ooms"][0];
     assert_eq!(o["pattern"], "fragmentation");

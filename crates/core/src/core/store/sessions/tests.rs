@@ -38,10 +38,11 @@ const PEER: Peer = Peer {
 #[test]
 fn ids_carry_the_daemon_start_so_a_restart_does_not_reuse_them() {
     let mut before = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_000.0);
+    let mut jobs = Jobs::default();
     // A restart 1 ms later.
     let mut after = Sessions::new(SessionLimits::default()).with_id_epoch(1_763_700_000.001);
-    let (_, a) = before.open(PEER, hello(), 0.0);
-    let (_, b) = after.open(PEER, hello(), 0.0);
+    let (_, a) = before.open(&mut jobs, PEER, hello(), 0.0);
+    let (_, b) = after.open(&mut jobs, PEER, hello(), 0.0);
     assert_eq!(a, "s-mi8dfxmo-1");
     assert_eq!(b, "s-mi8dfxmp-1");
     assert!(before.get(&a).is_some(), "found by its id");
@@ -68,8 +69,9 @@ fn sessions_are_bounded_in_points_events_and_ended_count() {
         ended_kept: 2,
     };
     let mut s = Sessions::new(limits);
+    let mut jobs = Jobs::default();
     for round in 0..10 {
-        let (key, id) = s.open(PEER, hello(), 0.0);
+        let (key, id) = s.open(&mut jobs, PEER, hello(), 0.0);
         assert_eq!(id, format!("s-{}", round + 1));
         for i in 0..100 {
             s.sample(key, sample(i as f64, 0), 0.0);
@@ -93,7 +95,7 @@ fn sessions_are_bounded_in_points_events_and_ended_count() {
         let sess = s.live().next().unwrap();
         assert_eq!(sess.series.len(), 5);
         assert_eq!(sess.events.len(), 3);
-        s.close(key, Ending::Crash, 1.0);
+        s.close(&mut jobs, key, Ending::Crash, 1.0);
     }
     assert_eq!(s.live_count(), 0);
     assert_eq!(s.ended().count(), 2);
@@ -105,9 +107,10 @@ fn sessions_are_bounded_in_points_events_and_ended_count() {
 #[test]
 fn sessions_are_found_by_id_live_or_ended() {
     let mut s = Sessions::new(SessionLimits::default());
-    let (a, _) = s.open(PEER, hello(), 0.0);
-    s.open(PEER, hello(), 0.0);
-    s.close(a, Ending::Clean, 1.0);
+    let mut jobs = Jobs::default();
+    let (a, _) = s.open(&mut jobs, PEER, hello(), 0.0);
+    s.open(&mut jobs, PEER, hello(), 0.0);
+    s.close(&mut jobs, a, Ending::Clean, 1.0);
     assert!(s.get("s-1").unwrap().ended.is_some());
     assert!(s.get("s-2").unwrap().ended.is_none());
     for missing in ["s-3", "s-02", "2", "s-", "s-x"] {
@@ -118,9 +121,10 @@ fn sessions_are_found_by_id_live_or_ended() {
 #[test]
 fn a_clean_bye_records_no_crash() {
     let mut s = Sessions::new(SessionLimits::default());
-    let (key, _) = s.open(PEER, hello(), 0.0);
+    let mut jobs = Jobs::default();
+    let (key, _) = s.open(&mut jobs, PEER, hello(), 0.0);
     s.sample(key, sample(1.0, 2), 1.0);
-    s.close(key, Ending::Clean, 2.0);
+    s.close(&mut jobs, key, Ending::Clean, 2.0);
     let sess = s.ended().next().unwrap();
     assert!(sess.events.is_empty());
     assert_eq!(sess.retries.total, 2);
@@ -130,7 +134,9 @@ fn a_clean_bye_records_no_crash() {
 fn the_session_keeps_the_latest_alloc_limit() {
     const GIB: u64 = 1 << 30;
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let (key, _) = s.open(
+        &mut jobs,
         PEER,
         Hello {
             alloc_limit: Some(4 * GIB),
@@ -204,18 +210,20 @@ fn with_ooms(ts: f64, ooms: u64) -> Sample {
 #[test]
 fn an_oom_event_counts_even_when_no_sample_follows() {
     let mut s = Sessions::new(SessionLimits::default());
-    let (key, _) = s.open(PEER, hello(), 0.0);
+    let mut jobs = Jobs::default();
+    let (key, _) = s.open(&mut jobs, PEER, hello(), 0.0);
     s.sample(key, with_ooms(1.0, 0), 1.0);
     s.event(key, oom(2.0));
     assert_eq!(s.live().next().unwrap().ooms.total, 1);
-    s.close(key, Ending::Crash, 3.0);
+    s.close(&mut jobs, key, Ending::Crash, 3.0);
     assert_eq!(s.ended().next().unwrap().ooms.total, 1);
 }
 
 #[test]
 fn an_oom_seen_as_event_and_counter_counts_once() {
     let mut s = Sessions::new(SessionLimits::default());
-    let (key, _) = s.open(PEER, hello(), 0.0);
+    let mut jobs = Jobs::default();
+    let (key, _) = s.open(&mut jobs, PEER, hello(), 0.0);
     let total = |s: &Sessions| s.live().next().unwrap().ooms.total;
     s.event(key, oom(1.0));
     s.sample(key, with_ooms(2.0, 1), 2.0);
@@ -232,12 +240,13 @@ fn an_oom_seen_as_event_and_counter_counts_once() {
 #[test]
 fn the_node_counts_survived_only_among_the_oom_events_it_counted() {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let node = |s: &Sessions| {
         let total: u64 = s.oom_counts.by_pattern().map(|(_, n)| n).sum();
         (total, s.oom_counts.survived)
     };
     // Trainer A: an OOM seen only as a counter rise (no observer), and it went on.
-    let (a, ida) = s.open(PEER, hello(), 0.0);
+    let (a, ida) = s.open(&mut jobs, PEER, hello(), 0.0);
     s.sample(a, with_ooms(1.0, 0), 1.0);
     s.sample(a, with_ooms(2.0, 1), 2.0);
     s.sample(a, with_ooms(3.0, 1), 3.0);
@@ -250,6 +259,7 @@ fn the_node_counts_survived_only_among_the_oom_events_it_counted() {
     );
     // Trainer B: a fatal OOM event, no sample after it. The node shows it unsurvived.
     let (b, _) = s.open(
+        &mut jobs,
         PEER,
         Hello {
             rank: Some(1),
@@ -271,10 +281,11 @@ fn the_node_counts_survived_only_among_the_oom_events_it_counted() {
 fn a_restart_read_before_the_old_close_resolves_the_crash_at_once() {
     use crate::core::detect::Kind;
     let mut s = Sessions::new(SessionLimits::default());
-    let (old, _) = s.open(PEER, hello(), 0.0);
+    let mut jobs = Jobs::default();
+    let (old, _) = s.open(&mut jobs, PEER, hello(), 0.0);
     // The new connection's hello is handled first, then the old one's EOF.
-    let (_, id) = s.open(PEER, hello(), 5.0);
-    s.close(old, Ending::Crash, 5.1);
+    let (_, id) = s.open(&mut jobs, PEER, hello(), 5.0);
+    s.close(&mut jobs, old, Ending::Crash, 5.1);
     assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 0);
     let resolved = s.findings.recent().last().unwrap();
     assert!(resolved.message.ends_with(&format!("restarted as {id}")));
@@ -283,9 +294,9 @@ fn a_restart_read_before_the_old_close_resolves_the_crash_at_once() {
         rank: Some(3),
         ..hello()
     };
-    s.open(PEER, rank3(), 6.0);
-    let (later, _) = s.open(PEER, rank3(), 7.0);
-    s.close(later, Ending::Crash, 8.0);
+    s.open(&mut jobs, PEER, rank3(), 6.0);
+    let (later, _) = s.open(&mut jobs, PEER, rank3(), 7.0);
+    s.close(&mut jobs, later, Ending::Crash, 8.0);
     assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 1);
 }
 
@@ -293,8 +304,10 @@ fn a_restart_read_before_the_old_close_resolves_the_crash_at_once() {
 fn a_trainer_restarting_resolves_its_crash() {
     use crate::core::detect::{FindingState, Kind};
     let mut s = Sessions::new(SessionLimits::default());
-    let (a, _) = s.open(PEER, hello(), 0.0);
+    let mut jobs = Jobs::default();
+    let (a, _) = s.open(&mut jobs, PEER, hello(), 0.0);
     let (other, _) = s.open(
+        &mut jobs,
         PEER,
         Hello {
             rank: Some(1),
@@ -302,13 +315,13 @@ fn a_trainer_restarting_resolves_its_crash() {
         },
         0.0,
     );
-    s.close(a, Ending::Crash, 5.0);
-    s.close(other, Ending::Crash, 5.0);
+    s.close(&mut jobs, a, Ending::Crash, 5.0);
+    s.close(&mut jobs, other, Ending::Crash, 5.0);
     assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 2);
     // Another user with the same job and rank is not this trainer.
-    s.open(Peer { uid: 7, ..PEER }, hello(), 6.0);
+    s.open(&mut jobs, Peer { uid: 7, ..PEER }, hello(), 6.0);
     assert_eq!(s.firing().filter(|f| f.kind == Kind::Crash).count(), 2);
-    let (_, id) = s.open(PEER, hello(), 7.0);
+    let (_, id) = s.open(&mut jobs, PEER, hello(), 7.0);
     let firing: Vec<_> = s.firing().map(|f| f.id.clone()).collect();
     assert_eq!(firing, ["s-2/crash"], "rank 1 did not restart");
     let resolved = s.findings.recent().last().unwrap();
@@ -333,6 +346,6 @@ fn a_trainer_restarting_resolves_its_crash() {
     assert_eq!(crashes, 2, "it still counts as a crash");
     // A clean end leaves nothing to resolve, and nothing resolves twice.
     let before = s.findings.recent().count();
-    s.open(PEER, hello(), 8.0);
+    s.open(&mut jobs, PEER, hello(), 8.0);
     assert_eq!(s.findings.recent().count(), before);
 }

@@ -44,13 +44,14 @@ fn run(
     outside: impl Fn(u64) -> f64,
 ) -> Vec<Finding> {
     let mut s = Sessions::new(SessionLimits::default());
+    let mut jobs = Jobs::default();
     let hello = Hello {
         v: 1,
         gpu_uuid: Some("GPU-a".into()),
         ..Hello::default()
     };
     let t0 = 1_763_700_000.0;
-    let (key, _) = s.open(PEER, hello, t0);
+    let (key, _) = s.open(&mut jobs, PEER, hello, t0);
     let mut fired = Vec::new();
     for i in 0..steps {
         let ts = t0 + i as f64 * 0.5;
@@ -158,7 +159,8 @@ fn a_tensor_leak_is_a_leak_not_growth_outside() {
 fn without_a_figure_of_its_own_nothing_is_judged() {
     // No poll lists the process: the detector has no floor and stays silent.
     let mut s = Sessions::new(SessionLimits::default());
-    let (key, _) = s.open(PEER, Hello::default(), 0.0);
+    let mut jobs = Jobs::default();
+    let (key, _) = s.open(&mut jobs, PEER, Hello::default(), 0.0);
     s.polled(&poll(0.0, 5 << 30));
     assert_eq!(s.live.get(&key).unwrap().nvml, None, "no gpu_uuid, no join");
 }

@@ -79,14 +79,16 @@ fn reading(ts: f64, state: ProcState) -> NodeReading {
 
 fn store(ended_kept: usize) -> Store {
     let mut store = Store::new(HistoryLimits { gpu_points: 8 }, 1.0, String::new());
-    store.sessions = Sessions::new(SessionLimits {
-        ended_kept,
-        ..SessionLimits::default()
-    })
-    .with_detect(DetectConfig {
-        orphan_grace_seconds: 60.0,
-        ..DetectConfig::default()
-    });
+    store.set_sessions(
+        Sessions::new(SessionLimits {
+            ended_kept,
+            ..SessionLimits::default()
+        })
+        .with_detect(DetectConfig {
+            orphan_grace_seconds: 60.0,
+            ..DetectConfig::default()
+        }),
+    );
     store.nvml.proc_view = Some(ProcView::Host);
     store
 }
@@ -94,8 +96,8 @@ fn store(ended_kept: usize) -> Store {
 #[test]
 fn a_dead_rank_s_memory_names_its_job_rank_session_and_parent_in_every_reader() {
     let mut store = store(64);
-    let (key, id) = store.sessions.open(peer(81234), hello(3), 10.0);
-    store.sessions.close(key, Ending::Crash, 100.0);
+    let (key, id) = store.open(peer(81234), hello(3), 10.0);
+    store.close(key, Ending::Crash, 100.0);
     for t in [101.0, 130.0, 161.0] {
         store.apply(reading(t, ProcState::Zombie), 0.001);
     }
@@ -135,17 +137,13 @@ fn a_dead_rank_s_memory_names_its_job_rank_session_and_parent_in_every_reader() 
 fn once_the_store_forgot_the_session_the_jobs_registry_still_knows() {
     // One ended session kept: the next one to end pushes the dead rank's out.
     let mut store = store(1);
-    let (dead, id) = store.sessions.open(peer(81234), hello(3), 10.0);
-    let (other, _) = store.sessions.open(peer(555), hello(4), 10.0);
-    store.sessions.close(dead, Ending::Crash, 100.0);
-    store.sessions.close(other, Ending::Clean, 101.0);
+    let (dead, id) = store.open(peer(81234), hello(3), 10.0);
+    let (other, _) = store.open(peer(555), hello(4), 10.0);
+    store.close(dead, Ending::Crash, 100.0);
+    store.close(other, Ending::Clean, 101.0);
     assert!(store.sessions.get(&id).is_none(), "forgotten by the store");
     let p = &reading(0.0, ProcState::Gone).processes[0];
-    let (live, ended, jobs) = (
-        &store.sessions.live,
-        &store.sessions.ended,
-        &store.sessions.jobs,
-    );
+    let (live, ended, jobs) = (&store.sessions.live, &store.sessions.ended, &store.jobs);
     let k = known(live.values().chain(ended.iter()), jobs, p);
     assert_eq!(
         k,
