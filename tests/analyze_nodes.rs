@@ -101,7 +101,7 @@ fn one_directory_is_one_daemon_and_a_crash_after_another_ranks_is_its_consequenc
         "{text}"
     );
     assert!(
-        text.contains("first failure: rank 1 crash at step 20"),
+        text.contains("ranks 0,1: failed: rank 1 crash at step 20"),
         "{text}"
     );
     assert!(text.contains("followed: rank 0 crash +1.0 s "), "{text}");

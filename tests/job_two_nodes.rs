@@ -241,7 +241,7 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         "{text}"
     );
     assert!(
-        text.contains("first failure: rank 1 oom on node-a"),
+        text.contains(": failed: rank 1 oom on node-a"),
         "{text}"
     );
 }

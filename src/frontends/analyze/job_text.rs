@@ -1,10 +1,13 @@
 //! The jobs part of `gpumon analyze`'s text report: each job of more than one trace, or that
-//! failed, with its first failure (rank, kind, host, step, file) and the ranks that followed.
+//! failed, with the core's verdict (crates/core/src/core/jobs: `verdict::summary`, and `text`
+//! for the failures after the first), as `gpumon status` and the TUI word it, plus what only
+//! the traces give: the file of each failure.
 
 use std::fmt::Write;
 
-use crate::core::jobs::verdict::ranks_text;
-use crate::core::jobs::view::who;
+use crate::core::jobs::text::{failure_ref, later_failures};
+use crate::core::jobs::verdict::{ranks_text, summary};
+use crate::core::jobs::view::FailureRef;
 use crate::core::jobs::JobView;
 use crate::units::bytes;
 
@@ -32,64 +35,23 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
             out,
             "job {}: {traces}, {ranks}{hosts}: {}",
             j.name(),
-            j.state.as_str()
+            summary(j)
         );
-        let head = match (&j.first_failure, &j.stop) {
-            (Some(f), _) => Some(("first failure", f)),
-            (None, Some(f)) => Some(("stopped first", f)),
-            (None, None) => None,
-        };
-        if let Some((what, f)) = head {
-            let host = f
-                .host
-                .as_deref()
-                .map(|h| format!(" on {h}"))
-                .unwrap_or_default();
-            let step = f.step.map(|s| format!(" at step {s}")).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  {what}: {} {}{host}{step}",
-                who(f.rank, &f.session),
-                f.kind
-            );
+        if let Some(f) = j.first_failure.as_ref().or(j.stop.as_ref()) {
             if let Some(file) = &f.file {
-                let _ = writeln!(out, "    {file}");
+                let _ = writeln!(out, "  {file}");
             }
-            let _ = writeln!(out, "    {}", f.message);
-            if !f.order_unknown.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "    order unknown against ranks {} (other hosts, within the clocks' tolerance)",
-                    ranks_text(&f.order_unknown)
-                );
-            }
+            let _ = writeln!(out, "  {}", f.message);
         }
         for f in &j.findings_at_failure {
             let _ = writeln!(out, "  before it: {}", f.message);
         }
         for c in &j.consequences {
-            let host = c
-                .host
-                .as_deref()
-                .map(|h| format!(" on {h}"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  followed: {} {} +{:.1} s{host}  {}",
-                who(c.rank, &c.session),
-                c.kind,
-                c.after_seconds,
-                c.file.as_deref().unwrap_or("")
-            );
+            let _ = writeln!(out, "  followed: {}", with_place(c));
         }
-        for c in &j.other_failures {
-            let _ = writeln!(
-                out,
-                "  also failed (past the cascade window): {} {} +{:.0} s",
-                who(c.rank, &c.session),
-                c.kind,
-                c.after_seconds
-            );
+        // Every one named: the report is the whole story, not a screen's line.
+        if let Some(later) = later_failures(&j.other_failures, j.other_failures.len()) {
+            let _ = writeln!(out, "  {later}");
         }
         for f in &j.findings {
             let _ = writeln!(out, "  {}", f.message);
@@ -106,6 +68,18 @@ pub fn jobs(out: &mut String, jobs: &[JobView]) {
             let _ = writeln!(out, "  conflict: {c}");
         }
     }
+}
+
+/// `rank 0 crash +0.5 s on node-a  /records/node-a/....trace.jsonl`: the core's words for a
+/// failure, then where it was read.
+fn with_place(c: &FailureRef) -> String {
+    let host = c
+        .host
+        .as_deref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
+    let file = c.file.as_deref().unwrap_or("");
+    format!("{}{host}  {file}", failure_ref(c))
 }
 
 #[cfg(test)]
