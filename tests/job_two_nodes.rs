@@ -240,10 +240,7 @@ fn a_job_over_two_nodes_names_its_first_failure_everywhere() {
         text.contains(&format!("job llama (run run-42, uid {uid})")),
         "{text}"
     );
-    assert!(
-        text.contains(": failed: rank 1 oom on node-a"),
-        "{text}"
-    );
+    assert!(text.contains(": failed: rank 1 oom on node-a"), "{text}");
 }
 
 /// `n` steps of a leak: the floor grows 64 MiB a step after a warm-up of 300, as every rank of

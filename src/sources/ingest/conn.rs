@@ -7,10 +7,6 @@ use std::sync::Arc;
 
 use super::protocol::{self, Code, Message, Rejection, Reply, CAP_ACK};
 use super::resume::{Mark, Resume};
-#[cfg(test)]
-use crate::core::apply::Core;
-#[cfg(test)]
-use crate::core::input::Lines;
 use crate::core::input::{Applied, Close, Closed, Closing, Link, Request};
 use crate::core::model::Timestamp;
 use crate::core::store::sessions::ArmLine;
@@ -255,18 +251,6 @@ impl Conn {
         out.extend(requests.map(|r| request_line(&r)));
     }
 
-    /// The first request due now, as a line (tests).
-    #[cfg(test)]
-    pub fn request(&self, core: &mut Core, now: Timestamp) -> Option<Vec<u8>> {
-        let mut ask = Box::new(Lines::new(self.link));
-        ask.now = now;
-        ask.ask = true;
-        let mut done = core.lines(ask);
-        let mut out = Vec::new();
-        Self::requests(done.requests.drain(..), &mut out);
-        out.into_iter().next()
-    }
-
     /// An `ack` line when one is due: the highest `seq` taken on this connection, held back
     /// to what the trace file holds while the session is recorded, so that no acknowledged
     /// line is missing from the trace if the daemon dies. Lines refused or dropped for the rate
@@ -306,35 +290,6 @@ impl Conn {
     pub fn closed(mut self, c: Closed) {
         if let Some(note) = c.note {
             self.record(&note, 0);
-        }
-    }
-
-    /// The connection ended `how`, applied to `core` at once (tests).
-    #[cfg(test)]
-    pub fn close(self, core: &mut Core, how: Closing, now: Timestamp) {
-        let closed = core.close(self.closing(how, now));
-        self.closed(closed);
-    }
-
-    /// One line through both halves at once against `core`, as a batch of one that asks for
-    /// nothing (the unit tests' driver; the daemon frames and batches in `batch`).
-    #[cfg(test)]
-    pub fn handle(&mut self, raw: &[u8], core: &mut Core, now: Timestamp) -> Outcome {
-        let (msg, seq) = match protocol::parse_numbered(raw) {
-            Ok(m) => m,
-            Err(r) => return self.reject(r),
-        };
-        let mut batch = Box::new(Lines::new(self.link));
-        let pending = match self.take(msg, seq, &mut batch.messages) {
-            Ok(p) => p,
-            Err(o) => return o,
-        };
-        batch.now = now;
-        let mut batch = core.lines(batch);
-        self.link = batch.link;
-        match batch.applied.pop() {
-            Some(a) => self.applied(a, pending, raw, now),
-            None => Outcome::Accepted,
         }
     }
 }

@@ -3,6 +3,8 @@
 
 pub mod batch;
 pub mod conn;
+#[cfg(test)]
+pub(crate) mod drive;
 mod health;
 pub mod line_budget;
 pub mod lines;

@@ -11,6 +11,7 @@ use crate::core::apply::Core;
 use crate::core::input::Closing;
 use crate::core::store::{HistoryLimits, Store};
 use crate::core::trainer::{Ending, Peer};
+use crate::sources::ingest::drive::{self, close};
 use crate::sources::ingest::protocol::MAX_LINE;
 
 const PEER: Peer = Peer {
@@ -144,7 +145,7 @@ async fn batched(input: Vec<u8>, admit_first: usize) -> Run {
     if admit_first == usize::MAX {
         assert!(batches > 3, "the input should take several batches");
     }
-    conn.close(&mut store, Closing::Crash, 1e9);
+    close(conn, &mut store, Closing::Crash, 1e9);
     summary(store.store(), &stats, replies.into_inner())
 }
 
@@ -179,7 +180,7 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
                 Code::LineTooLong,
                 format!("line of {len} bytes exceeds {MAX_LINE}; it was skipped"),
             )),
-            Frame::Line(line) => conn.handle(line, &mut store, now()),
+            Frame::Line(line) => drive::line(&mut conn, line, &mut store, now()),
         };
         match outcome {
             Outcome::Accepted | Outcome::Bye => {
@@ -201,7 +202,7 @@ async fn one_by_one(input: Vec<u8>, admit_first: usize) -> Run {
             }
         }
     }
-    conn.close(&mut store, Closing::Crash, 1e9);
+    close(conn, &mut store, Closing::Crash, 1e9);
     summary(store.store(), &stats, replies)
 }
 

@@ -2,7 +2,9 @@
 //! what its `armed` and `peak` answers get back.
 
 use super::*;
+use crate::core::apply::Core;
 use crate::core::store::sessions::{OomPolicy, SessionLimits, Sessions};
+use crate::sources::ingest::drive::{line, request};
 
 const PEER: Peer = Peer {
     pid: 5,
@@ -30,8 +32,8 @@ fn json(line: &[u8]) -> serde_json::Value {
 fn until_request(c: &mut Conn, s: &mut Core, from: u64, peak: u64) -> (u64, serde_json::Value) {
     for step in from..from + 1000 {
         let now = 1_763_700_000.0 + step as f64;
-        assert_eq!(c.handle(&sample(step, peak), s, now), Outcome::Accepted);
-        if let Some(line) = c.request(s, now) {
+        assert_eq!(line(c, &sample(step, peak), s, now), Outcome::Accepted);
+        if let Some(line) = request(c, s, now) {
             return (step, json(&line));
         }
     }
@@ -51,26 +53,36 @@ fn a_trainer_near_its_limit_is_armed_answers_and_is_disarmed() {
         Sessions::new(SessionLimits::default()).with_arming(OomPolicy::default()),
     );
     let mut c = Conn::new(PEER);
-    reply(c.handle(HELLO, &mut s, 1.0));
+    reply(line(&mut c, HELLO, &mut s, 1.0));
     let (step, arm) = until_request(&mut c, &mut s, 1, (4 << 30) - (10 << 20));
     assert_eq!(
         arm,
         serde_json::json!({"type":"arm","v":1,"id":1,"finding":"s-1/near_limit","seconds":900,
             "max_entries":20000,"peak_after_steps":20})
     );
-    let (e, code) = reply(c.handle(br#"{"type":"armed","id":9,"ts":1763700010}"#, &mut s, 2.0));
+    let (e, code) = reply(line(
+        &mut c,
+        br#"{"type":"armed","id":9,"ts":1763700010}"#,
+        &mut s,
+        2.0,
+    ));
     assert_eq!(code, Some(Code::BadField));
     assert!(
         e.contains("armed with id 9 answers no open arm request"),
         "{e}"
     );
     assert_eq!(
-        c.handle(br#"{"type":"armed","id":1,"ts":1763700010}"#, &mut s, 2.0),
+        line(
+            &mut c,
+            br#"{"type":"armed","id":1,"ts":1763700010}"#,
+            &mut s,
+            2.0
+        ),
         Outcome::Accepted
     );
     let peak = br#"{"type":"peak","id":1,"ts":1763700030,"step_from":10,"step_to":30,"peak_bytes":4294967296,"sites":[{"file":"/x/model.py","line":88,"function":"attention","bytes":2147483648,"blocks":48}]}"#;
-    assert_eq!(c.handle(peak, &mut s, 3.0), Outcome::Accepted);
-    let (e, code) = reply(c.handle(peak, &mut s, 3.0));
+    assert_eq!(line(&mut c, peak, &mut s, 3.0), Outcome::Accepted);
+    let (e, code) = reply(line(&mut c, peak, &mut s, 3.0));
     assert_eq!(code, Some(Code::BadField));
     assert!(
         e.contains("peak with id 1 answers no open arm request"),

@@ -1,7 +1,9 @@
 use super::*;
+use crate::core::apply::Core;
 use crate::core::store::sessions::{SessionLimits, Sessions};
 use crate::core::trainer::{Ending, EventKind};
 use crate::outputs::record::{Caps, Recorder};
+use crate::sources::ingest::drive::{close, line, request};
 
 const PEER: Peer = Peer {
     pid: 77,
@@ -23,16 +25,19 @@ fn reply_of(o: Outcome) -> (String, Option<Code>) {
 fn hello_then_samples_then_bye() {
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER);
-    let (welcome, rej) = reply_of(c.handle(HELLO, &mut s, 1.0));
+    let (welcome, rej) = reply_of(line(&mut c, HELLO, &mut s, 1.0));
     assert_eq!(rej, None);
     assert!(welcome.contains(r#""type":"welcome""#) && welcome.contains(r#""session":"s-1""#));
-    assert_eq!(c.handle(SAMPLE, &mut s, 2.0), Outcome::Accepted);
+    assert_eq!(line(&mut c, SAMPLE, &mut s, 2.0), Outcome::Accepted);
     let sess = s.sessions().live().next().unwrap();
     assert_eq!(sess.peer.pid, 77);
     assert_eq!(sess.hello.ns_pid, Some(5));
     assert_eq!(sess.samples, 1);
-    assert_eq!(c.handle(br#"{"type":"bye"}"#, &mut s, 3.0), Outcome::Bye);
-    c.close(&mut s, Closing::Crash, 4.0);
+    assert_eq!(
+        line(&mut c, br#"{"type":"bye"}"#, &mut s, 3.0),
+        Outcome::Bye
+    );
+    close(c, &mut s, Closing::Crash, 4.0);
     assert_eq!(
         s.sessions().ended().next().unwrap().ended,
         Some((3.0, Ending::Clean))
@@ -43,16 +48,16 @@ fn hello_then_samples_then_bye() {
 fn sample_before_hello_and_second_hello_are_refused_but_the_connection_goes_on() {
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER);
-    let (e, code) = reply_of(c.handle(SAMPLE, &mut s, 1.0));
+    let (e, code) = reply_of(line(&mut c, SAMPLE, &mut s, 1.0));
     assert_eq!(code, Some(Code::NoHello));
     assert!(e.contains(r#""line":1"#));
-    reply_of(c.handle(HELLO, &mut s, 1.0));
-    let (_, code) = reply_of(c.handle(HELLO, &mut s, 1.0));
+    reply_of(line(&mut c, HELLO, &mut s, 1.0));
+    let (_, code) = reply_of(line(&mut c, HELLO, &mut s, 1.0));
     assert_eq!(code, Some(Code::DuplicateHello));
-    let (e, code) = reply_of(c.handle(b"garbage", &mut s, 1.0));
+    let (e, code) = reply_of(line(&mut c, b"garbage", &mut s, 1.0));
     assert_eq!(code, Some(Code::BadJson));
     assert!(e.contains(r#""line":4"#));
-    assert_eq!(c.handle(SAMPLE, &mut s, 2.0), Outcome::Accepted);
+    assert_eq!(line(&mut c, SAMPLE, &mut s, 2.0), Outcome::Accepted);
     assert_eq!(s.sessions().live_count(), 1);
 }
 
@@ -60,8 +65,8 @@ fn sample_before_hello_and_second_hello_are_refused_but_the_connection_goes_on()
 fn close_without_bye_is_a_crash() {
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER);
-    reply_of(c.handle(HELLO, &mut s, 1.0));
-    c.close(&mut s, Closing::Crash, 9.0);
+    reply_of(line(&mut c, HELLO, &mut s, 1.0));
+    close(c, &mut s, Closing::Crash, 9.0);
     let ended = s.sessions().ended().next().unwrap();
     assert_eq!(ended.ended, Some((9.0, Ending::Crash)));
     assert_eq!(ended.events.back().unwrap().kind, "crash");
@@ -71,10 +76,10 @@ fn close_without_bye_is_a_crash() {
 #[test]
 fn the_welcome_names_the_rate_limit_and_over_it_a_notice_goes_out_once_a_second() {
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
-    let (plain, _) = reply_of(Conn::new(PEER).handle(HELLO, &mut s, 1.0));
+    let (plain, _) = reply_of(line(&mut Conn::new(PEER), HELLO, &mut s, 1.0));
     assert!(!plain.contains("max_lines_per_second"), "{plain}");
     let mut c = Conn::new(PEER).rate_limited(40);
-    let (welcome, _) = reply_of(c.handle(HELLO, &mut s, 1.0));
+    let (welcome, _) = reply_of(line(&mut c, HELLO, &mut s, 1.0));
     let w: serde_json::Value = serde_json::from_str(&welcome).unwrap();
     assert_eq!(w["type"], "welcome");
     assert_eq!(w["max_lines_per_second"], 40);
@@ -92,7 +97,10 @@ fn the_welcome_names_the_rate_limit_and_over_it_a_notice_goes_out_once_a_second(
     // A clock stepped back does not silence the notices.
     assert!(c.over_limit(3.0).is_some());
     // Dropped lines end nothing: the session is live, and its bye still ends it cleanly.
-    assert_eq!(c.handle(br#"{"type":"bye"}"#, &mut s, 12.0), Outcome::Bye);
+    assert_eq!(
+        line(&mut c, br#"{"type":"bye"}"#, &mut s, 12.0),
+        Outcome::Bye
+    );
     assert_eq!(
         s.sessions().ended().last().unwrap().ended.map(|(_, e)| e),
         Some(Ending::Clean)
@@ -111,10 +119,10 @@ fn leaking(step: u64) -> Vec<u8> {
 
 /// Runs a leaking trainer with `hello` until it is asked (or 2000 steps); the request.
 fn asked(hello: &[u8], s: &mut Core, c: &mut Conn) -> Option<serde_json::Value> {
-    reply_of(c.handle(hello, s, 1.0));
+    reply_of(line(c, hello, s, 1.0));
     (1..2000).find_map(|step| {
-        assert_eq!(c.handle(&leaking(step), s, 2.0), Outcome::Accepted);
-        let line = c.request(s, 1_763_700_000.0 + step as f64 * 0.1)?;
+        assert_eq!(line(c, &leaking(step), s, 2.0), Outcome::Accepted);
+        let line = request(c, s, 1_763_700_000.0 + step as f64 * 0.1)?;
         assert!(line.ends_with(b"\n"));
         Some(serde_json::from_slice(&line).unwrap())
     })
@@ -138,17 +146,17 @@ fn a_capable_trainer_is_asked_and_its_answer_lands_on_the_finding() {
             r#"{{"type":"attribution","id":{id},"ts":1763700100,"total_growth_bytes":100,"sites":[{{"file":"/x/train.py","line":27,"function":"kept_outputs","bytes":93,"blocks":1}}]}}"#
         )
     };
-    let (e, code) = reply_of(c.handle(answer(2).as_bytes(), &mut s, 3.0));
+    let (e, code) = reply_of(line(&mut c, answer(2).as_bytes(), &mut s, 3.0));
     assert_eq!(code, Some(Code::BadField));
     assert!(e.contains("id 2 answers no open request"), "{e}");
     assert_eq!(
-        c.handle(answer(1).as_bytes(), &mut s, 3.0),
+        line(&mut c, answer(1).as_bytes(), &mut s, 3.0),
         Outcome::Accepted
     );
     let leak = s.sessions().live().next().unwrap().detect.leak().unwrap();
     assert!(leak.message.contains("train.py:27"), "{}", leak.message);
     assert_eq!(
-        c.request(&mut s, 1e10),
+        request(&c, &mut s, 1e10),
         None,
         "answered: nothing more to ask"
     );
@@ -167,7 +175,8 @@ fn a_trainer_without_the_capability_is_never_asked() {
         "the leak was raised"
     );
     // And an attribution it sends anyway answers nothing.
-    let (_, code) = reply_of(c.handle(
+    let (_, code) = reply_of(line(
+        &mut c,
         br#"{"type":"attribution","id":1,"ts":1763700100,"sites":[]}"#,
         &mut s,
         3.0,
@@ -185,26 +194,32 @@ const ACKING: &[u8] = br#"{"type":"hello","v":1,"job":"j","caps":["ack"],"instan
 fn acks_come_at_most_every_tenth_of_a_second_or_64_lines() {
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER).acking(Arc::default());
-    let (welcome, _) = reply_of(c.handle(ACKING, &mut s, 1.0));
+    let (welcome, _) = reply_of(line(&mut c, ACKING, &mut s, 1.0));
     assert!(welcome.contains(r#""ack":true"#), "{welcome}");
     assert_eq!(c.ack_due(1.0), None, "nothing numbered yet");
-    assert_eq!(c.handle(&numbered(1), &mut s, 1.0), Outcome::Accepted);
+    assert_eq!(line(&mut c, &numbered(1), &mut s, 1.0), Outcome::Accepted);
     assert_eq!(c.ack_due(1.0).unwrap(), b"{\"type\":\"ack\",\"seq\":1}\n");
     for seq in 2..=10 {
-        c.handle(&numbered(seq), &mut s, 1.0);
+        line(&mut c, &numbered(seq), &mut s, 1.0);
     }
     assert_eq!(c.ack_due(1.05), None, "too soon, too few");
     assert_eq!(c.ack_due(1.11).unwrap(), b"{\"type\":\"ack\",\"seq\":10}\n");
     for seq in 11..=74 {
-        c.handle(&numbered(seq), &mut s, 1.0);
+        line(&mut c, &numbered(seq), &mut s, 1.0);
     }
     assert_eq!(c.ack_due(1.12).unwrap(), b"{\"type\":\"ack\",\"seq\":74}\n");
     // Without the capability: no ack in the welcome, none sent, seq ignored.
     let mut plain = Conn::new(PEER).acking(Arc::default());
-    let (welcome, _) = reply_of(plain.handle(HELLO, &mut s, 1.0));
+    let (welcome, _) = reply_of(line(&mut plain, HELLO, &mut s, 1.0));
     assert!(!welcome.contains("ack"), "{welcome}");
-    assert_eq!(plain.handle(&numbered(1), &mut s, 1.0), Outcome::Accepted);
-    assert_eq!(plain.handle(&numbered(1), &mut s, 1.0), Outcome::Accepted);
+    assert_eq!(
+        line(&mut plain, &numbered(1), &mut s, 1.0),
+        Outcome::Accepted
+    );
+    assert_eq!(
+        line(&mut plain, &numbered(1), &mut s, 1.0),
+        Outcome::Accepted
+    );
     assert_eq!(plain.ack_due(9.0), None);
 }
 
@@ -213,16 +228,16 @@ fn lines_resent_on_a_new_connection_are_dropped_once_applied() {
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let resume = Arc::new(Resume::default());
     let mut first = Conn::new(PEER).acking(resume.clone());
-    reply_of(first.handle(ACKING, &mut s, 1.0));
+    reply_of(line(&mut first, ACKING, &mut s, 1.0));
     for seq in 1..=5 {
-        first.handle(&numbered(seq), &mut s, 1.0);
+        line(&mut first, &numbered(seq), &mut s, 1.0);
     }
     // The new connection says hello before the old one is seen closing.
     let mut second = Conn::new(PEER).acking(resume.clone());
-    reply_of(second.handle(ACKING, &mut s, 2.0));
-    first.close(&mut s, Closing::Crash, 2.0);
+    reply_of(line(&mut second, ACKING, &mut s, 2.0));
+    close(first, &mut s, Closing::Crash, 2.0);
     let outcomes: Vec<_> = (3..=7)
-        .map(|seq| second.handle(&numbered(seq), &mut s, 2.0))
+        .map(|seq| line(&mut second, &numbered(seq), &mut s, 2.0))
         .collect();
     assert_eq!(
         outcomes,
@@ -249,8 +264,11 @@ fn lines_resent_on_a_new_connection_are_dropped_once_applied() {
     // Another user cannot silence this client by borrowing its instance name.
     let other = Peer { uid: 1001, ..PEER };
     let mut third = Conn::new(other).acking(resume);
-    reply_of(third.handle(ACKING, &mut s, 3.0));
-    assert_eq!(third.handle(&numbered(2), &mut s, 3.0), Outcome::Accepted);
+    reply_of(line(&mut third, ACKING, &mut s, 3.0));
+    assert_eq!(
+        line(&mut third, &numbered(2), &mut s, 3.0),
+        Outcome::Accepted
+    );
 }
 
 #[test]
@@ -262,8 +280,8 @@ fn a_recorded_session_is_acknowledged_only_as_far_as_its_trace_is_written() {
     let mut c = Conn::new(PEER)
         .acking(Arc::default())
         .recording(Some(rec.clone() as Arc<dyn Tap>));
-    reply_of(c.handle(ACKING, &mut s, 1.0));
-    c.handle(&numbered(1), &mut s, 1.0);
+    reply_of(line(&mut c, ACKING, &mut s, 1.0));
+    line(&mut c, &numbered(1), &mut s, 1.0);
     assert_eq!(
         c.ack_due(5.0),
         None,
@@ -273,7 +291,7 @@ fn a_recorded_session_is_acknowledged_only_as_far_as_its_trace_is_written() {
     let mut seq = 1;
     while c.trace.as_ref().unwrap().durable() == 0 && seq < 100_000 {
         seq += 1;
-        c.handle(&numbered(seq), &mut s, 1.0);
+        line(&mut c, &numbered(seq), &mut s, 1.0);
         if seq % 1000 == 0 {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -298,9 +316,10 @@ fn an_idle_close_is_written_to_the_trace() {
     let rec = Recorder::new(dir.path(), Caps::bytes(1 << 30, 1 << 30), stats).unwrap();
     let mut s = Core::with_sessions(Sessions::new(SessionLimits::default()));
     let mut c = Conn::new(PEER).recording(Some(rec.clone() as Arc<dyn Tap>));
-    reply_of(c.handle(HELLO, &mut s, 1.0));
-    c.handle(SAMPLE, &mut s, 1.0);
-    c.close(
+    reply_of(line(&mut c, HELLO, &mut s, 1.0));
+    line(&mut c, SAMPLE, &mut s, 1.0);
+    close(
+        c,
         &mut s,
         Closing::Idle("nothing sent for 900 s".into()),
         901.0,
