@@ -210,10 +210,10 @@ fn analyze_over_a_recording_tells_what_the_daemon_said_live() {
     let offline_ids = story::offline_findings(&offline, &ids);
     take_kind(&mut live_ids, "orphaned_memory");
     assert!(
-        live_ids
-            .values()
-            .any(|r| r["message_sessions"].as_array().is_some_and(|s| !s.is_empty())
-                && !r["consequence_of"].is_null()),
+        live_ids.values().any(|r| r["message_sessions"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+            && !r["consequence_of"].is_null()),
         "a message names another session: {live_ids:#?}"
     );
     judge(
@@ -275,6 +275,22 @@ fn a_run_resumed_across_a_daemon_restart_reads_as_the_new_daemon_told_it() {
             .all(|t| t["continued_in"].as_array().is_some_and(|c| c.len() == 1)),
         "{offline:#}"
     );
+    // Each run is one session under its first trace's id, the first daemon's; live, the later
+    // findings name the restarted daemon's (both stand for the same traces: compared by them).
+    let ids = |snap: &Value| -> Vec<String> {
+        let list = snap["sessions"].as_array().unwrap();
+        list.iter()
+            .map(|s| s["session"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (first_ids, later_ids) = (ids(&before), ids(&after));
+    for t in traces {
+        let id = t["session"].as_str().unwrap().to_string();
+        assert!(
+            first_ids.contains(&id) && !later_ids.contains(&id),
+            "{id}: {first_ids:?} {later_ids:?}"
+        );
+    }
     // The exception: a trend across the restart. Analyze reads the client's two traces as one
     // run and raises the leak neither daemon saw enough of.
     assert!(

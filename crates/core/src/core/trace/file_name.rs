@@ -35,16 +35,16 @@ pub fn session_of(name: &str, job: Option<&str>, rank: Option<u64>) -> Option<St
     let word = after
         .find(|c: char| !c.is_ascii_alphanumeric())
         .unwrap_or(after.len());
-    let long = after[word..].strip_prefix('-').map(|d| {
-        d.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(d.len())
-    });
+    let long = after[word..]
+        .strip_prefix('-')
+        .map(|d| d.find(|c: char| !c.is_ascii_digit()).unwrap_or(d.len()));
     let tail = tail(job, rank);
     // The longer id first: the job's own name may begin with `-` and digits.
     let lengths = [long.filter(|d| *d > 0).map(|d| word + 1 + d), Some(word)];
     lengths.into_iter().flatten().find_map(|n| {
         let id = &rest[..2 + n];
-        let well_formed = word > 0 && (n > word || after[..word].bytes().all(|b| b.is_ascii_digit()));
+        let well_formed =
+            word > 0 && (n > word || after[..word].bytes().all(|b| b.is_ascii_digit()));
         (well_formed && rest[2 + n..].starts_with(&tail)).then(|| id.to_string())
     })
 }

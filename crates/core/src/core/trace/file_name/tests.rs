@@ -1,7 +1,10 @@
 use super::*;
 
 fn name(session: &str, job: Option<&str>, rank: Option<u64>, more: &str) -> String {
-    format!("{}{more}{SUFFIX}", base(1_764_950_000.5, session, job, rank))
+    format!(
+        "{}{more}{SUFFIX}",
+        base(1_764_950_000.5, session, job, rank)
+    )
 }
 
 #[test]
