@@ -5,11 +5,14 @@
 //! analyze gives over both record directories is compared with what the TUI shows connected to
 //! both daemons (its own merge, `Jobs::build`, over their snapshots).
 //!
-//! Every difference fails the test, but for the exceptions named here and in docs/detection.md
-//! ("Live and offline"), each checked to still hold:
+//! Sessions are compared by their trace files, and then by the ids themselves: offline each
+//! session has the id its daemon gave it. Every difference fails the test, but for the
+//! exceptions named here and in docs/detection.md ("Live and offline"), each checked to still
+//! hold:
 //! - `orphaned_memory` is judged from NVML's process list, which no trace holds: live only.
 //! - A trend across a daemon restart: analyze reads a resumed client's traces as one run, so it
-//!   raises a leak neither daemon saw enough of (each began from nothing): offline only.
+//!   raises a leak neither daemon saw enough of (each began from nothing): offline only. The
+//!   run is one session offline, under its first trace's id.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
