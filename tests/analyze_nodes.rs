@@ -177,4 +177,19 @@ fn sessions_take_their_daemons_ids_and_two_daemons_that_gave_one_id_are_two_memb
     assert_eq!(followed[0]["rank"], 0);
     assert_eq!(followed[0]["host"], "node-a");
     assert_eq!(followed[0]["file"], r0.to_str().unwrap());
+
+    // The text names each trace's session, as messages name it.
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .args([a.path(), b.path()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for r in [&r0, &r1] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(r.to_str().unwrap()))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(line.contains(" session=s-mi8dfxmo-1 "), "{line}");
+    }
 }
