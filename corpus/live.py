@@ -8,14 +8,15 @@ times moved to end a second ago, then compares each session's findings as the da
 them (kind, first step, severity, state, message) with those `gpumon analyze --format json` gives for the same lines, as
 the corpus scorer reads its findings. NVML's figure (`trace_nvml`) is the recorder's line, which
 no trainer sends: it is left out both ways, so `untracked_growth` is compared only in that it is
-raised on neither side. Exit 0: the same everywhere; 1: a difference (listed); 2: could not run.
+raised on neither side. Exit 0: the same everywhere, but for the exception below; 1: a difference
+(listed); 2: could not run.
 
 Sent faster than it ran, a trace reaches the daemon in batches of many lines, where a trainer
 sends a line at a time: a rule the daemon applies after each batch (a leak's "no line is named"
-clause, added when it would have asked for attribution) can miss a finding raised and resolved
-within one batch, which the replay, applying a line at a time, gives the clause. That is a
-difference of the feeding (the recorder keeps lines, not how the socket's reads cut them), listed
-like any other.
+clause, added when it would have asked for attribution) can miss a leak raised and resolved
+within one batch, which the replay, applying a line at a time, gives the clause. That is the
+documented exception (docs/detection.md, "Live and offline: the same story"): a trace whose only
+difference is that clause, offline only, on resolved leaks, is listed as it and is no failure.
 
 Not every trace can be sent live. The daemon takes a sample's time from its line only within an
 hour behind its arrival (docs/detection.md, "Sample times"), so a trace spanning more than that
@@ -46,7 +47,8 @@ MAX_SPAN = 50 * 60.0
 Finding = Tuple[str, Optional[int], Optional[str], Optional[str], Optional[str]]
 
 
-# A daemon's session id, `s-<start>-<n>`: a replay's core names the same session `s-<n>`.
+# A daemon's session id, `s-<start>-<n>`: the replay names a session `s-<n>` when its trace's
+# name holds no id (these are the corpus's files, not a recorder's).
 SESSION = re.compile(r"\bs-[0-9a-z]+-([0-9]+)\b")
 
 
@@ -55,6 +57,28 @@ def finding(f: dict) -> Finding:
     if message is not None:
         message = SESSION.sub(r"s-\1", message)
     return (f["kind"], f.get("first_step"), f.get("severity"), f.get("state"), message)
+
+
+# The clause a leak gets when the daemon would have asked for attribution but cannot.
+NO_LINE = re.compile(r"; no line is named: [^;]*")
+
+
+def without_no_line(found: Set[Finding]) -> Set[Finding]:
+    """`found` with the "no line is named" clause taken out of resolved leaks' messages."""
+    out = set()
+    for kind, step, severity, state, message in found:
+        if kind == "leak" and state == "resolved" and message is not None:
+            message = NO_LINE.sub("", message)
+        out.add((kind, step, severity, state, message))
+    return out
+
+
+def batch_exception(live: Set[Finding], offline: Set[Finding]) -> bool:
+    """The difference is only the documented one: resolved leaks whose message has the clause
+    offline and not live (raised and resolved within one of the daemon's read batches)."""
+    if without_no_line(live) != without_no_line(offline):
+        return False
+    return all(f[4] is None or not NO_LINE.search(f[4]) for f in live - offline)
 
 
 def lines_of(path: str) -> List[dict]:
@@ -195,12 +219,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             proc.terminate()
             proc.wait(timeout=20)
         offline = offline_findings(args.gpumon, sorted(sent.values()))
-    diffs = []
+    diffs, batched = [], []
     for session, path in sorted(sent.items(), key=lambda kv: kv[1]):
         name = os.path.basename(path)
         a, b = live.get(session, set()), offline.get(name, set())
         if a != b:
-            diffs.append("%s: live %s, offline %s" % (name, sorted(a, key=str), sorted(b, key=str)))
+            line = "%s: live %s, offline %s" % (name, sorted(a, key=str), sorted(b, key=str))
+            (batched if batch_exception(a, b) else diffs).append(line)
     kinds: Dict[str, int] = {}
     for found in offline.values():
         for kind, *_ in found:
@@ -209,12 +234,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         len(sent), fed, len(left_out), ", ".join("%d %s" % (n, k) for k, n in sorted(kinds.items())) or "nothing"))
     for name, why in left_out:
         print("  left out %s: %s" % (name, why))
+    if batched:
+        print("%d trace(s) differ only by the read-batch exception (a resolved leak's \"no line is "
+              "named\" clause, offline only; docs/detection.md):" % len(batched))
+        for d in batched:
+            print("  " + d)
     if diffs:
         print("%d trace(s) differ (kind, first step, severity, state, message):" % len(diffs))
         for d in diffs:
             print("  " + d)
         return 1
-    print("the same findings (kind, first step, severity, state, message) live and offline on every trace sent")
+    print("the same findings (kind, first step, severity, state, message) live and offline on every trace sent%s" % (
+        ", but for the exception above" if batched else ""))
     return 0
 
 

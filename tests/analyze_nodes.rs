@@ -70,11 +70,14 @@ fn one_directory_is_one_daemon_and_a_crash_after_another_ranks_is_its_consequenc
     let after = crash(&report, &r0);
     assert_eq!(after["severity"], "warning", "{after:#}");
     assert_eq!(after["consequence_of"]["rank"], 1, "{after:#}");
-    assert_eq!(
-        after["consequence_of"]["session"],
-        r1.to_str().unwrap(),
-        "{after:#}"
-    );
+    // The cause named by its session, as live; the report's trace of that session is its file.
+    let cause = report["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["session"] == after["consequence_of"]["session"])
+        .unwrap_or_else(|| panic!("no trace of the cause: {report:#}"));
+    assert_eq!(cause["file"], r1.to_str().unwrap(), "{after:#}");
     // Worded as the daemon words it live.
     let message = after["message"].as_str().unwrap();
     assert!(message.contains("after rank 1's crash"), "{message}");
@@ -124,4 +127,69 @@ fn two_directories_are_two_daemons_and_a_job_without_run_id_is_not_joined_across
     assert!(jobs
         .iter()
         .all(|j| j["members"].as_array().unwrap().len() == 1));
+}
+
+/// A rank of job `wide` (run `run-x`) as node `host`'s recorder wrote it: named and headed as
+/// its daemon names it, the session id `id`.
+fn recorded_rank(dir: &Path, host: &str, id: &str, rank: u64, last: u64) -> PathBuf {
+    let mut out = format!(
+        "{{\"type\":\"hello\",\"v\":1,\"pid\":{},\"job\":\"wide\",\"run_id\":\"run-x\",\"rank\":{rank},\"world_size\":2}}\n\
+         {{\"type\":\"trace_host\",\"host\":\"{host}\",\"ts\":{T0}.000}}\n",
+        100 + rank
+    );
+    for s in 0..=last {
+        out.push_str(&format!(
+            "{{\"type\":\"sample\",\"ts\":{},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{}}}}}\n",
+            T0 + s,
+            2 * GIB
+        ));
+    }
+    let path = dir.join(format!("gpumon-{T0}-{id}-wide-r{rank}.trace.jsonl"));
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+#[test]
+fn sessions_take_their_daemons_ids_and_two_daemons_that_gave_one_id_are_two_members() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Both daemons started in the same millisecond: each named its trainer `s-mi8dfxmo-1`.
+    let r0 = recorded_rank(a.path(), "node-a", "s-mi8dfxmo-1", 0, 21);
+    let r1 = recorded_rank(b.path(), "node-b", "s-mi8dfxmo-1", 1, 20);
+    let report = analyze(&[a.path(), b.path()]);
+
+    let traces = report["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 2, "{report:#}");
+    assert!(
+        traces.iter().all(|t| t["session"] == "s-mi8dfxmo-1"),
+        "{report:#}"
+    );
+    let jobs = report["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    let first = &jobs[0]["first_failure"];
+    assert_eq!(
+        (&first["rank"], &first["host"], &first["file"]),
+        (&1.into(), &"node-b".into(), &r1.to_str().unwrap().into()),
+        "{jobs:#?}"
+    );
+    // Rank 0 is not rank 1 for sharing its id: it followed, on its own host.
+    let followed = jobs[0]["consequences"].as_array().unwrap();
+    assert_eq!(followed.len(), 1, "{jobs:#?}");
+    assert_eq!(followed[0]["rank"], 0);
+    assert_eq!(followed[0]["host"], "node-a");
+    assert_eq!(followed[0]["file"], r0.to_str().unwrap());
+
+    // The text names each trace's session, as messages name it.
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .args([a.path(), b.path()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for r in [&r0, &r1] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(r.to_str().unwrap()))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(line.contains(" session=s-mi8dfxmo-1 "), "{line}");
+    }
 }

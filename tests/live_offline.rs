@@ -5,11 +5,14 @@
 //! analyze gives over both record directories is compared with what the TUI shows connected to
 //! both daemons (its own merge, `Jobs::build`, over their snapshots).
 //!
-//! Every difference fails the test, but for the exceptions named here and in docs/detection.md
-//! ("Live and offline"), each checked to still hold:
+//! Sessions are compared by their trace files, and then by the ids themselves: offline each
+//! session has the id its daemon gave it. Every difference fails the test, but for the
+//! exceptions named here and in docs/detection.md ("Live and offline"), each checked to still
+//! hold:
 //! - `orphaned_memory` is judged from NVML's process list, which no trace holds: live only.
 //! - A trend across a daemon restart: analyze reads a resumed client's traces as one run, so it
-//!   raises a leak neither daemon saw enough of (each began from nothing): offline only.
+//!   raises a leak neither daemon saw enough of (each began from nothing): offline only. The
+//!   run is one session offline, under its first trace's id.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -32,16 +35,6 @@ use story::{Diff, Names, Rows};
 /// The config both the daemon and analyze read: the same detection rules on both sides. Lines
 /// come as fast as the test writes them; an orphan fires after a second, not a minute.
 const CONFIG: &str = "[ingest]\nmax_lines_per_second = 1000000\n[detect]\norphan_grace = \"1s\"\n";
-
-/// Fields analyze does not give yet as the daemon did, now that it replays a record directory
-/// into one daemon core (issue 47, items 1-2): their differences are printed, not failed. Each
-/// entry must still differ somewhere (else the test fails, asking that it go), so the list only
-/// shrinks.
-const WAITING_FOR_REPLAY: &[(&str, &str)] = &[
-    // Offline messages name the replay core's own session ids (`s-7`), live ones the daemon's
-    // (`s-<start>-7`): the same run, a different name. (The words are compared, `message`.)
-    ("findings", "message_sessions"),
-];
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -94,30 +87,10 @@ fn analyze(config: &Path, dirs: &[&Path]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// The differences of `what`, less the waiting ones (printed); fails on any other, and on a
-/// waiting entry that no longer differs.
+/// The differences of `what`: each one fails.
 fn judge(what: &str, diffs: Vec<Diff>, failures: &mut Vec<String>) {
-    let waiting = |d: &Diff| {
-        WAITING_FOR_REPLAY
-            .iter()
-            .any(|(w, f)| *w == what && Some(*f) == d.field)
-    };
-    let (wait, fail): (Vec<Diff>, Vec<Diff>) = diffs.into_iter().partition(|d| waiting(d));
-    if !wait.is_empty() {
-        eprintln!(
-            "{}",
-            story::render(&format!("{what} (waiting for replay)"), &wait)
-        );
-    }
-    for (w, f) in WAITING_FOR_REPLAY {
-        if *w == what && !wait.iter().any(|d| d.field == Some(*f)) {
-            failures.push(format!(
-                "{what}: {f} is the same live and offline now: remove it from WAITING_FOR_REPLAY"
-            ));
-        }
-    }
-    if !fail.is_empty() {
-        failures.push(story::render(what, &fail));
+    if !diffs.is_empty() {
+        failures.push(story::render(what, &diffs));
     }
 }
 
@@ -232,6 +205,33 @@ fn analyze_over_a_recording_tells_what_the_daemon_said_live() {
         ),
         &mut failures,
     );
+
+    // And by the ids themselves: offline names each session as the daemon did (its trace's
+    // name holds the id), in messages, `consequence_of` and the jobs.
+    let ids = Names::default();
+    let mut live_ids = story::live_findings(&[&live], &ids);
+    let offline_ids = story::offline_findings(&offline, &ids);
+    take_kind(&mut live_ids, "orphaned_memory");
+    assert!(
+        live_ids.values().any(|r| r["message_sessions"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+            && !r["consequence_of"].is_null()),
+        "a message names another session: {live_ids:#?}"
+    );
+    judge(
+        "findings by session id",
+        story::diff(&live_ids, &offline_ids),
+        &mut failures,
+    );
+    judge(
+        "jobs by session id",
+        story::diff(
+            &story::jobs(&live["jobs"], &ids),
+            &story::jobs(&offline["jobs"], &ids),
+        ),
+        &mut failures,
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -278,6 +278,22 @@ fn a_run_resumed_across_a_daemon_restart_reads_as_the_new_daemon_told_it() {
             .all(|t| t["continued_in"].as_array().is_some_and(|c| c.len() == 1)),
         "{offline:#}"
     );
+    // Each run is one session under its first trace's id, the first daemon's; live, the later
+    // findings name the restarted daemon's (both stand for the same traces: compared by them).
+    let ids = |snap: &Value| -> Vec<String> {
+        let list = snap["sessions"].as_array().unwrap();
+        list.iter()
+            .map(|s| s["session"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (first_ids, later_ids) = (ids(&before), ids(&after));
+    for t in traces {
+        let id = t["session"].as_str().unwrap().to_string();
+        assert!(
+            first_ids.contains(&id) && !later_ids.contains(&id),
+            "{id}: {first_ids:?} {later_ids:?}"
+        );
+    }
     // The exception: a trend across the restart. Analyze reads the client's two traces as one
     // run and raises the leak neither daemon saw enough of.
     assert!(
@@ -357,13 +373,16 @@ fn two_nodes_judged_offline_as_the_tui_merged_them_live() {
     let mut names = Names::of_dirs(&[&dir_a, &dir_b]);
     names.add_report(&offline);
     let mut failures = Vec::new();
-    judge(
-        "jobs",
-        story::diff(
-            &story::jobs(&live_jobs, &names),
-            &story::jobs(&offline["jobs"], &names),
-        ),
-        &mut failures,
-    );
+    // By trace, then by the sessions' own ids, which offline are the daemons'.
+    for (what, names) in [("jobs", &names), ("jobs by session id", &Names::default())] {
+        judge(
+            what,
+            story::diff(
+                &story::jobs(&live_jobs, names),
+                &story::jobs(&offline["jobs"], names),
+            ),
+            &mut failures,
+        );
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

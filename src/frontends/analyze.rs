@@ -40,6 +40,11 @@ pub struct Report {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TraceReport {
     pub file: String,
+    /// The session the replay opened for it, under the id its daemon gave (from the file's
+    /// name; the replay's own `s-<n>` for a trace named otherwise): the id the live API gave,
+    /// and the one other findings' messages and `consequence_of` name it by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// Traces that continue this one, in order: the same client's connections after a daemon
     /// restart or a reconnect (each names the one before in a `trace_resumes` line).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -149,6 +154,7 @@ pub fn analyze(paths: &[PathBuf], cfg: DetectConfig) -> (Report, Vec<Unreadable>
 fn report(t: Trace) -> TraceReport {
     TraceReport {
         file: t.file,
+        session: t.session,
         continued_in: t.continued_in,
         duplicates: t.duplicates,
         job: t.job,

@@ -2,8 +2,9 @@
 //! json` tells of its recording, each as rows of named fields, and their difference, field by
 //! field, as a person reads it.
 //!
-//! Normalised on both sides, and only this: a session is named by its trace file (a live id
-//! `s-<start>-<n>` and an offline one may differ; the file is the one name both know), and a
+//! Normalised on both sides, and only this: a session is named by its trace file (with `Names`
+//! of the directories and report; across a daemon restart a run's live ids are two and its
+//! offline one the first; with `Names::default()` ids are compared as they are), and a
 //! message is compared as two fields, its words (`message`, each session id in it read
 //! `<session>`) and the traces the ids in it stand for (`message_sessions`); a finding's
 //! timestamps are left out, and `after_seconds` is compared to within 2 ms (the recorder keeps

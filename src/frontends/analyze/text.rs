@@ -16,6 +16,10 @@ pub fn text(report: &Report) -> String {
     let mut out = String::new();
     for t in &report.traces {
         let _ = write!(out, "{}", t.file);
+        // The id messages name it by ("after rank 5's oom (s-…)").
+        if let Some(s) = &t.session {
+            let _ = write!(out, "  session={s}");
+        }
         if let Some(j) = &t.job {
             let _ = write!(out, "  job={j}");
         }

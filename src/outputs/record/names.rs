@@ -7,8 +7,8 @@ use std::path::Path;
 
 use crate::core::trace::{self, MAX_LINE};
 
-pub const PREFIX: &str = "gpumon-";
-pub const SUFFIX: &str = ".trace.jsonl";
+pub use crate::core::trace::file_name::{base, PREFIX, SUFFIX};
+
 /// Left in the directory: says whose it is, and proves at start that it is writable.
 pub const MARKER: &str = ".gpumon-record-dir";
 pub const MARKER_TEXT: &str = "This directory holds gpumon trace files (gpumon analyze). gpumon \
@@ -28,17 +28,6 @@ impl Ident {
             ino: m.ino(),
         }
     }
-}
-
-/// `gpumon-<started>-<session>-<job>[-r<rank>]`, the stem every part of a session shares.
-pub fn base(started: f64, session: &str, job: Option<&str>, rank: Option<u64>) -> String {
-    let job = sanitize(job.unwrap_or("trainer"));
-    let rank = rank.map(|r| format!("-r{r}")).unwrap_or_default();
-    format!(
-        "{PREFIX}{}-{}-{job}{rank}",
-        started.max(0.0) as u64,
-        sanitize(session)
-    )
 }
 
 /// The file name of part `part` (0 first), `n` > 1 when that name was taken.
@@ -95,24 +84,4 @@ pub fn ours(path: &Path) -> Option<Ours> {
         ident: Ident::of(&m),
         instance: trace::hello_instance(line),
     })
-}
-
-/// Job names and session ids come from clients or restarts: keep file names to a safe alphabet
-/// and length.
-fn sanitize(s: &str) -> String {
-    let out: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    match out.trim_start_matches('.') {
-        "" => "trainer".into(),
-        s => s.to_string(),
-    }
 }

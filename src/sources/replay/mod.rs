@@ -9,6 +9,7 @@
 mod cursor;
 mod expand;
 mod framing;
+mod ids;
 mod node;
 mod open;
 mod stitch;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::cursor::{Cursor, Step};
+use super::ids::Ids;
 use super::{stitch, Found, Trace, Unreadable};
 use crate::core::apply::Core;
 use crate::core::detect::{DetectConfig, FindingState};
@@ -60,6 +61,8 @@ struct Replay {
     next: Vec<Option<Step>>,
     /// The run each session was opened by.
     sessions: HashMap<String, usize>,
+    /// Session ids, each run's as its daemon gave it (ids.rs), until its session opens.
+    ids: Ids,
     /// Each finding's run and place in its trace's findings.
     seen: HashMap<String, (usize, usize)>,
     /// The batch the lines go in, reused.
@@ -77,10 +80,12 @@ pub fn replay(files: Vec<PathBuf>, cfg: DetectConfig, errors: &mut Vec<Unreadabl
         runs: Vec::new(),
         next: Vec::new(),
         sessions: HashMap::new(),
+        ids: Ids::default(),
         seen: HashMap::new(),
         batch: None,
     };
     let mut due = BinaryHeap::new();
+    let mut recorded = Vec::new();
     for run in stitch::runs(files) {
         let head = run
             .first()
@@ -101,10 +106,12 @@ pub fn replay(files: Vec<PathBuf>, cfg: DetectConfig, errors: &mut Vec<Unreadabl
                 });
                 r.runs.push(c);
                 r.next.push(Some(step));
+                recorded.push(head.session);
             }
             Err(e) => errors.push(e),
         }
     }
+    r.ids = Ids::recorded(recorded);
     let mut failed = vec![false; r.runs.len()];
     while let Some(Due { run, .. }) = due.pop() {
         let Some(step) = r.next.get_mut(run).and_then(Option::take) else {
@@ -139,7 +146,6 @@ pub fn replay(files: Vec<PathBuf>, cfg: DetectConfig, errors: &mut Vec<Unreadabl
         }
     }
     r.collect();
-    r.name_causes();
     let jobs = r.jobs();
     let mut traces = Vec::new();
     for (i, c) in r.runs.into_iter().enumerate() {
@@ -199,6 +205,12 @@ impl Replay {
         };
         batch.link = c.conn.link();
         batch.now = ts;
+        // The id the daemon gave, should this line open the session; the core numbers a run
+        // whose trace names none.
+        batch.session_id = match hello {
+            Some(_) if batch.link.session.is_none() => Some(self.ids.take(run)),
+            _ => None,
+        };
         // Asked as the daemon asks after each batch, so its windows and arms open as they did
         // live and the recorded answers find them; the requests themselves go nowhere.
         batch.ask = true;
@@ -293,25 +305,7 @@ impl Replay {
         }
     }
 
-    /// A finding that followed another's names the trace of the cause, as a member does.
-    fn name_causes(&mut self) {
-        let files: HashMap<String, String> = self
-            .runs
-            .iter()
-            .filter_map(|c| Some((c.trace.session.clone()?, c.trace.file.clone())))
-            .collect();
-        let findings = self
-            .runs
-            .iter_mut()
-            .flat_map(|c| c.trace.findings.iter_mut());
-        for of in findings.filter_map(|f| f.finding.consequence_of.as_mut()) {
-            if let Some(file) = files.get(&of.session) {
-                of.session = file.clone();
-            }
-        }
-    }
-
-    /// The node's jobs as its daemon judged them at the end, each member named by its trace.
+    /// The node's jobs as its daemon judged them at the end, each member with its trace.
     fn jobs(&self) -> Vec<JobView> {
         let host = self.runs.iter().find_map(|c| c.trace.host.clone());
         let files: HashMap<&str, &Trace> = self
@@ -324,7 +318,6 @@ impl Replay {
             host.as_deref().unwrap_or(""),
             |m: &mut Member| {
                 if let Some(t) = files.get(m.session.as_str()) {
-                    m.session = t.file.clone();
                     m.file = Some(t.file.clone());
                     // Its own `trace_host`; none when the trace has none (an older daemon's).
                     m.host = t.host.clone();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::core::trace::{self, RecorderLine, MAX_LINE};
+use crate::core::trace::{self, file_name, RecorderLine, MAX_LINE};
 
 /// Lines looked at for the link: the hello, `trace_gpu`, `trace_peer`, `trace_host`,
 /// `trace_resumes`, and one to spare.
@@ -21,6 +21,8 @@ pub(super) struct Head {
     /// replayed connection's peer, as the daemon saw it.
     pub uid: Option<u32>,
     pub pid: Option<u32>,
+    /// The session id its daemon gave it, as the trace's file name holds it.
+    pub session: Option<String>,
 }
 
 pub(super) fn head(path: &Path) -> Option<Head> {
@@ -40,7 +42,11 @@ pub(super) fn head(path: &Path) -> Option<Head> {
         let line = line.strip_suffix(b"\n").unwrap_or(&line);
         if k == 0 {
             out.instance = trace::hello_instance(line);
-            out.pid = hello_pid(line);
+            if let Some(h) = hello(line) {
+                out.pid = h.pid;
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                out.session = file_name::session_of(name, h.job.as_deref(), h.rank);
+            }
             continue;
         }
         match trace::recorder_line(line) {
@@ -52,16 +58,25 @@ pub(super) fn head(path: &Path) -> Option<Head> {
     Some(out)
 }
 
-/// The `pid` a hello line names, if it is one.
-fn hello_pid(line: &[u8]) -> Option<u32> {
-    #[derive(serde::Deserialize)]
-    struct Pid {
-        pid: Option<u32>,
-    }
+/// What of a hello line the head needs: its pid, and the job and rank its file is named by.
+struct HelloHead {
+    pid: Option<u32>,
+    job: Option<String>,
+    rank: Option<u64>,
+}
+
+/// The hello `line` is, if it is one; each field read alone, so one of a wrong type (refused
+/// when the line is replayed) does not hide the others.
+fn hello(line: &[u8]) -> Option<HelloHead> {
     if !trace::is_hello(line) {
         return None;
     }
-    serde_json::from_slice::<Pid>(line).ok()?.pid
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    Some(HelloHead {
+        pid: v["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+        job: v["job"].as_str().map(str::to_string),
+        rank: v["rank"].as_u64(),
+    })
 }
 
 /// The files in runs, each in the order written: a file follows the one its `trace_resumes`

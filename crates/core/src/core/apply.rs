@@ -87,9 +87,10 @@ impl Core {
             applied,
             ask,
             requests,
+            session_id,
         } = &mut *batch;
         for msg in messages.drain(..) {
-            applied.push(self.message(link, msg, *now));
+            applied.push(self.message(link, session_id, msg, *now));
         }
         if let (true, Some(key)) = (*ask, link.session) {
             let sessions = &mut self.store.sessions;
@@ -104,11 +105,17 @@ impl Core {
     }
 
     /// One message on the connection `link`: hello first and once, then the session's lines.
-    fn message(&mut self, link: &mut Link, msg: Message, now: Timestamp) -> Applied {
+    fn message(
+        &mut self,
+        link: &mut Link,
+        id: &mut Option<String>,
+        msg: Message,
+        now: Timestamp,
+    ) -> Applied {
         let accepted = Applied::Accepted { note: None };
         let Some(key) = link.session else {
             return match msg {
-                Message::Hello(h) => self.open(link, h, now),
+                Message::Hello(h) => self.open(link, id.take(), h, now),
                 _ => Applied::Refused(Refusal::NoHello),
             };
         };
@@ -159,13 +166,17 @@ impl Core {
         }
     }
 
-    fn open(&mut self, link: &mut Link, h: Hello, now: Timestamp) -> Applied {
+    /// Opens the session of `link`'s hello, under `id` when one is given (`Lines::session_id`).
+    fn open(&mut self, link: &mut Link, id: Option<String>, h: Hello, now: Timestamp) -> Applied {
         let (job, rank) = match link.recorded {
             true => (h.job.clone(), h.rank),
             false => (None, None),
         };
         let trace_gpu = link.recorded.then(|| self.trace_gpu(&h, now)).flatten();
-        let (key, id) = self.store.open(link.peer, h, now);
+        let (key, id) = match id {
+            Some(id) => self.store.open_as(id, link.peer, h, now),
+            None => self.store.open(link.peer, h, now),
+        };
         link.session = Some(key);
         Applied::Opened(Box::new(Opened {
             id,

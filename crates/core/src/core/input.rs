@@ -82,12 +82,16 @@ pub struct Lines {
     /// Whether to ask, after the lines, for the requests due to the session.
     pub ask: bool,
     pub requests: Vec<Request>,
+    /// The id a hello among these lines opens its session under: a replay's, the id the daemon
+    /// gave it (from its trace); none, the store's own numbering (the daemon's).
+    pub session_id: Option<String>,
 }
 
 impl Lines {
     pub fn new(link: Link) -> Self {
         Self {
             link,
+            session_id: None,
             now: 0.0,
             messages: Vec::new(),
             applied: Vec::new(),

@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+pub mod file_name;
+
 /// Longest line, newline excluded: the protocol's limit, so any accepted line fits.
 pub const MAX_LINE: usize = 65_536;
 

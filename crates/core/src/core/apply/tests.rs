@@ -60,3 +60,48 @@ fn lines_without_a_session_are_refused_and_a_recorded_close_leaves_its_note() {
         Some(trace::RecorderLine::Ended(trace::DAEMON_STOPPED.into()))
     );
 }
+
+/// Opens a session with a hello batch carrying `id` (none: the store's own numbering).
+fn open_named(core: &mut Core, id: Option<&str>) -> (Link, String) {
+    let mut lines = Box::new(Lines::new(Link::new(PEER)));
+    lines.now = 1.0;
+    lines.session_id = id.map(str::to_string);
+    lines.messages.push(Message::Hello(Hello::default()));
+    let done = core.lines(lines);
+    match &done.applied[..] {
+        [Applied::Opened(o)] => (done.link, o.id.clone()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_hello_given_an_id_opens_its_session_under_it_and_the_store_finds_it() {
+    let mut core = Core::with_sessions(Sessions::new(SessionLimits::default()).with_id_epoch(5.0));
+    let (given, id) = open_named(&mut core, Some("s-mi8dfxmo-9"));
+    assert_eq!(id, "s-mi8dfxmo-9");
+    // Without one, the store's numbering, past the key the first took.
+    let (own, own_id) = open_named(&mut core, None);
+    assert_eq!(own_id, "s-3uw-2");
+    for (link, id) in [(given, "s-mi8dfxmo-9"), (own, "s-3uw-2")] {
+        let s = core.sessions().get(id).expect("live, by its id");
+        assert_eq!(
+            Some(s.id.as_str()),
+            link.session
+                .and_then(|k| core.sessions().live_session(k))
+                .map(|s| s.id.as_str())
+        );
+        core.close(Close {
+            link,
+            how: Closing::Crash,
+            now: 2.0,
+        });
+        assert!(
+            core.sessions().get(id).is_some_and(|s| s.ended.is_some()),
+            "ended, by its id"
+        );
+    }
+    assert!(
+        core.sessions().get("s-3uw-1").is_none(),
+        "no session took the first key's own id"
+    );
+}

@@ -171,7 +171,9 @@ fn failures(b: &Basis, rules: &Rules) -> Verdict {
         order_unknown: Vec::new(),
     };
     let (mut follow, mut other) = (Vec::new(), Vec::new());
-    for m in ended.iter().filter(|m| m.session != head.session) {
+    // A member is its session on its host: two daemons can give one id (merge.rs).
+    let is_head = |m: &Member| m.session == head.session && m.host == head.host;
+    for m in ended.iter().filter(|m| !is_head(m)) {
         let Some(f) = m.failure.as_ref() else {
             continue;
         };

@@ -151,6 +151,17 @@ impl Store {
         self.sessions.open(&mut self.jobs, peer, hello, now)
     }
 
+    /// Opens a session under a given id (`Sessions::open_as`: a replay's, as its daemon named it).
+    pub fn open_as(
+        &mut self,
+        id: String,
+        peer: crate::core::trainer::Peer,
+        hello: crate::core::trainer::Hello,
+        now: Timestamp,
+    ) -> (u64, String) {
+        self.sessions.open_as(&mut self.jobs, id, peer, hello, now)
+    }
+
     /// Ends session `key` (`Sessions::close_as`); its job hears it left.
     pub fn close_as(
         &mut self,

@@ -257,9 +257,8 @@ impl Sessions {
         self.detect.crash_hold_seconds
     }
 
-    /// Opens a session, a rank of its job in `jobs`, and returns its key and its id string
-    /// (`s-17`). A trainer that comes back (same user, job and rank as a session that crashed)
-    /// resolves that crash.
+    /// Opens a session, a rank of its job in `jobs`, under the next id of this store's own
+    /// numbering (`s-<started>-17`), and returns its key and id.
     pub fn open(
         &mut self,
         jobs: &mut Jobs,
@@ -267,9 +266,24 @@ impl Sessions {
         hello: Hello,
         now: Timestamp,
     ) -> (u64, String) {
+        let id = format!("s-{}{}", self.id_prefix, self.next_id);
+        self.open_as(jobs, id, peer, hello, now)
+    }
+
+    /// Opens a session named `id` (the ingest's from `open`; a replay's, the id its daemon gave,
+    /// from the trace: unique in this store, which the caller sees to), a rank of its job in
+    /// `jobs`, and returns its key and id. A trainer that comes back (same user, job and rank as
+    /// a session that crashed) resolves that crash.
+    pub fn open_as(
+        &mut self,
+        jobs: &mut Jobs,
+        id: String,
+        peer: Peer,
+        hello: Hello,
+        now: Timestamp,
+    ) -> (u64, String) {
         let key = self.next_id;
         self.next_id += 1;
-        let id = format!("s-{}{key}", self.id_prefix);
         if self.log.as_mut().is_some_and(|l| l.allow(now)) {
             tracing::info!(
                 session = %id,
@@ -458,16 +472,17 @@ impl Sessions {
         self.findings.tick(now, self.detect.crash_hold_seconds);
     }
 
-    /// A live or recently ended session by its id (`s-mi8dfxmo-17`; `s-17` in a replay).
+    /// A live or recently ended session by its id (`s-mi8dfxmo-17`; in a replay, the ids its
+    /// daemon gave). An id of this store's numbering names its key; one given to `open_as` is
+    /// looked for.
     pub fn get(&self, id: &str) -> Option<&Session> {
         let key = id
-            .strip_prefix("s-")?
-            .strip_prefix(self.id_prefix.as_str())?
-            .parse::<u64>()
-            .ok()?;
-        self.live
-            .get(&key)
+            .strip_prefix("s-")
+            .and_then(|n| n.strip_prefix(self.id_prefix.as_str()))
+            .and_then(|n| n.parse::<u64>().ok());
+        key.and_then(|k| self.live.get(&k))
             .filter(|s| s.id == id)
+            .or_else(|| self.live.values().find(|s| s.id == id))
             .or_else(|| self.ended.iter().find(|s| s.id == id))
     }
 
