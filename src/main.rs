@@ -212,12 +212,29 @@ fn parse() -> Cli {
     use clap::{CommandFactory, FromArgMatches};
     let cmd = Cli::command();
     let args: Vec<String> = std::env::args().collect();
-    let explain =
-        |e| gpumon::cli::errors::explain(e, &cmd, &args, |k| std::env::var(k).ok()).exit();
+    let explain = |e| {
+        exit_with(gpumon::cli::errors::explain(e, &cmd, &args, |k| {
+            std::env::var(k).ok()
+        }))
+    };
     match cmd.clone().try_get_matches() {
         Ok(m) => Cli::from_arg_matches(&m).unwrap_or_else(explain),
         Err(e) => explain(e),
     }
+}
+
+/// Ends the process with clap's message. clap quotes what was typed (a value, an unknown
+/// argument or subcommand) as it was: a message holding anything a terminal obeys is printed
+/// with it escaped, by the one rule every other output follows, and without clap's colours.
+fn exit_with(e: clap::Error) -> ! {
+    let text = e.render().to_string();
+    let shown = gpumon::util::printable::printable_lines(text.trim_end());
+    if !e.use_stderr() || matches!(shown, std::borrow::Cow::Borrowed(_)) {
+        // Help, version, or an error with nothing to escape: clap's own output, colours kept.
+        e.exit()
+    }
+    gpumon::util::stderr::line(&shown);
+    std::process::exit(e.exit_code())
 }
 
 fn run_daemon(config: Config) -> anyhow::Result<()> {

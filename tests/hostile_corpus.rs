@@ -81,6 +81,28 @@ fn status_errors_quote_a_hostile_answer_escaped() {
     }
 }
 
+/// clap quotes what was typed: a bad value, an unknown argument, an unknown subcommand. Each
+/// reaches the terminal escaped, on stderr, with clap's exit status.
+#[test]
+fn argument_errors_quote_what_was_typed_escaped() {
+    for s in HOSTILE {
+        let shown = first_escape(&printable(s)).to_string();
+        let value = format!("127.0.0.1:{s}");
+        let flag = format!("--{s}");
+        for args in [
+            vec!["status", "--listen", value.as_str()],
+            vec!["status", flag.as_str()],
+            vec![*s],
+        ] {
+            let out = gpumon(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert_eq!(raw(&out.stderr), Vec::<String>::new(), "{args:?}: {err:?}");
+            assert!(err.contains(&shown), "{shown} in {args:?}: {err}");
+        }
+    }
+}
+
 #[test]
 fn analyze_shows_hostile_jobs_and_paths_escaped() {
     let dir = tempfile::tempdir().unwrap();

@@ -55,11 +55,12 @@ impl Trainer {
         }
     }
 
-    fn connect(&self, socket: &std::path::Path) {
+    fn connect(&mut self, socket: &std::path::Path) {
         let path = socket.as_os_str().as_encoded_bytes();
         let wrote = unsafe { libc::write(self.go, path.as_ptr().cast(), path.len()) };
         assert_eq!(wrote, path.len() as isize);
         unsafe { libc::close(self.go) };
+        self.go = -1;
     }
 
     fn is_zombie(&self) -> bool {
@@ -70,6 +71,14 @@ impl Trainer {
 
 impl Drop for Trainer {
     fn drop(&mut self) {
+        // A test that failed before `connect` leaves the child waiting on the pipe, whose write
+        // end a trainer forked by the other test may hold too: end it, or the reap waits forever.
+        if self.go >= 0 {
+            unsafe {
+                libc::close(self.go);
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
         unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
     }
 }
@@ -93,7 +102,7 @@ fn of_pid(d: &Daemon, pid: i64, state: &str) -> Option<Value> {
 #[test]
 fn a_dead_trainer_s_memory_fires_after_the_grace_names_what_was_known_and_clears() {
     let me = std::process::id();
-    let trainer = Trainer::fork();
+    let mut trainer = Trainer::fork();
     let dir = tempfile::tempdir().unwrap();
     let mut scen = std::fs::read_to_string(scenario("orphaned")).unwrap();
     // On GPU 1 (the scenario's last): this process, alive throughout, and the trainer.
