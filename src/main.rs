@@ -224,16 +224,29 @@ fn parse() -> Cli {
 }
 
 /// Ends the process with clap's message. clap quotes what was typed (a value, an unknown
-/// argument or subcommand) as it was: a message holding anything a terminal obeys is printed
-/// with it escaped, by the one rule every other output follows, and without clap's colours.
-fn exit_with(e: clap::Error) -> ! {
-    let text = e.render().to_string();
-    let shown = gpumon::util::printable::printable_lines(text.trim_end());
-    if !e.use_stderr() || matches!(shown, std::borrow::Cow::Borrowed(_)) {
-        // Help, version, or an error with nothing to escape: clap's own output, colours kept.
+/// argument or subcommand) as it was: those quotes are escaped by the one rule every other
+/// output follows before clap lays out its message, and the message is written plain (clap's
+/// colours would pass what was typed to the terminal as it was).
+fn exit_with(mut e: clap::Error) -> ! {
+    use clap::error::ContextValue;
+    use gpumon::util::printable::{printable, printable_lines};
+    if !e.use_stderr() {
+        // Help and version: gpumon's own text.
         e.exit()
     }
-    gpumon::util::stderr::line(&shown);
+    let typed: Vec<_> = e.context().map(|(k, v)| (k, v.clone())).collect();
+    for (kind, value) in typed {
+        let escaped = match value {
+            ContextValue::String(s) => ContextValue::String(printable(&s).into_owned()),
+            ContextValue::Strings(v) => {
+                ContextValue::Strings(v.iter().map(|s| printable(s).into_owned()).collect())
+            }
+            _ => continue,
+        };
+        e.insert(kind, escaped);
+    }
+    let text = e.render().to_string();
+    gpumon::util::stderr::line(&printable_lines(text.trim_end()));
     std::process::exit(e.exit_code())
 }
 

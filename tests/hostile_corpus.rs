@@ -85,7 +85,8 @@ fn status_errors_quote_a_hostile_answer_escaped() {
 /// reaches the terminal escaped, on stderr, with clap's exit status.
 #[test]
 fn argument_errors_quote_what_was_typed_escaped() {
-    for s in HOSTILE {
+    // An argument cannot hold a NUL.
+    for s in HOSTILE.iter().filter(|s| !s.contains('\0')) {
         let shown = first_escape(&printable(s)).to_string();
         let value = format!("127.0.0.1:{s}");
         let flag = format!("--{s}");

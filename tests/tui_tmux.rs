@@ -197,7 +197,7 @@ fn watch_a_trainer_climb_then_lose_the_daemon_and_quit_cleanly() {
             "█ parameters 2.0 GiB  ▓ gradients 2.0 GiB  ▒ optimizer state 4.0 GiB",
             "░ activations 3.0 GiB  ▪ other 4.2 GiB",
             "batch 16 now · ",
-            " fits (proportional from batch 16)",
+            " fits (scaled from batch 16)",
         ],
     );
 
