@@ -39,12 +39,19 @@ while True:
 """
 
 
+def sigint_default():
+    # A suite started in the background by a shell inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: the trainer is started as a terminal would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(sock_path, tmp_path, how, sig):
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     with FakeDaemon(sock_path) as d:
         proc = subprocess.Popen([sys.executable, str(script), sock_path, how], env=dict(os.environ, PYTHONPATH=ROOT),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=sigint_default)
         assert proc.stdout.readline().strip() == "ready"
         d.wait_for(2)
         proc.send_signal(sig)

@@ -112,8 +112,11 @@ def test_a_trainer_stopped_by_a_signal_is_stopped(tmp_path, child_env, node, sig
     script, ready = tmp_path / "train.py", str(tmp_path / "ready")
     script.write_text(SINGLE)
     env = dict(child_env, GPUMON_SOCKET=socket_path, GPUMON_RUN_ID=run_id, OMP_NUM_THREADS="1")
+    # SIGINT as a terminal leaves it: a suite started in the background by a shell inherits it
+    # ignored, and Python would then raise no KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, str(script), ready], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_files([ready], proc)
     proc.send_signal(sig)
     out = proc.communicate(timeout=60)[0]
