@@ -245,6 +245,23 @@ pub struct Obs<'a> {
     pub alloc_conf: Option<&'a str>,
 }
 
+impl<'a> Obs<'a> {
+    /// `sample` alone: no counters, cap, outside figure, split, ranks or allocator settings
+    /// (set the ones known with struct update syntax).
+    pub fn of(sample: &'a Sample) -> Self {
+        Self {
+            sample,
+            retries_total: 0,
+            ooms_total: 0,
+            alloc_limit: None,
+            outside: None,
+            categories: None,
+            world_size: None,
+            alloc_conf: None,
+        }
+    }
+}
+
 impl Obs<'_> {
     pub fn ts(&self) -> Timestamp {
         self.sample.ts

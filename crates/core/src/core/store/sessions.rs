@@ -129,14 +129,8 @@ impl Session {
         let (_, last) = self.last_sample.as_ref()?;
         self.categories.latest()?;
         let obs = Obs {
-            sample: last,
-            retries_total: 0,
-            ooms_total: 0,
             alloc_limit: self.alloc_limit,
-            outside: None,
-            categories: None,
-            world_size: None,
-            alloc_conf: None,
+            ..Obs::of(last)
         };
         self.categories.fit(obs.budget())
     }

@@ -160,14 +160,9 @@ proptest! {
                 categories: None,
             };
             let obs = Obs {
-                sample: &s,
-                retries_total: 0,
-                ooms_total: 0,
                 alloc_limit: cap,
-                outside: None,
                 categories: Some(&t),
-                world_size: None,
-                alloc_conf: None,
+                ..Obs::of(&s)
             };
             detect.sample(&Subject::default(), &obs, &mut findings);
         }

@@ -27,14 +27,8 @@ fn fragmented() -> Sample {
 fn active(cap: Option<u64>) -> Option<Signal> {
     let s = fragmented();
     let obs = Obs {
-        sample: &s,
-        retries_total: 0,
-        ooms_total: 0,
         alloc_limit: cap,
-        outside: None,
-        categories: None,
-        world_size: None,
-        alloc_conf: None,
+        ..Obs::of(&s)
     };
     Fragmentation::new().sample(&obs)
 }

@@ -38,16 +38,7 @@ fn first_signal(
             alloc_limit: None,
             categories: None,
         };
-        let obs = Obs {
-            sample: &s,
-            retries_total: 0,
-            ooms_total: 0,
-            alloc_limit: None,
-            outside: None,
-            categories: None,
-            world_size: None,
-            alloc_conf: None,
-        };
+        let obs = Obs::of(&s);
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             return Some((step, sig));
         }
@@ -140,16 +131,7 @@ fn memory_is_bounded_over_a_very_long_run() {
             alloc_limit: None,
             categories: None,
         };
-        d.sample(&Obs {
-            sample: &s,
-            retries_total: 0,
-            ooms_total: 0,
-            alloc_limit: None,
-            outside: None,
-            categories: None,
-            world_size: None,
-            alloc_conf: None,
-        });
+        d.sample(&Obs::of(&s));
     }
     assert!(d.levels.len() <= LEVELS);
     assert!(d.levels.iter().all(|l| l.done.len() <= KEEP));
@@ -180,14 +162,8 @@ fn under_a_cap_the_forecast_is_to_the_cap() {
             categories: None,
         };
         let obs = Obs {
-            sample: &s,
-            retries_total: 0,
-            ooms_total: 0,
             alloc_limit: Some(cap),
-            outside: None,
-            categories: None,
-            world_size: None,
-            alloc_conf: None,
+            ..Obs::of(&s)
         };
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {
             last = Some((step, sig));
@@ -312,16 +288,7 @@ fn signals(
             alloc_limit: None,
             categories: None,
         };
-        let obs = Obs {
-            sample: &s,
-            retries_total: 0,
-            ooms_total: 0,
-            alloc_limit: None,
-            outside: None,
-            categories: None,
-            world_size: None,
-            alloc_conf: None,
-        };
+        let obs = Obs::of(&s);
         if let Some(sig) = d.sample(&obs) {
             out.push((step, sig));
         }

@@ -28,14 +28,9 @@ fn sample(step: u64, ts: f64, ooms: u64) -> Sample {
 /// The detector's signal for a sample: None when nothing changed since the last one.
 fn feed(d: &mut Oom, s: &Sample, cap: Option<u64>) -> Option<Signal> {
     let obs = Obs {
-        sample: s,
-        retries_total: 0,
         ooms_total: s.stats.ooms.unwrap_or(0),
         alloc_limit: cap,
-        outside: None,
-        categories: None,
-        world_size: None,
-        alloc_conf: None,
+        ..Obs::of(s)
     };
     d.sample(&obs)
 }

@@ -35,14 +35,8 @@ fn first_signal(
             categories: None,
         };
         let obs = Obs {
-            sample: &s,
-            retries_total: 0,
-            ooms_total: 0,
-            alloc_limit: None,
-            outside: None,
-            categories: None,
-            world_size: None,
             alloc_conf: Some("max_split_size_mb:128,expandable_segments:True"),
+            ..Obs::of(&s)
         };
         leaked |= leak.sample(&obs).is_some_and(|sig| sig.active);
         if let Some(sig) = d.sample(&obs).filter(|sig| sig.active) {

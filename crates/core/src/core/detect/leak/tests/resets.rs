@@ -35,16 +35,7 @@ fn episodes(
             alloc_limit: None,
             categories: None,
         };
-        let obs = Obs {
-            sample: &s,
-            retries_total: 0,
-            ooms_total: 0,
-            alloc_limit: None,
-            outside: None,
-            categories: None,
-            world_size: None,
-            alloc_conf: None,
-        };
+        let obs = Obs::of(&s);
         d.sample(&who, &obs, &mut findings);
     }
     [Kind::Leak, Kind::NearLimit].map(|kind| {
