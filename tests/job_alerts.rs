@@ -17,81 +17,18 @@ mod tools;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpumon::core::detect::Kind;
 use gpumon::outputs::alerts::alertmanager::alertname;
 use serde_json::{json, Value};
-use stack::Proc;
+use stack::alertmanager_with;
+use stack::shipped::{example, example_for_test, label, rules_for_test, until, EXAMPLE, RULES};
 
-const EXAMPLE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/dashboards/alertmanager/gpumon.alertmanager.yml"
-);
-const RULES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/dashboards/prometheus/gpumon.rules.yml"
-);
 /// Every wait of this test, each on its own.
 const WAIT: Duration = Duration::from_secs(20);
-
-fn example() -> String {
-    std::fs::read_to_string(EXAMPLE).unwrap()
-}
-
-/// The example with every receiver sent to `hook` and every group timing 1 s, so a
-/// notification that inhibition failed to hold back would arrive within the test.
-fn example_for_test(hook: &str) -> String {
-    let shipped = example();
-    let (head, receivers) = shipped
-        .split_once("\nreceivers:\n")
-        .expect("the example ends with its receivers");
-    let mut out = String::new();
-    for line in head.lines() {
-        let t = line.trim_start();
-        let indent = &line[..line.len() - t.len()];
-        match t.split_once(':') {
-            Some((k @ ("group_wait" | "group_interval"), _)) => {
-                out.push_str(&format!("{indent}{k}: 1s\n"));
-            }
-            _ => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    out.push_str("\nreceivers:\n");
-    let names: Vec<&str> = receivers
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("- name:"))
-        .map(str::trim)
-        .collect();
-    assert!(names.contains(&"pager"), "receivers: {names:?}");
-    for name in names {
-        out.push_str(&format!(
-            "  - name: {name}\n    webhook_configs:\n      - url: {hook}\n        send_resolved: false\n"
-        ));
-    }
-    out
-}
-
-fn start_alertmanager(bin: &Path, dir: &Path, config: &str) -> (Proc, String) {
-    let cfg = dir.join("alertmanager.yml");
-    std::fs::write(&cfg, config).unwrap();
-    let port = stack::free_port();
-    let mut cmd = Command::new(bin);
-    cmd.arg(format!("--config.file={}", cfg.display()))
-        .arg(format!("--storage.path={}", dir.join("am-data").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--cluster.listen-address=");
-    let (proc, _) = Proc::spawn("alertmanager", cmd);
-    let url = format!("http://127.0.0.1:{port}");
-    stack::wait_ready(&format!("{url}/-/ready"), "alertmanager", &proc, WAIT);
-    (proc, url)
-}
 
 fn post(am: &str, alerts: &[Value]) {
     let agent = ureq::Agent::config_builder()
@@ -113,10 +50,6 @@ fn listed(am: &str) -> Vec<Value> {
     serde_json::from_str(&body).unwrap()
 }
 
-fn label<'v>(a: &'v Value, name: &str) -> &'v str {
-    a["labels"][name].as_str().unwrap_or("")
-}
-
 /// alertname/job_name/run_id/rank: what tells the alerts of this test apart.
 fn key(a: &Value) -> String {
     format!(
@@ -126,24 +59,6 @@ fn key(a: &Value) -> String {
         label(a, "run_id"),
         label(a, "rank")
     )
-}
-
-/// Retries `check` until it is Ok, for at most WAIT; Err says what is still missing.
-fn until<T>(what: &str, procs: &[&Proc], mut check: impl FnMut() -> Result<T, String>) -> T {
-    let end = Instant::now() + WAIT;
-    loop {
-        match check() {
-            Ok(v) => return v,
-            Err(e) if Instant::now() > end => {
-                let tails: Vec<String> = procs.iter().map(|p| p.tail()).collect();
-                panic!(
-                    "timed out after {WAIT:?} waiting until {what}:\n{e}\n{}",
-                    tails.join("\n")
-                )
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
 }
 
 /// A firing alert as a gpumon daemon pushes it (src/outputs/alerts/alertmanager.rs): its labels,
@@ -211,17 +126,22 @@ fn a_runs_job_alert_inhibits_its_rank_failures_and_nothing_else() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (hook, received) = stack::webhook();
-    let (am_proc, am) = start_alertmanager(&bin, dir.path(), &example_for_test(&hook));
+    let (am_proc, am) = alertmanager_with(&bin, dir.path(), &example_for_test(&hook), WAIT);
 
     // The job alert first, as the shipped route's group_wait arranges for real.
     post(&am, &[job_failed("llama", "r1")]);
-    let source = until("Alertmanager lists GpumonJobFailed", &[&am_proc], || {
-        listed(&am)
-            .into_iter()
-            .find(|a| label(a, "alertname") == "GpumonJobFailed")
-            .filter(|a| a["status"]["state"] == "active")
-            .ok_or_else(|| format!("{:#?}", listed(&am)))
-    });
+    let source = until(
+        WAIT,
+        "Alertmanager lists GpumonJobFailed",
+        &[&am_proc],
+        || {
+            listed(&am)
+                .into_iter()
+                .find(|a| label(a, "alertname") == "GpumonJobFailed")
+                .filter(|a| a["status"]["state"] == "active")
+                .ok_or_else(|| format!("{:#?}", listed(&am)))
+        },
+    );
     let source_fp = source["fingerprint"].as_str().unwrap().to_string();
 
     // Run r1 of llama: rank 5 on node-a ran out of memory first (the daemon's GpumonOOM and its
@@ -252,6 +172,7 @@ fn a_runs_job_alert_inhibits_its_rank_failures_and_nothing_else() {
     want.insert("GpumonJobFailed/llama/r1/".into(), "active");
 
     let got = until(
+        WAIT,
         "every alert is listed, suppressed or active as expected",
         &[&am_proc],
         || {
@@ -294,6 +215,7 @@ fn a_runs_job_alert_inhibits_its_rank_failures_and_nothing_else() {
             .collect()
     };
     until(
+        WAIT,
         "the webhook gets what is not inhibited",
         &[&am_proc],
         || {
@@ -424,27 +346,6 @@ fn the_example_waits_for_the_job_alert_and_inhibits_the_real_alert_names() {
     assert!(rules.contains("- alert: GpumonTrainerOOM"));
 }
 
-/// The shipped rules with each `for: Nm` cut to N seconds (as tests/prometheus_e2e.rs does).
-fn rules_for_test() -> String {
-    let shipped = std::fs::read_to_string(RULES).unwrap();
-    let mut out = String::new();
-    for line in shipped.lines() {
-        let t = line.trim_start();
-        let indent = &line[..line.len() - t.len()];
-        match t.strip_prefix("for:").map(str::trim) {
-            Some(d) => {
-                let minutes: u32 = d.strip_suffix('m').unwrap().parse().unwrap();
-                out.push_str(&format!("{indent}for: {minutes}s\n"));
-            }
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    out
-}
-
 /// A node whose /metrics is `body`, to every request, until the test ends; its host:port.
 fn fake_node(body: String) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -523,7 +424,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
     };
     let dir = tempfile::tempdir().unwrap();
     let (hook, received) = stack::webhook();
-    let (am_proc, am) = start_alertmanager(&am_bin, dir.path(), &example_for_test(&hook));
+    let (am_proc, am) = alertmanager_with(&am_bin, dir.path(), &example_for_test(&hook), WAIT);
     // Ranks 0-3 on node b, 4-7 on node a.
     let node_a = fake_node(node_metrics(4..8));
     let node_b = fake_node(node_metrics(0..4));
@@ -531,14 +432,14 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
         &prometheus,
         dir.path(),
         &[&node_a, &node_b],
-        &rules_for_test(),
+        &rules_for_test(|minutes| minutes),
         am.trim_start_matches("http://"),
         stack::Scrape::HonorLabelsFalse,
     );
     let procs = [&am_proc, &prom_proc];
 
     // Prometheus: one alert for the run, naming rank 5 on node a.
-    let alert = until("GpumonJobFailed fires in Prometheus", &procs, || {
+    let alert = until(WAIT, "GpumonJobFailed fires in Prometheus", &procs, || {
         let (code, body) = stack::get(&format!("{prom}/api/v1/alerts"), &[]);
         let v: Value = serde_json::from_str(&body).map_err(|_| format!("{code}: {body}"))?;
         let alerts = v["data"]["alerts"].as_array().cloned().unwrap_or_default();
@@ -585,6 +486,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
 
     // Alertmanager has it from Prometheus, and it inhibits the daemons' crash alerts of r1.
     until(
+        WAIT,
         "Alertmanager has GpumonJobFailed from Prometheus",
         &procs,
         || {
@@ -602,6 +504,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
         .collect();
     post(&am, &crashes);
     until(
+        WAIT,
         "the daemons' crash alerts of r1 are suppressed",
         &procs,
         || {
@@ -617,7 +520,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
             }
         },
     );
-    until("the webhook gets GpumonJobFailed", &procs, || {
+    until(WAIT, "the webhook gets GpumonJobFailed", &procs, || {
         let bodies = received.lock().unwrap();
         let names: Vec<String> = bodies
             .iter()
@@ -638,7 +541,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
     // The dashboard's Jobs row, as Grafana runs it with "All" selected.
     let dash = grafana::Dashboard::load();
     let q = |title: &str, r: &str| dash.query(title, r).promql.clone();
-    let jobs = until("the Jobs table has the live run", &procs, || {
+    let jobs = until(WAIT, "the Jobs table has the live run", &procs, || {
         one(&prom, &q("Jobs", "A"))
     });
     assert_eq!(
@@ -702,7 +605,7 @@ fn prometheus_finds_a_runs_first_failure_across_two_nodes_and_the_dashboard_show
     let spread = one(&prom, &q("Rank peak spread (highest − lowest)", "A")).unwrap();
     assert_eq!(stack::value(&spread), 7.0 * GIB, "{spread}");
     // The recorded spread, for Thanos or Mimir users, agrees.
-    let recorded = until("the spread is recorded", &procs, || {
+    let recorded = until(WAIT, "the spread is recorded", &procs, || {
         one(
             &prom,
             "job_name_run_id:gpumon_trainer_allocated_peak_bytes:spread",

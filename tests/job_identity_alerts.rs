@@ -12,108 +12,17 @@ mod stack;
 mod tools;
 
 use std::collections::BTreeMap;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use identity::*;
 use serde_json::Value;
+use stack::alertmanager_with;
+use stack::shipped::{example_for_test, label, rules_for_test, until};
 
-const EXAMPLE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/dashboards/alertmanager/gpumon.alertmanager.yml"
-);
-const RULES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/dashboards/prometheus/gpumon.rules.yml"
-);
 const WAIT: Duration = Duration::from_secs(60);
 /// Every rule's `for`, in seconds, in this test.
 const FOR: u32 = 15;
-
-/// The shipped rules with each `for: Nm` cut to `FOR` seconds: long enough that a daemon's
-/// alert, pushed at once, is in Alertmanager well before the job alert that explains it.
-fn rules_for_test() -> String {
-    let mut out = String::new();
-    for line in std::fs::read_to_string(RULES).unwrap().lines() {
-        let t = line.trim_start();
-        let indent = &line[..line.len() - t.len()];
-        match t.strip_prefix("for:").map(str::trim) {
-            Some(d) => {
-                assert!(d.strip_suffix('m').is_some(), "{line}");
-                out.push_str(&format!("{indent}for: {FOR}s\n"));
-            }
-            None => out.push_str(&format!("{line}\n")),
-        }
-    }
-    out
-}
-
-/// The shipped example, its inhibit rules and routes as they are; group timings 1 s and every
-/// receiver sent to `hook`.
-fn example_for_test(hook: &str) -> String {
-    let shipped = std::fs::read_to_string(EXAMPLE).unwrap();
-    let (head, receivers) = shipped.split_once("\nreceivers:\n").unwrap();
-    let mut out = String::new();
-    for line in head.lines() {
-        let t = line.trim_start();
-        let indent = &line[..line.len() - t.len()];
-        match t.split_once(':') {
-            Some((k @ ("group_wait" | "group_interval"), _)) => {
-                out.push_str(&format!("{indent}{k}: 1s\n"));
-            }
-            _ => out.push_str(&format!("{line}\n")),
-        }
-    }
-    out.push_str("\nreceivers:\n");
-    for name in receivers
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("- name:"))
-    {
-        out.push_str(&format!(
-            "  - name: {}\n    webhook_configs:\n      - url: {hook}\n        send_resolved: false\n",
-            name.trim()
-        ));
-    }
-    out
-}
-
-fn start_alertmanager(
-    bin: &std::path::Path,
-    dir: &std::path::Path,
-    config: &str,
-) -> (stack::Proc, String) {
-    let cfg = dir.join("alertmanager.yml");
-    std::fs::write(&cfg, config).unwrap();
-    let port = stack::free_port();
-    let mut cmd = Command::new(bin);
-    cmd.arg(format!("--config.file={}", cfg.display()))
-        .arg(format!("--storage.path={}", dir.join("am-data").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--cluster.listen-address=");
-    let (proc, _) = stack::Proc::spawn("alertmanager", cmd);
-    let url = format!("http://127.0.0.1:{port}");
-    stack::wait_ready(&format!("{url}/-/ready"), "alertmanager", &proc, WAIT);
-    (proc, url)
-}
-
-fn until<T>(what: &str, procs: &[&stack::Proc], mut check: impl FnMut() -> Result<T, String>) -> T {
-    let end = Instant::now() + WAIT;
-    loop {
-        match check() {
-            Ok(v) => return v,
-            Err(e) if Instant::now() > end => {
-                let tails: Vec<String> = procs.iter().map(|p| p.tail()).collect();
-                panic!("timed out waiting until {what}:\n{e}\n{}", tails.join("\n"));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
-}
-
-fn label<'v>(a: &'v Value, name: &str) -> &'v str {
-    a["labels"][name].as_str().unwrap_or("")
-}
 
 #[test]
 fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts() {
@@ -128,7 +37,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
     };
     let dir = tempfile::tempdir().unwrap();
     let (hook, _received) = stack::webhook();
-    let (am_proc, am) = start_alertmanager(&am_bin, dir.path(), &example_for_test(&hook));
+    let (am_proc, am) = alertmanager_with(&am_bin, dir.path(), &example_for_test(&hook), WAIT);
     let d = Daemon::start(DaemonOpts {
         args: vec![
             "--interval".into(),
@@ -143,7 +52,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
         &prometheus,
         dir.path(),
         &[&target],
-        &rules_for_test(),
+        &rules_for_test(|_| FOR),
         am.trim_start_matches("http://"),
         stack::Scrape::Default,
     );
@@ -172,14 +81,17 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
     // Let a scrape see the live runs, then the bait crashes; its job alert reaches Alertmanager.
     std::thread::sleep(Duration::from_secs(2));
     drop(bait);
-    until("the bait's job alert is in Alertmanager", &procs, || {
-        find(&listed()?, "GpumonJobFailed", &other).ok_or_else(|| "not yet".to_string())
-    });
+    until(
+        WAIT,
+        "the bait's job alert is in Alertmanager",
+        &procs,
+        || find(&listed()?, "GpumonJobFailed", &other).ok_or_else(|| "not yet".to_string()),
+    );
     // Root's rank 1 runs out of memory and dies, and the other three are taken down after it.
     // The daemon pushes root's GpumonOOM at once; root's own job alert needs its `for`. Until
     // then the bait's job alert, of the same job name and run id, must not mute it.
     root[1].oom(unix_now());
-    let early = until("root's GpumonOOM is in Alertmanager", &procs, || {
+    let early = until(WAIT, "root's GpumonOOM is in Alertmanager", &procs, || {
         let all = listed()?;
         find(&all, "GpumonOOM", "0")
             .map(|a| (a, find(&all, "GpumonJobFailed", "0").is_some()))
@@ -200,7 +112,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
     root.clear();
 
     // Prometheus: two job alerts, one per uid, each naming its own first rank.
-    let alerts = until("two GpumonJobFailed fire", &procs, || {
+    let alerts = until(WAIT, "two GpumonJobFailed fire", &procs, || {
         let (code, body) = stack::get(&format!("{prom}/api/v1/alerts"), &[]);
         let v: Value = serde_json::from_str(&body).map_err(|_| format!("{code}: {body}"))?;
         let firing: Vec<Value> = v["data"]["alerts"]
@@ -247,6 +159,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
     // Alertmanager: each job alert inhibits its own run's per-rank alerts and nothing of the
     // other user's.
     until(
+        WAIT,
         "each run's per-rank alerts are inhibited by its own job alert",
         &procs,
         || {

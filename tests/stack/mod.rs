@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod shipped;
+
 const BIN: &str = env!("CARGO_BIN_EXE_gpumon");
 /// Lines of each child's output kept for failure messages.
 const TAIL: usize = 30;
@@ -187,16 +189,18 @@ pub fn start_demo(name: &str, socket: &Path) -> DemoNode {
 }
 
 pub fn start_alertmanager(bin: &Path, dir: &Path, webhook: &str) -> (Proc, String) {
-    let cfg = dir.join("alertmanager.yml");
     // group_wait and group_interval short so a new alert goes out at once; grouped the way
     // dashboards/README.md recommends.
-    std::fs::write(
-        &cfg,
-        format!(
-            "route:\n  receiver: hook\n  group_by: [alertname, instance, job]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n      - url: {webhook}\n        send_resolved: false\n"
-        ),
-    )
-    .unwrap();
+    let config = format!(
+        "route:\n  receiver: hook\n  group_by: [alertname, instance, job]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n      - url: {webhook}\n        send_resolved: false\n"
+    );
+    alertmanager_with(bin, dir, &config, Duration::from_secs(20))
+}
+
+/// A real Alertmanager on `config`, ready within `wait`, and its URL.
+pub fn alertmanager_with(bin: &Path, dir: &Path, config: &str, wait: Duration) -> (Proc, String) {
+    let cfg = dir.join("alertmanager.yml");
+    std::fs::write(&cfg, config).unwrap();
     let port = free_port();
     let mut cmd = Command::new(bin);
     cmd.arg(format!("--config.file={}", cfg.display()))
@@ -205,12 +209,7 @@ pub fn start_alertmanager(bin: &Path, dir: &Path, webhook: &str) -> (Proc, Strin
         .arg("--cluster.listen-address=");
     let (proc, _) = Proc::spawn("alertmanager", cmd);
     let url = format!("http://127.0.0.1:{port}");
-    wait_ready(
-        &format!("{url}/-/ready"),
-        "alertmanager",
-        &proc,
-        Duration::from_secs(20),
-    );
+    wait_ready(&format!("{url}/-/ready"), "alertmanager", &proc, wait);
     (proc, url)
 }
 
