@@ -9,7 +9,7 @@ mod common;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use common::analyze_json;
+use common::{analyze_json, kinds};
 
 const GIB: f64 = 1073741824.0;
 const MIB: f64 = 1048576.0;
@@ -48,15 +48,6 @@ fn trace(
     let path = dir.join(name);
     std::fs::write(&path, s).unwrap();
     path
-}
-
-fn kinds(report: &serde_json::Value) -> Vec<String> {
-    report["traces"][0]["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap().to_string())
-        .collect()
 }
 
 fn flat(i: u64) -> f64 {

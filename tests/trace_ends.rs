@@ -63,15 +63,6 @@ fn analyze(arg: &Path) -> (Option<i32>, serde_json::Value) {
     (out.status.code(), report)
 }
 
-fn kinds(report: &serde_json::Value) -> Vec<String> {
-    report["traces"][0]["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn a_daemon_stop_and_a_trace_still_written_are_not_crashes() {
     let dir = tempfile::tempdir().unwrap();

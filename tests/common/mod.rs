@@ -313,6 +313,16 @@ pub fn analyze_json(trace: &Path) -> (Option<i32>, serde_json::Value) {
     )
 }
 
+/// The kinds of the findings of an analyze report's first trace, in order.
+pub fn kinds(report: &serde_json::Value) -> Vec<String> {
+    report["traces"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Runs `start` (a spawn or output of a freshly copied binary) again while exec says "text file
 /// busy": a fork in another test thread may briefly hold the copy's write descriptor open, the
 /// race every program that writes then executes a file meets.
