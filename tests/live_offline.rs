@@ -87,6 +87,24 @@ fn analyze(config: &Path, dirs: &[&Path]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The findings' rows and the jobs' verdicts, live against offline: each difference fails.
+fn judge_story(
+    (live_rows, live_jobs): (&Rows, &Value),
+    (offline_rows, offline_jobs): (&Rows, &Value),
+    names: &Names,
+    failures: &mut Vec<String>,
+) {
+    judge("findings", story::diff(live_rows, offline_rows), failures);
+    judge(
+        "jobs",
+        story::diff(
+            &story::jobs(live_jobs, names),
+            &story::jobs(offline_jobs, names),
+        ),
+        failures,
+    );
+}
+
 /// The differences of `what`: each one fails.
 fn judge(what: &str, diffs: Vec<Diff>, failures: &mut Vec<String>) {
     if !diffs.is_empty() {
@@ -192,17 +210,10 @@ fn analyze_over_a_recording_tells_what_the_daemon_said_live() {
     );
 
     let mut failures = Vec::new();
-    judge(
-        "findings",
-        story::diff(&live_rows, &offline_rows),
-        &mut failures,
-    );
-    judge(
-        "jobs",
-        story::diff(
-            &story::jobs(&live["jobs"], &names),
-            &story::jobs(&offline["jobs"], &names),
-        ),
+    judge_story(
+        (&live_rows, &live["jobs"]),
+        (&offline_rows, &offline["jobs"]),
+        &names,
         &mut failures,
     );
 
@@ -307,17 +318,10 @@ fn a_run_resumed_across_a_daemon_restart_reads_as_the_new_daemon_told_it() {
         "{offline_rows:#?}"
     );
     let mut failures = Vec::new();
-    judge(
-        "findings",
-        story::diff(&live_rows, &offline_rows),
-        &mut failures,
-    );
-    judge(
-        "jobs",
-        story::diff(
-            &story::jobs(&after["jobs"], &names),
-            &story::jobs(&offline["jobs"], &names),
-        ),
+    judge_story(
+        (&live_rows, &after["jobs"]),
+        (&offline_rows, &offline["jobs"]),
+        &names,
         &mut failures,
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
