@@ -25,7 +25,7 @@ pub fn room_of(latest: Option<&NodeReading>, session: Option<&Session>) -> Optio
     let m = latest?
         .gpus
         .iter()
-        .find(|g| g.identity.uuid == uuid && g.unified.is_some())?
+        .find(|g| g.unified.is_some() && g.identity.uuid == uuid)?
         .memory?;
     Some(Room {
         free: m.free,
