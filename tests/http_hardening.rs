@@ -105,14 +105,21 @@ fn is_closed(s: &TcpStream) -> bool {
 
 /// Connections that sent a request line and never finished their headers.
 fn half_open(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    half_open_at(addr, n).into_iter().map(|(s, _)| s).collect()
+}
+
+/// `half_open`, each connection with when it was opened (before the daemon accepted it, so
+/// before its header timeout started).
+fn half_open_at(addr: SocketAddr, n: usize) -> Vec<(TcpStream, Instant)> {
     (0..n)
         .map(|i| {
             if i % 200 == 0 {
                 drain_accept_queue(addr);
             }
             let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            let opened = Instant::now();
             s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
-            s
+            (s, opened)
         })
         .collect()
 }
@@ -152,9 +159,10 @@ const KIB_PER_HELD_CONNECTION: u64 = 20;
 fn half_open_connections_are_closed_by_the_header_timeout_and_scrapes_stay_fast() {
     let _one = serial();
     const N: usize = 3000;
-    // Long enough that opening all 3,000 (5.7 s seen on a loaded 2-core machine) ends well
-    // before the first is due.
-    const TIMEOUT: Duration = Duration::from_secs(12);
+    // Long enough that all 3,000 are open at once before the first is due: opening them took
+    // 2.3 s alone, 5.7 s on a loaded 2-core machine, 11.3 and 13.3 s after the connect/close
+    // storm test on a busy one.
+    const TIMEOUT: Duration = Duration::from_secs(24);
     raise_nofile(N as u64 * 2 + 512);
     let d = daemon(
         &format!(
@@ -170,7 +178,8 @@ fn half_open_connections_are_closed_by_the_header_timeout_and_scrapes_stay_fast(
     let idle_rss = rss_kib(d.pid());
 
     let sent = Instant::now();
-    let held = half_open(d.addr, N);
+    let held_at = half_open_at(d.addr, N);
+    let (held, opened): (Vec<TcpStream>, Vec<Instant>) = held_at.into_iter().unzip();
     let opened_in = sent.elapsed();
     let last_sent = Instant::now();
     // Scrapes while they are held: each on a new connection, each well under 50 ms.
@@ -195,23 +204,29 @@ fn half_open_connections_are_closed_by_the_header_timeout_and_scrapes_stay_fast(
     );
     assert!(peak_open >= N as f64, "only {peak_open} open");
     // A deadline, not a benchmark (a loaded CI machine is slow, not stuck): a scrape that found
-    // no slot would wait for a half-open one's header timeout (10 s) or be refused.
+    // no slot would wait for a half-open one's header timeout (24 s here) or be refused.
     assert!(worst < 2.5, "a scrape took {:.1} ms", worst * 1e3);
     assert!(
         held_rss <= 2 * idle_rss + KIB_PER_HELD_CONNECTION * N as u64,
         "RSS {idle_rss} -> {held_rss} KiB"
     );
 
-    // None closed before its header timeout...
-    let first_due = sent + TIMEOUT - Duration::from_millis(200);
+    // None closed before its header timeout: each connection judged by its own (a loaded
+    // machine opens the last ones seconds after the first)...
+    let now = Instant::now();
+    let not_due: Vec<&TcpStream> = held
+        .iter()
+        .zip(&opened)
+        .filter(|(_, at)| now + Duration::from_millis(200) < **at + TIMEOUT)
+        .map(|(s, _)| s)
+        .collect();
     assert!(
-        Instant::now() < first_due,
-        "opening took too long to test this"
+        not_due.len() >= N / 4,
+        "only {} of {N} still short of their timeout: opening them took {opened_in:?}",
+        not_due.len()
     );
-    assert!(
-        held.iter().all(|s| !is_closed(s)),
-        "closed before the timeout"
-    );
+    let early = not_due.iter().filter(|s| is_closed(s)).count();
+    assert_eq!(early, 0, "{early} closed before their timeout");
     // ...and all closed by it, with two seconds of slack for 3,000 timers.
     let deadline = last_sent + TIMEOUT + Duration::from_secs(2);
     let mut open = N;
