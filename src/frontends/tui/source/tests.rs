@@ -27,8 +27,10 @@ fn serve(answer: impl Fn(&str) -> Vec<u8> + Send + 'static) -> (String, Arc<Mute
                 }
                 head.push_str(&line);
             }
-            let _ = c.write_all(&answer(&head));
+            // Logged before answering: the client reads the log as soon as it has the answer.
+            let reply = answer(&head);
             log.lock().unwrap().push(head);
+            let _ = c.write_all(&reply);
         }
     });
     (base, seen)
