@@ -244,7 +244,9 @@ fn pipelining_clients_that_never_read_give_way_and_the_scraper_is_answered() {
 #[test]
 fn connections_whose_output_goes_unread_give_way_first_and_are_closed() {
     let _one = serial();
-    let d = daemon("keepalive_timeout_seconds = 4\n");
+    // A header timeout longer than the wait below: a stalled connection is closed on its own
+    // deadline, not on the later one its watcher computed before the stall.
+    let d = daemon("keepalive_timeout_seconds = 4\nheader_timeout_seconds = 60\n");
     let addr = d.addr;
     // Every slot taken by a connection that pipelined 100 scrapes (far more than its socket
     // buffers hold) behind a 1 KiB receive buffer and reads nothing.

@@ -21,6 +21,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -247,6 +248,7 @@ where
                 conn.as_mut().graceful_shutdown();
                 graceful = true;
             }
+            _ = clock.moved.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {
                 // The deadline moves with activity: close only if it still lies in the past.
                 let (now_deadline, now_why) = clock.deadline(limits);
@@ -259,7 +261,12 @@ where
 }
 
 /// What one connection is doing, as its reads, writes and requests show.
-struct Clock(Mutex<Phase>);
+struct Clock {
+    phase: Mutex<Phase>,
+    /// Told when the deadline may have moved earlier (a write stalls, a response is ready), so
+    /// the connection's watcher does not sleep on to a later deadline computed before.
+    moved: Notify,
+}
 
 struct Phase {
     requests: u64,
@@ -282,20 +289,23 @@ const STALL: Duration = Duration::from_secs(1);
 impl Clock {
     fn new() -> Self {
         let now = Instant::now();
-        Self(Mutex::new(Phase {
-            requests: 0,
-            in_flight: 0,
-            since: now,
-            first_byte: None,
-            last_write: now,
-            write_blocked: None,
-            auth_failed: false,
-        }))
+        Self {
+            phase: Mutex::new(Phase {
+                requests: 0,
+                in_flight: 0,
+                since: now,
+                first_byte: None,
+                last_write: now,
+                write_blocked: None,
+                auth_failed: false,
+            }),
+            moved: Notify::new(),
+        }
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Phase) -> R) -> R {
         // Nothing panics while holding the lock, so poisoning cannot happen; recover anyway.
-        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut self.phase.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn on_read(&self) {
@@ -314,9 +324,14 @@ impl Clock {
     }
 
     fn on_write_blocked(&self) {
-        self.with(|p| {
+        let first = self.with(|p| {
+            let first = p.write_blocked.is_none();
             p.write_blocked.get_or_insert_with(Instant::now);
+            first
         });
+        if first {
+            self.moved.notify_one();
+        }
     }
 
     fn request_started(&self) {
@@ -332,6 +347,7 @@ impl Clock {
             p.in_flight = p.in_flight.saturating_sub(1);
             p.since = Instant::now();
         });
+        self.moved.notify_one();
     }
 
     /// When the connection is to be closed if nothing changes, and as what. A request in flight
