@@ -17,7 +17,7 @@ const GPUS: &[(&str, &str)] = &[
 /// Printed when a GPU is unified (its memory is the host's).
 const UNIFIED: &[(&str, &str)] = &[(
     "unified",
-    "the GPU shares the host's memory: USED is the sum of its processes' memory as NVML gives it; TOTAL is that plus what the allocator can still get, the host's MemAvailable (host_available) or a cgroup's memory.max less its usage when lower (cgroup_max)",
+    "the GPU shares the host's memory: USED is the sum of its processes' memory as NVML gives it; TOTAL is that plus what the allocator can still get, the host's MemAvailable (host_available) or a cgroup's memory limit less its usage when lower (cgroup_max)",
 )];
 
 const JOBS: &[(&str, &str)] = &[(

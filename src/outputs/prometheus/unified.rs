@@ -19,7 +19,7 @@ pub fn unified_families(r: &NodeReading, out: &mut String) {
     );
     let mut headroom = Family::gauge(
         "gpumon_gpu_unified_cgroup_headroom_bytes",
-        "The least memory.max minus memory.current in bytes over the cgroups of a unified-memory GPU's processes, where one sets a limit.",
+        "The least memory limit minus usage in bytes (cgroup v2 memory.max, else v1 memory.limit_in_bytes) over the cgroups of a unified-memory GPU's processes, where one sets a limit.",
         GPU,
     );
     for g in &r.gpus {

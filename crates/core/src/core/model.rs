@@ -92,15 +92,16 @@ pub struct GpuReading {
 /// How a unified device's `memory` was built. Its `used` is the sum NVML gives per process (the
 /// host's MemTotal - MemAvailable would count every host allocation as GPU memory); its `total`
 /// is that plus what the allocator can still get from the host: MemAvailable, or less where a
-/// cgroup's memory.max leaves less (a container's limit binds the trainer's allocations too).
+/// cgroup's memory limit leaves less (a container's limit binds the trainer's allocations too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnifiedMemory {
     /// Sum of NVML's per-process figures; None when NVML gives some process's as "n/a".
     pub processes_used: Option<u64>,
     /// The host's MemAvailable (/proc/meminfo); None when it could not be read.
     pub host_available: Option<u64>,
-    /// The least `memory.max - memory.current` over the cgroups (v2) of the device's processes
-    /// and their ancestors that set a limit; None when none does.
+    /// The least limit less usage (v2's `memory.max - memory.current`, else v1's
+    /// `memory.limit_in_bytes - memory.usage_in_bytes`) over the cgroups of the device's
+    /// processes and their ancestors that set a limit; None when none does.
     pub cgroup_headroom: Option<u64>,
     /// Which figure bounds the total.
     pub limit_from: Option<LimitFrom>,
@@ -111,7 +112,8 @@ pub struct UnifiedMemory {
 pub enum LimitFrom {
     /// The host's MemAvailable.
     HostAvailable,
-    /// A cgroup's memory.max, lower than the host's MemAvailable.
+    /// A cgroup's memory limit (v2's memory.max, v1's limit_in_bytes), lower than the host's
+    /// MemAvailable.
     CgroupMax,
 }
 

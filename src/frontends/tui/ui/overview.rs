@@ -175,7 +175,7 @@ fn unified_line(
     t: Theme,
 ) -> Line<'static> {
     let from = match u.and_then(|u| u.bound()) {
-        Some(crate::core::model::LimitFrom::CgroupMax) => "cgroup memory.max",
+        Some(crate::core::model::LimitFrom::CgroupMax) => "cgroup memory limit",
         _ => "host MemAvailable",
     };
     Line::from(vec![

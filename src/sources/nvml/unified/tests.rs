@@ -125,3 +125,106 @@ fn a_missing_figure_leaves_the_memory_unknown() {
     assert_eq!(u.memory(), None);
     assert_eq!(u.limit_from, Some(LimitFrom::HostAvailable));
 }
+
+#[test]
+fn the_v1_memory_line_names_the_cgroup() {
+    let text = "12:pids:/x\n9:cpuacct,cpu:/x\n4:memory:/slurm/uid_1000/job_7/step_0\n0::/x\n";
+    assert_eq!(v1_memory_path(text), Some("/slurm/uid_1000/job_7/step_0"));
+    assert_eq!(v1_memory_path("4:memory,hugetlb:/a:b\n"), Some("/a:b"));
+    assert_eq!(v1_memory_path("9:cpuacct,cpu:/x\n0::/x\n"), None);
+    // A controller whose name merely contains "memory" is not it.
+    assert_eq!(v1_memory_path("5:nomemory:/x\n"), None);
+}
+
+/// A hybrid host (v2 mounted without controllers, v1's memory controller beside it), as older
+/// Jetson and HPC images run: the Slurm step's v1 limit binds; its job's "unlimited" and a v2
+/// path with no memory files count for nothing.
+#[test]
+fn a_v1_memory_limit_bounds_the_device_on_a_hybrid_host() {
+    let proc_ = tempfile::tempdir().unwrap();
+    let cg = tempfile::tempdir().unwrap();
+    write(
+        proc_.path(),
+        "meminfo",
+        &format!("MemAvailable: {} kB\n", 50 * GIB / 1024),
+    );
+    write(
+        proc_.path(),
+        "10/cgroup",
+        "4:memory:/slurm/job_7/step_0\n0::/system.slice/slurmd.service\n",
+    );
+    write(
+        cg.path(),
+        "system.slice/slurmd.service/cgroup.procs",
+        "10\n",
+    );
+    write(
+        cg.path(),
+        "memory/slurm/job_7/memory.limit_in_bytes",
+        "9223372036854771712\n",
+    );
+    write(
+        cg.path(),
+        "memory/slurm/job_7/memory.usage_in_bytes",
+        &format!("{}\n", 9 * GIB),
+    );
+    write(
+        cg.path(),
+        "memory/slurm/job_7/step_0/memory.limit_in_bytes",
+        &format!("{}\n", 20 * GIB),
+    );
+    write(
+        cg.path(),
+        "memory/slurm/job_7/step_0/memory.usage_in_bytes",
+        &format!("{}\n", 8 * GIB),
+    );
+    let host = HostMemory {
+        procfs: proc_.path().into(),
+        cgroupfs: cg.path().into(),
+    };
+    let u = host.read(&[10], Some(4 * GIB));
+    assert_eq!(u.cgroup_headroom, Some(12 * GIB));
+    assert_eq!(u.limit_from, Some(LimitFrom::CgroupMax));
+    assert_eq!(u.memory().unwrap().total, 16 * GIB);
+
+    // The step's limit raised past what the host has left: the host binds.
+    write(
+        cg.path(),
+        "memory/slurm/job_7/step_0/memory.limit_in_bytes",
+        &format!("{}\n", 100 * GIB),
+    );
+    let u = host.read(&[10], Some(4 * GIB));
+    assert_eq!(u.cgroup_headroom, Some(92 * GIB));
+    assert_eq!(u.limit_from, Some(LimitFrom::HostAvailable));
+}
+
+/// A v2 limit wins over a v1 one: on a pure v2 host the memory controller line is absent, and
+/// where both could be read the v2 hierarchy is the one the kernel enforces for the process.
+#[test]
+fn a_v2_limit_is_read_before_v1() {
+    let proc_ = tempfile::tempdir().unwrap();
+    let cg = tempfile::tempdir().unwrap();
+    write(
+        proc_.path(),
+        "meminfo",
+        &format!("MemAvailable: {} kB\n", 50 * GIB / 1024),
+    );
+    write(proc_.path(), "10/cgroup", "4:memory:/a\n0::/b\n");
+    write(cg.path(), "b/memory.max", &format!("{}\n", 10 * GIB));
+    write(cg.path(), "b/memory.current", &format!("{}\n", GIB));
+    write(
+        cg.path(),
+        "memory/a/memory.limit_in_bytes",
+        &format!("{}\n", 2 * GIB),
+    );
+    write(
+        cg.path(),
+        "memory/a/memory.usage_in_bytes",
+        &format!("{}\n", GIB),
+    );
+    let host = HostMemory {
+        procfs: proc_.path().into(),
+        cgroupfs: cg.path().into(),
+    };
+    assert_eq!(host.read(&[10], Some(GIB)).cgroup_headroom, Some(9 * GIB));
+}
