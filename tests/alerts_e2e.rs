@@ -129,14 +129,12 @@ fn a_live_leak_reaches_alertmanager_and_the_webhook_and_resolves_after_bye() {
     let two_gpus = scenario("two_gpus");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&two_gpus),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--alertmanager-url".into(),
             am.url.clone(),
             "--webhook-url".into(),
             hook,
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let mut leaky = push_session(&d, "leaky", 8 << 20, 1500);
@@ -262,16 +260,14 @@ fn an_attributed_leak_names_its_site_everywhere_the_finding_goes() {
     let traces = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&two_gpus),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--alertmanager-url".into(),
             am.url.clone(),
             "--webhook-url".into(),
             hook,
             "--record-dir".into(),
             traces.path().display().to_string(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let mut w = UnixStream::connect(&d.socket).unwrap();

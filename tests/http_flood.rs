@@ -40,7 +40,6 @@ fn daemon_with_limit(limit: usize, extra: &str) -> Daemon {
     let path = common::scenario("two_gpus");
     Daemon::start(DaemonOpts {
         scenario: Some(&path),
-        args: vec!["--interval".into(), "100ms".into()],
         config: format!("[http]\nconnection_limit = {limit}\n{extra}"),
         ..DaemonOpts::default()
     })

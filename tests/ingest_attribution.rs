@@ -113,12 +113,10 @@ fn a_capable_trainer_is_asked_and_its_answer_names_the_site_on_the_finding() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&scenario("two_gpus")),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.path().to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let mut t = Trainer::connect(&d, true);

@@ -23,14 +23,12 @@ const WAIT: Duration = Duration::from_secs(20);
 
 fn node(dir: &Path) -> Daemon {
     Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--node-name".into(),
             "node-a".into(),
             "--record-dir".into(),
             dir.to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     })
 }
@@ -317,14 +315,12 @@ fn a_run_under_two_uids_on_two_nodes_is_one_job_per_uid_everywhere() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = node(dir_a.path());
     let b = Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--node-name".into(),
             "node-b".into(),
             "--record-dir".into(),
             dir_b.path().to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let socket = a.socket.clone();

@@ -39,12 +39,7 @@ fn each_users_run_pages_for_its_own_first_rank_and_inhibits_only_its_own_alerts(
     let (hook, _received) = stack::webhook();
     let (am_proc, am) = alertmanager_with(&am_bin, dir.path(), &example_for_test(&hook), WAIT);
     let d = Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
-            "--alertmanager-url".into(),
-            am.clone(),
-        ],
+        args: DaemonOpts::default_args_and(vec!["--alertmanager-url".into(), am.clone()]),
         ..DaemonOpts::default()
     });
     let target = d.addr.to_string();

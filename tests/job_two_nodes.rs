@@ -28,14 +28,12 @@ fn t0() -> f64 {
 
 fn node(name: &str, dir: &Path) -> Daemon {
     Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--node-name".into(),
             name.into(),
             "--record-dir".into(),
             dir.to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     })
 }
@@ -268,12 +266,10 @@ fn leaking_steps(r: &mut Rank, n: u64, t0: f64) {
 fn a_dead_job_names_the_leak_on_every_rank_behind_its_oom() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.path().to_str().unwrap().into(),
-        ],
+        ]),
         config: "[ingest]\nmax_lines_per_second = 1000000\n".into(),
         ..DaemonOpts::default()
     });

@@ -65,7 +65,6 @@ fn nvml_s_figure_is_split_into_tensors_cache_and_memory_outside_the_allocator() 
     std::fs::write(&path, scen).unwrap();
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&path),
-        args: vec!["--interval".into(), "100ms".into()],
         ..DaemonOpts::default()
     });
     let _a = trainer(&d, 1, GPU1, GIB, 2 * GIB);

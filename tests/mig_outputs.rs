@@ -33,15 +33,10 @@ fn a_trainer_on_a_mig_instance_has_one_gpu_in_every_output() {
     let mig = scenario("mig");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&mig),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
-            "--webhook-url".into(),
-            hook,
-        ]
-        .into_iter()
-        .chain(args)
-        .collect(),
+        args: DaemonOpts::default_args_and(vec!["--webhook-url".into(), hook])
+            .into_iter()
+            .chain(args)
+            .collect(),
         ..DaemonOpts::default()
     });
     let mut s = UnixStream::connect(&d.socket).unwrap();

@@ -98,12 +98,10 @@ fn an_armed_trainer_near_its_limit_names_the_step_peak_and_is_disarmed() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&scenario("two_gpus")),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.path().to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let mut t = Trainer::connect(&d);

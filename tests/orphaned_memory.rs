@@ -266,12 +266,10 @@ fn without_the_host_s_pids_it_says_so_once_and_raises_nothing() {
     let path = scenario("orphaned");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&path),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--procfs".into(),
             procfs.path().to_str().unwrap().into(),
-        ],
+        ]),
         config: "[detect]\norphan_grace = \"1s\"\n".into(),
         ..DaemonOpts::default()
     });

@@ -126,12 +126,10 @@ fn dra_and_time_sliced_pods_are_labelled_with_their_pod_and_namespace() {
     let path = scenario_file(dir.path());
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&path),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--procfs".into(),
             proc_dir.to_str().unwrap().into(),
-        ],
+        ]),
         config: format!(
             "[kubernetes]\nkubelet_url = \"{}\"\ntoken_file = \"{}\"\n",
             kubelet(),

@@ -39,12 +39,10 @@ fn sample(step: u64) -> String {
 fn record_dir_writes_each_session_as_a_replayable_trace() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.path().to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let mut lines = vec![sample(0), hello(7)];

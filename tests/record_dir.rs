@@ -20,12 +20,10 @@ fn config() -> String {
 
 fn start(dir: &Path) -> Daemon {
     Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.to_str().unwrap().into(),
-        ],
+        ]),
         config: config(),
         ..DaemonOpts::default()
     })
@@ -274,12 +272,10 @@ fn a_full_disk_ends_the_trace_with_its_reason_and_analyze_reads_no_crash() {
     let dir = disk.0.path();
     // Caps far above the disk: the disk fills first.
     let d = Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.to_str().unwrap().into(),
-        ],
+        ]),
         config: "[record]\nmax_file_bytes = 1048576\nmax_total_bytes = 1048576\n".into(),
         ..DaemonOpts::default()
     });

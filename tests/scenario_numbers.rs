@@ -52,12 +52,10 @@ fn check_against_scenario(name: &str) -> (Daemon, String) {
     let path = scenario(name);
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&path),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--procfs".into(),
             procfs.path().to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let m = d.metrics();

@@ -100,12 +100,7 @@ fn one_process_on_two_gpus_and_mps_clients_each_keep_their_rows() {
     let path = scenario_file(dir.path(), me);
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&path),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
-            "--procfs".into(),
-            proc_dir.display().to_string(),
-        ],
+        args: DaemonOpts::default_args_and(vec!["--procfs".into(), proc_dir.display().to_string()]),
         ..DaemonOpts::default()
     });
 

@@ -16,12 +16,10 @@ use common::*;
 
 fn start(dir: &Path) -> Daemon {
     Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--record-dir".into(),
             dir.to_str().unwrap().into(),
-        ],
+        ]),
         ..DaemonOpts::default()
     })
 }

@@ -75,14 +75,12 @@ fn a_unified_gpu_is_shown_with_the_hosts_limit_everywhere() {
     let traces = tempfile::tempdir().unwrap();
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&gb10),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--procfs".into(),
             dir.path().display().to_string(),
             "--record-dir".into(),
             traces.path().display().to_string(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
 
@@ -205,12 +203,10 @@ fn without_meminfo_the_unified_limit_is_not_available() {
     let gb10 = scenario("gb10");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&gb10),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--procfs".into(),
             dir.path().display().to_string(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let snap = d.snapshot();

@@ -53,6 +53,15 @@ impl Default for DaemonOpts<'_> {
     }
 }
 
+impl DaemonOpts<'_> {
+    /// The default arguments (a 100 ms poll) followed by `extra`.
+    pub fn default_args_and(extra: Vec<String>) -> Vec<String> {
+        let mut args = Self::default().args;
+        args.extend(extra);
+        args
+    }
+}
+
 impl Daemon {
     pub fn with_scenario(name: &str) -> Self {
         let path = scenario(name);

@@ -22,12 +22,7 @@ fn unix_now() -> f64 {
 
 fn node(name: &str) -> Daemon {
     Daemon::start(DaemonOpts {
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
-            "--node-name".into(),
-            name.into(),
-        ],
+        args: DaemonOpts::default_args_and(vec!["--node-name".into(), name.into()]),
         ..DaemonOpts::default()
     })
 }
@@ -166,7 +161,6 @@ fn two_users_runs_of_one_name_and_run_id_are_two_jobs_on_screen() {
     let two_gpus = scenario("two_gpus");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&two_gpus),
-        args: vec!["--interval".into(), "100ms".into()],
         ..DaemonOpts::default()
     });
     let socket = d.socket.clone();

@@ -24,12 +24,10 @@ fn a_unified_gpu_reads_as_unified_in_the_tui() {
     let gb10 = scenario("gb10");
     let d = Daemon::start(DaemonOpts {
         scenario: Some(&gb10),
-        args: vec![
-            "--interval".into(),
-            "100ms".into(),
+        args: DaemonOpts::default_args_and(vec![
             "--procfs".into(),
             proc_dir.path().display().to_string(),
-        ],
+        ]),
         ..DaemonOpts::default()
     });
     let config = empty_config();
