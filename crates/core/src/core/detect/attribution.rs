@@ -88,13 +88,19 @@ impl Attribution {
     /// A site's share of the window's growth, 0..=1. The denominator is the larger of the total
     /// and the sites' sum, so shares never add up past 1 when other memory shrank meanwhile.
     pub fn share(&self, site: &Site) -> f64 {
-        let sum: u64 = self.sites.iter().map(|s| s.bytes).sum();
-        let denom = self.total_growth_bytes.max(sum);
-        if denom == 0 {
-            0.0
-        } else {
-            site.bytes as f64 / denom as f64
-        }
+        share_of(site, &self.sites, self.total_growth_bytes)
+    }
+}
+
+/// `site`'s share of `total`, 0..=1: of the larger of `total` and the sites' sum, so a client
+/// whose total is smaller (other memory shrank, or it under-reports) never yields one past 1.
+pub(crate) fn share_of(site: &Site, sites: &[Site], total: u64) -> f64 {
+    let sum: u64 = sites.iter().map(|s| s.bytes).sum();
+    let denom = total.max(sum);
+    if denom == 0 {
+        0.0
+    } else {
+        site.bytes as f64 / denom as f64
     }
 }
 

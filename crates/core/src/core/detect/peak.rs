@@ -42,13 +42,7 @@ impl Peak {
     /// A site's share of live memory at the peak, 0..=1: of the larger of `peak_bytes` and the
     /// sites' sum, so a client that under-reports the total never yields a share past 1.
     pub fn share(&self, site: &Site) -> f64 {
-        let sum: u64 = self.sites.iter().map(|s| s.bytes).sum();
-        let denom = self.peak_bytes.max(sum);
-        if denom == 0 {
-            0.0
-        } else {
-            site.bytes as f64 / denom as f64
-        }
+        super::attribution::share_of(site, &self.sites, self.peak_bytes)
     }
 }
 
