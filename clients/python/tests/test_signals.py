@@ -39,10 +39,12 @@ while True:
 """
 
 
-def sigint_default():
-    # A suite started in the background by a shell inherits SIGINT ignored, and Python then
-    # installs no KeyboardInterrupt handler: the trainer is started as a terminal would.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def signals_default():
+    # A suite started in the background by a shell inherits SIGINT ignored (Python then
+    # installs no KeyboardInterrupt handler), and one started under nohup SIGHUP ignored: the
+    # trainer is started as a terminal would start it.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def run(sock_path, tmp_path, how, sig):
@@ -51,7 +53,7 @@ def run(sock_path, tmp_path, how, sig):
     with FakeDaemon(sock_path) as d:
         proc = subprocess.Popen([sys.executable, str(script), sock_path, how], env=dict(os.environ, PYTHONPATH=ROOT),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=sigint_default)
+                                preexec_fn=signals_default)
         assert proc.stdout.readline().strip() == "ready"
         d.wait_for(2)
         proc.send_signal(sig)
