@@ -47,22 +47,17 @@ pub struct HostMemory {
 
 impl HostMemory {
     /// The figures for a device whose processes are `pids`, using `processes_used` bytes
-    /// together (None: NVML gave some process's memory as "n/a"). With no processes, the
-    /// daemon's own cgroup stands in: what starts next most likely starts beside it.
+    /// together (None: NVML gave some process's memory as "n/a"). With no processes no cgroup
+    /// binds: the daemon's own is no guide to where a trainer will start (a service's slice, or
+    /// in a container the daemon's own limit), so the host's MemAvailable does.
     pub fn read(&self, pids: &[u32], processes_used: Option<u64>) -> UnifiedMemory {
         let host_available = std::fs::read_to_string(self.procfs.join("meminfo"))
             .ok()
             .and_then(|m| mem_available(&m));
-        let files: Vec<PathBuf> = if pids.is_empty() {
-            vec![PathBuf::from("/proc/self/cgroup")]
-        } else {
-            pids.iter()
-                .map(|p| self.procfs.join(p.to_string()).join("cgroup"))
-                .collect()
-        };
-        let cgroup_headroom = files
+        let cgroup_headroom = pids
             .iter()
-            .filter_map(|file| {
+            .filter_map(|pid| {
+                let file = self.procfs.join(pid.to_string()).join("cgroup");
                 let text = std::fs::read_to_string(file).ok()?;
                 // A hybrid host lists a v2 path too, with no memory files under it: v1's
                 // memory controller is then the one that binds.
@@ -112,10 +107,17 @@ pub fn v1_memory_path(cgroup: &str) -> Option<&str> {
 /// The least limit less usage over `path` and its ancestors in `layout`'s hierarchy under
 /// `root` that set a limit (v2's "max" and v1's unlimited set none); None when none does or
 /// none can be read.
+///
+/// None too for a path that climbs above the root (`/../../x`): read from inside a cgroup
+/// namespace (the daemon in a container), the cgroup lies outside the daemon's own, which is
+/// all this view shows; the root's limit there is the daemon container's, not the process's.
 pub fn headroom(root: &Path, path: &str, layout: &Layout) -> Option<u64> {
+    if path.split('/').any(|p| p == "..") {
+        return None;
+    }
     let mut dir = root.join(layout.under);
     let mut least = limit_left(&dir, layout);
-    for part in path.split('/').filter(|p| !p.is_empty() && *p != "..") {
+    for part in path.split('/').filter(|p| !p.is_empty()) {
         dir.push(part);
         least = match (least, limit_left(&dir, layout)) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -228,3 +228,45 @@ fn a_v2_limit_is_read_before_v1() {
     };
     assert_eq!(host.read(&[10], Some(GIB)).cgroup_headroom, Some(9 * GIB));
 }
+
+/// The daemon in a container with its own cgroup namespace (the DaemonSet, docker): a trainer
+/// in another pod reads as `/../../<its pod>/<its container>` and cannot be found in this view,
+/// whose root holds the daemon container's own limit. Neither binds the device: the host does.
+/// With no process at all, no cgroup binds either.
+#[test]
+fn a_cgroup_outside_the_daemons_namespace_is_not_guessed() {
+    let proc_ = tempfile::tempdir().unwrap();
+    let cg = tempfile::tempdir().unwrap();
+    write(
+        proc_.path(),
+        "meminfo",
+        &format!("MemAvailable: {} kB\n", 50 * GIB / 1024),
+    );
+    write(
+        proc_.path(),
+        "10/cgroup",
+        "0::/../../kubepods-pod1.slice/cri-containerd-2.scope\n",
+    );
+    // The daemon container's own 128 MiB limit, at the root of its view.
+    write(cg.path(), "memory.max", "134217728\n");
+    write(cg.path(), "memory.current", "33554432\n");
+    write(
+        cg.path(),
+        "kubepods-pod1.slice/cri-containerd-2.scope/memory.max",
+        &format!("{}\n", 2 * GIB),
+    );
+    write(
+        cg.path(),
+        "kubepods-pod1.slice/cri-containerd-2.scope/memory.current",
+        "0\n",
+    );
+    let host = HostMemory {
+        procfs: proc_.path().into(),
+        cgroupfs: cg.path().into(),
+    };
+    let u = host.read(&[10], Some(GIB));
+    assert_eq!(u.cgroup_headroom, None);
+    assert_eq!(u.limit_from, Some(LimitFrom::HostAvailable));
+    assert_eq!(u.memory().unwrap().total, 51 * GIB);
+    assert_eq!(host.read(&[], Some(0)).cgroup_headroom, None);
+}
