@@ -9,6 +9,26 @@ fn write(dir: &Path, rel: &str, text: &str) {
     std::fs::write(p, text).unwrap();
 }
 
+/// A procfs whose meminfo says `gib` GiB available, and a cgroup root, both empty otherwise.
+fn node(gib: u64) -> (tempfile::TempDir, tempfile::TempDir) {
+    let proc_ = tempfile::tempdir().unwrap();
+    let cg = tempfile::tempdir().unwrap();
+    let kib = gib * GIB / 1024;
+    write(
+        proc_.path(),
+        "meminfo",
+        &format!("MemAvailable: {kib} kB\n"),
+    );
+    (proc_, cg)
+}
+
+fn host(proc_: &tempfile::TempDir, cg: &tempfile::TempDir) -> HostMemory {
+    HostMemory {
+        procfs: proc_.path().into(),
+        cgroupfs: cg.path().into(),
+    }
+}
+
 #[test]
 fn mem_available_is_read_in_bytes() {
     let m =
@@ -31,13 +51,7 @@ fn the_v2_line_names_the_cgroup() {
 /// level that sets no limit ("max") or whose usage cannot be read counts for nothing.
 #[test]
 fn the_tightest_cgroup_bounds_the_device() {
-    let proc_ = tempfile::tempdir().unwrap();
-    let cg = tempfile::tempdir().unwrap();
-    write(
-        proc_.path(),
-        "meminfo",
-        &format!("MemAvailable: {} kB\n", 100 * GIB / 1024),
-    );
+    let (proc_, cg) = node(100);
     write(proc_.path(), "10/cgroup", "0::/pod.slice/a.scope\n");
     write(proc_.path(), "11/cgroup", "0::/pod.slice/b.scope\n");
     write(cg.path(), "memory.max", "max\n");
@@ -67,10 +81,7 @@ fn the_tightest_cgroup_bounds_the_device() {
         "pod.slice/b.scope/memory.max",
         &format!("{}\n", GIB),
     );
-    let host = HostMemory {
-        procfs: proc_.path().into(),
-        cgroupfs: cg.path().into(),
-    };
+    let host = host(&proc_, &cg);
     let u = host.read(&[10, 11], Some(12 * GIB));
     assert_eq!(u.host_available, Some(100 * GIB));
     assert_eq!(u.cgroup_headroom, Some(6 * GIB));
@@ -86,13 +97,7 @@ fn the_tightest_cgroup_bounds_the_device() {
 
 #[test]
 fn the_host_bounds_when_no_cgroup_limits_less() {
-    let proc_ = tempfile::tempdir().unwrap();
-    let cg = tempfile::tempdir().unwrap();
-    write(
-        proc_.path(),
-        "meminfo",
-        &format!("MemAvailable: {} kB\n", 30 * GIB / 1024),
-    );
+    let (proc_, cg) = node(30);
     write(proc_.path(), "10/cgroup", "0::/user.slice\n");
     write(
         cg.path(),
@@ -100,10 +105,7 @@ fn the_host_bounds_when_no_cgroup_limits_less() {
         &format!("{}\n", 200 * GIB),
     );
     write(cg.path(), "user.slice/memory.current", "0\n");
-    let host = HostMemory {
-        procfs: proc_.path().into(),
-        cgroupfs: cg.path().into(),
-    };
+    let host = host(&proc_, &cg);
     let u = host.read(&[10], Some(2 * GIB));
     assert_eq!(u.limit_from, Some(LimitFrom::HostAvailable));
     assert_eq!(u.memory().unwrap().total, 32 * GIB);
@@ -141,13 +143,7 @@ fn the_v1_memory_line_names_the_cgroup() {
 /// path with no memory files count for nothing.
 #[test]
 fn a_v1_memory_limit_bounds_the_device_on_a_hybrid_host() {
-    let proc_ = tempfile::tempdir().unwrap();
-    let cg = tempfile::tempdir().unwrap();
-    write(
-        proc_.path(),
-        "meminfo",
-        &format!("MemAvailable: {} kB\n", 50 * GIB / 1024),
-    );
+    let (proc_, cg) = node(50);
     write(
         proc_.path(),
         "10/cgroup",
@@ -178,10 +174,7 @@ fn a_v1_memory_limit_bounds_the_device_on_a_hybrid_host() {
         "memory/slurm/job_7/step_0/memory.usage_in_bytes",
         &format!("{}\n", 8 * GIB),
     );
-    let host = HostMemory {
-        procfs: proc_.path().into(),
-        cgroupfs: cg.path().into(),
-    };
+    let host = host(&proc_, &cg);
     let u = host.read(&[10], Some(4 * GIB));
     assert_eq!(u.cgroup_headroom, Some(12 * GIB));
     assert_eq!(u.limit_from, Some(LimitFrom::CgroupMax));
@@ -202,13 +195,7 @@ fn a_v1_memory_limit_bounds_the_device_on_a_hybrid_host() {
 /// where both could be read the v2 hierarchy is the one the kernel enforces for the process.
 #[test]
 fn a_v2_limit_is_read_before_v1() {
-    let proc_ = tempfile::tempdir().unwrap();
-    let cg = tempfile::tempdir().unwrap();
-    write(
-        proc_.path(),
-        "meminfo",
-        &format!("MemAvailable: {} kB\n", 50 * GIB / 1024),
-    );
+    let (proc_, cg) = node(50);
     write(proc_.path(), "10/cgroup", "4:memory:/a\n0::/b\n");
     write(cg.path(), "b/memory.max", &format!("{}\n", 10 * GIB));
     write(cg.path(), "b/memory.current", &format!("{}\n", GIB));
@@ -222,10 +209,7 @@ fn a_v2_limit_is_read_before_v1() {
         "memory/a/memory.usage_in_bytes",
         &format!("{}\n", GIB),
     );
-    let host = HostMemory {
-        procfs: proc_.path().into(),
-        cgroupfs: cg.path().into(),
-    };
+    let host = host(&proc_, &cg);
     assert_eq!(host.read(&[10], Some(GIB)).cgroup_headroom, Some(9 * GIB));
 }
 
@@ -235,13 +219,7 @@ fn a_v2_limit_is_read_before_v1() {
 /// With no process at all, no cgroup binds either.
 #[test]
 fn a_cgroup_outside_the_daemons_namespace_is_not_guessed() {
-    let proc_ = tempfile::tempdir().unwrap();
-    let cg = tempfile::tempdir().unwrap();
-    write(
-        proc_.path(),
-        "meminfo",
-        &format!("MemAvailable: {} kB\n", 50 * GIB / 1024),
-    );
+    let (proc_, cg) = node(50);
     write(
         proc_.path(),
         "10/cgroup",
@@ -260,10 +238,7 @@ fn a_cgroup_outside_the_daemons_namespace_is_not_guessed() {
         "kubepods-pod1.slice/cri-containerd-2.scope/memory.current",
         "0\n",
     );
-    let host = HostMemory {
-        procfs: proc_.path().into(),
-        cgroupfs: cg.path().into(),
-    };
+    let host = host(&proc_, &cg);
     let u = host.read(&[10], Some(GIB));
     assert_eq!(u.cgroup_headroom, None);
     assert_eq!(u.limit_from, Some(LimitFrom::HostAvailable));
