@@ -11,13 +11,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_gpumon");
 const GIB: u64 = 1 << 30;
 const T0: u64 = 1_763_700_000;
 
-/// A rank of a 2-rank job without a run id that sends samples 0..=`last` a second apart and
-/// ends without bye (a crash, at its last sample).
-fn rank(dir: &Path, rank: u64, last: u64) -> PathBuf {
-    let mut out = format!(
-        "{{\"type\":\"hello\",\"v\":1,\"pid\":{},\"job\":\"pair\",\"rank\":{rank},\"world_size\":2}}\n",
-        100 + rank
-    );
+/// Samples at steps 0..=`last`, a second apart from `T0`, 2 GiB allocated throughout.
+fn flat_samples(out: &mut String, last: u64) {
     for s in 0..=last {
         out.push_str(&format!(
             "{{\"type\":\"sample\",\"ts\":{},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{}}}}}\n",
@@ -25,6 +20,16 @@ fn rank(dir: &Path, rank: u64, last: u64) -> PathBuf {
             2 * GIB
         ));
     }
+}
+
+/// A rank of a 2-rank job without a run id that sends samples 0..=`last` a second apart and
+/// ends without bye (a crash, at its last sample).
+fn rank(dir: &Path, rank: u64, last: u64) -> PathBuf {
+    let mut out = format!(
+        "{{\"type\":\"hello\",\"v\":1,\"pid\":{},\"job\":\"pair\",\"rank\":{rank},\"world_size\":2}}\n",
+        100 + rank
+    );
+    flat_samples(&mut out, last);
     let path = dir.join(format!("rank{rank}.trace.jsonl"));
     std::fs::write(&path, out).unwrap();
     path
@@ -137,13 +142,7 @@ fn recorded_rank(dir: &Path, host: &str, id: &str, rank: u64, last: u64) -> Path
          {{\"type\":\"trace_host\",\"host\":\"{host}\",\"ts\":{T0}.000}}\n",
         100 + rank
     );
-    for s in 0..=last {
-        out.push_str(&format!(
-            "{{\"type\":\"sample\",\"ts\":{},\"step\":{s},\"stats\":{{\"allocated_bytes.all.current\":{}}}}}\n",
-            T0 + s,
-            2 * GIB
-        ));
-    }
+    flat_samples(&mut out, last);
     let path = dir.join(format!("gpumon-{T0}-{id}-wide-r{rank}.trace.jsonl"));
     std::fs::write(&path, out).unwrap();
     path
